@@ -1,0 +1,157 @@
+"""The `flask` commands: run-jobs (the worker), jobs enqueue/demo, and dev (web + worker)."""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import click
+import psycopg
+from flask import current_app
+from flask.cli import AppGroup, with_appcontext
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from .db import conninfo, db
+from .enqueuing import enqueue, parse_payload, parse_run_at
+from .errors import InvalidInput
+from .link import DatabaseUnavailable, describe
+from .worker import Worker
+
+jobs = AppGroup("jobs", help="Enqueue and inspect jobs.")
+
+
+@contextmanager
+def plain_errors():
+    """Turn the errors a person can fix into one-line messages instead of tracebacks."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from None
+    except (DatabaseUnavailable, OperationalError) as exc:
+        reason = describe(getattr(exc, "orig", None) or exc)
+        raise click.ClickException(f"cannot reach the database: {reason}\n"
+                                   "Check DATABASE_URL and that PostgreSQL is running.") from None
+    except (psycopg.errors.UndefinedTable, ProgrammingError) as exc:
+        if "does not exist" not in str(exc):
+            raise
+        raise click.ClickException("the jobsweb tables do not exist in this database: "
+                                   "run `flask db upgrade` first.") from None
+
+
+def setup_logging():
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.command("run-jobs")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs run at once [JOBSWEB_CONCURRENCY, 4].")
+@click.option("--forever", is_flag=True, help="Keep polling instead of exiting when nothing is due.")
+@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between polls when idle [JOBSWEB_POLL_INTERVAL, 5].")
+@click.option("--max-runtime", type=click.FloatRange(min=0, min_open=True),
+              help="Stop claiming after this many seconds and exit once held runs finish.")
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0),
+              help="Seconds to let running jobs finish after SIGTERM [JOBSWEB_SHUTDOWN_TIMEOUT, 10].")
+@with_appcontext
+def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout):
+    """Run due jobs: one cron tick, or a long-running worker with --forever."""
+    setup_logging()
+    config = current_app.config
+    worker = Worker(
+        current_app._get_current_object(),
+        conninfo(db.engine),
+        concurrency=concurrency or config["JOBSWEB_CONCURRENCY"],
+        poll_interval=poll_interval or config["JOBSWEB_POLL_INTERVAL"],
+        shutdown_timeout=config["JOBSWEB_SHUTDOWN_TIMEOUT"] if shutdown_timeout is None else shutdown_timeout,
+        max_runtime=max_runtime,
+        forever=forever,
+    )
+    with plain_errors():
+        worker.run()
+
+
+@jobs.command("enqueue")
+@click.argument("job_type")
+@click.option("--payload", default="{}", help="A JSON object passed to the handler.")
+@click.option("--run-at", help="ISO 8601 time with its timezone; default now.")
+@click.option("--idempotency-key", help="Enqueue at most one run for this key.")
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the run is dead.")
+def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts):
+    """Enqueue a run of JOB_TYPE and print its id."""
+    with plain_errors():
+        max_bytes = current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]
+        run_id = enqueue(job_type, parse_payload(payload, max_bytes),
+                         run_at=parse_run_at(run_at) if run_at else None,
+                         idempotency_key=idempotency_key, max_attempts=max_attempts)
+    click.echo(run_id)
+
+
+DEMO_RUNS = [
+    ("jobsweb.noop", {}),
+    ("jobsweb.sleep", {"seconds": 2}),
+    ("jobsweb.fail", {"times": 1}),
+    ("jobsweb.fail", {"permanent": True}),
+]
+
+
+@jobs.command("demo")
+def demo_command():
+    """Enqueue a few runs of the built-in job types, to watch a worker at work."""
+    with plain_errors():
+        for job_type, payload in DEMO_RUNS:
+            run_id = enqueue(job_type, payload)
+            click.echo(f"enqueued run {run_id}: {job_type} {json.dumps(payload)}")
+
+
+@click.command("dev")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5000, show_default=True, type=int)
+@click.option("--demo/--no-demo", default=True, show_default=True, help="Enqueue the demo runs first.")
+@with_appcontext
+def dev_command(host, port, demo):
+    """Migrate, then run the web app (gunicorn) and a worker together until Ctrl-C."""
+    from flask_migrate import upgrade
+
+    with plain_errors():
+        upgrade()
+        if demo:
+            for job_type, payload in DEMO_RUNS:
+                enqueue(job_type, payload)
+    # The children reach the same database; with the embedded server, this process keeps it
+    # running until both have stopped.
+    env = dict(os.environ, DATABASE_URL=db.engine.url.set(drivername="postgresql").render_as_string(False),
+               SECRET_KEY=current_app.config["SECRET_KEY"])
+    flask = [sys.executable, "-m", "flask", "--app", "wsgi"]
+    children = [
+        subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "wsgi:app"], env=env),
+        subprocess.Popen(flask + ["run-jobs", "--forever", "--poll-interval", "1"], env=env),
+    ]
+    click.echo(f"jobsweb is running: web on http://{host}:{port}/ and a worker. Ctrl-C stops both.")
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while all(child.poll() is None for child in children):
+            try:
+                children[0].wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            child.wait()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def init_app(app):
+    app.cli.add_command(run_jobs)
+    app.cli.add_command(jobs)
+    app.cli.add_command(dev_command)

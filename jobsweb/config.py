@@ -1,0 +1,94 @@
+"""Settings: defaults, then the environment, then test overrides; a bad value stops start-up."""
+
+import os
+
+import click
+
+
+class ConfigError(click.ClickException):
+    """A setting has a value jobsweb cannot use; the message names the variable.
+
+    A ClickException, so that any `flask` command prints it as one line and exits 1.
+    """
+
+
+def _positive_float(name, raw):
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
+    return value
+
+
+def _positive_int(name, raw):
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
+    return value
+
+
+def _optional_seconds(name, raw):
+    """An empty value or 0 means "no limit"."""
+    if raw in ("", "0", "none", "None"):
+        return None
+    return _positive_float(name, raw)
+
+
+def _module_list(name, raw):
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+# name -> (default, parser). Every JOBSWEB_* variable the app reads is listed here.
+SETTINGS = {
+    "JOBSWEB_HANDLERS": ([], _module_list),
+    "JOBSWEB_MAX_PAYLOAD_BYTES": (64 * 1024, _positive_int),
+    "JOBSWEB_MAX_ATTEMPTS": (5, _positive_int),
+    "JOBSWEB_LEASE_SECONDS": (60.0, _positive_float),
+    "JOBSWEB_CONCURRENCY": (4, _positive_int),
+    "JOBSWEB_POLL_INTERVAL": (5.0, _positive_float),
+    "JOBSWEB_SHUTDOWN_TIMEOUT": (10.0, _positive_float),
+    "JOBSWEB_BACKOFF_BASE": (10.0, _positive_float),
+    "JOBSWEB_BACKOFF_CAP": (3600.0, _positive_float),
+    "JOBSWEB_DEFAULT_TIMEOUT": (None, _optional_seconds),
+    "JOBSWEB_ERROR_MAX_CHARS": (2000, _positive_int),
+    "JOBSWEB_STACK_MAX_CHARS": (20000, _positive_int),
+}
+
+
+def database_url(raw):
+    """Normalise a DATABASE_URL to the psycopg 3 driver SQLAlchemy should use."""
+    if raw.startswith("postgres://"):
+        raw = "postgresql://" + raw[len("postgres://"):]
+    if raw.startswith("postgresql://"):
+        return "postgresql+psycopg://" + raw[len("postgresql://"):]
+    if raw.startswith("postgresql+psycopg://"):
+        return raw
+    raise ConfigError(
+        "DATABASE_URL must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname), "
+        f"got one starting with {raw.split(':', 1)[0]!r}"
+    )
+
+
+def from_environment(environ=None):
+    """Read every setting from the environment, raising ConfigError on the first bad one."""
+    environ = os.environ if environ is None else environ
+    config = {}
+    for name, (default, parse) in SETTINGS.items():
+        raw = environ.get(name)
+        config[name] = default if raw is None else parse(name, raw.strip())
+    if environ.get("DATABASE_URL"):
+        config["SQLALCHEMY_DATABASE_URI"] = database_url(environ["DATABASE_URL"].strip())
+    if environ.get("SECRET_KEY"):
+        config["SECRET_KEY"] = environ["SECRET_KEY"]
+    return config
+
+
+def check(config):
+    """Cross-setting rules that no single variable can enforce."""
+    if config["JOBSWEB_BACKOFF_CAP"] < config["JOBSWEB_BACKOFF_BASE"]:
+        raise ConfigError("JOBSWEB_BACKOFF_CAP must be at least JOBSWEB_BACKOFF_BASE")

@@ -1,0 +1,106 @@
+"""Enqueue runs from Python, with every input checked before anything is written."""
+
+import json
+from datetime import datetime
+
+from flask import current_app
+from psycopg.types.json import Jsonb
+
+from . import handlers, queries
+from .db import db
+from .errors import InvalidInput
+
+IDEMPOTENCY_KEY_MAX_CHARS = 200
+
+
+def check_payload(payload, max_bytes):
+    """Return the payload as a dict, or raise InvalidInput saying why it cannot be one."""
+    if payload is None:
+        return {}
+    if not isinstance(payload, dict):
+        raise InvalidInput("payload", f"must be a JSON object ({{...}}), got {type(payload).__name__}")
+    try:
+        size = len(json.dumps(payload).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("payload", f"cannot be stored as JSON: {exc}") from None
+    if size > max_bytes:
+        raise InvalidInput("payload", f"is {size} bytes, over the limit of {max_bytes} bytes "
+                                      "(JOBSWEB_MAX_PAYLOAD_BYTES); store large data elsewhere "
+                                      "and pass a reference")
+    return payload
+
+
+def parse_payload(text, max_bytes):
+    """Parse payload JSON text (from a form or the CLI) into a checked dict."""
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput("payload", f"is not valid JSON: {exc}") from None
+    return check_payload(payload, max_bytes)
+
+
+def parse_run_at(text):
+    """Parse an ISO 8601 timestamp that says its timezone (2026-11-21T06:00:00+01:00 or ...Z)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput("run_at", f"{text!r} is not an ISO 8601 timestamp "
+                                     "such as 2026-11-21T06:00:00+00:00") from None
+    return check_run_at(value)
+
+
+def check_run_at(value):
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput("run_at", f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput("run_at", "must say its timezone (for example +00:00 or Z); "
+                                     "a time without one is ambiguous")
+    return value
+
+
+def check_job_type(job_type):
+    """Return the registered JobType, or raise InvalidInput listing the known ones."""
+    registered = handlers.get(job_type)
+    if registered is None:
+        known = ", ".join(handlers.names())
+        raise InvalidInput("job_type", f"{job_type!r} is not a registered job type (known: {known})")
+    return registered
+
+
+def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None,
+            session=None):
+    """Create a run of `job_type` and return its id.
+
+    With an idempotency key that already exists, nothing is created and the existing run's id
+    is returned. Without `session` the run is committed at once; with `session` (for example
+    db.session) it joins that transaction, so the run exists only if your own writes commit.
+    """
+    config = current_app.config
+    registered = check_job_type(job_type)
+    payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+    run_at = check_run_at(run_at)
+    if max_attempts is None:
+        max_attempts = registered.max_attempts or config["JOBSWEB_MAX_ATTEMPTS"]
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+        raise InvalidInput("max_attempts", f"must be a whole number of at least 1, got {max_attempts!r}")
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+            raise InvalidInput("idempotency_key", "must be a non-empty string")
+        if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
+            raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
+
+    params = {"job_type": job_type, "payload": Jsonb(payload), "run_at": run_at,
+              "max_attempts": max_attempts, "idempotency_key": idempotency_key}
+    if session is not None:
+        return _insert(session.connection(), params)
+    with db.engine.begin() as conn:
+        return _insert(conn, params)
+
+
+def _insert(conn, params):
+    row = conn.exec_driver_sql(queries.ENQUEUE, params).first()
+    if row is None:  # the key exists: the unique index chose the earlier run
+        row = conn.exec_driver_sql(queries.RUN_BY_IDEMPOTENCY_KEY, params).first()
+    return row[0]

@@ -1,0 +1,69 @@
+"""The worker's one database connection, reopened when the database goes away."""
+
+import threading
+
+import psycopg
+
+CONNECT_TIMEOUT = 10  # seconds
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached (down, restarting, wrong DATABASE_URL)."""
+
+
+def describe(exc):
+    """The first line of a driver error: enough for a log line or a CLI message."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class Link:
+    """An autocommit psycopg connection shared by the worker loop and handler threads.
+
+    Autocommit because every hot-path statement is a transaction on its own; the lock because
+    handler threads call extend_lease while the loop claims and finishes.
+    """
+
+    def __init__(self, conninfo):
+        self.conninfo = conninfo
+        self.conn = None
+        self.lock = threading.RLock()
+
+    def _connection(self):
+        if self.conn is None or self.conn.closed:
+            try:
+                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            except psycopg.OperationalError as exc:
+                raise DatabaseUnavailable(describe(exc)) from exc
+        return self.conn
+
+    def _lost(self, exc):
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        return DatabaseUnavailable(describe(exc))
+
+    def fetch(self, sql, params=None):
+        """Run one statement and return its rows."""
+        with self.lock:
+            conn = self._connection()
+            try:
+                cur = conn.execute(sql, params)
+                return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError as exc:
+                raise self._lost(exc) from exc
+
+    def in_transaction(self, work):
+        """Call work(conn) inside one transaction and return what it returns."""
+        with self.lock:
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    return work(conn)
+            except psycopg.OperationalError as exc:
+                raise self._lost(exc) from exc
+
+    def close(self):
+        with self.lock:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = None

@@ -1,0 +1,84 @@
+"""ORM mappings of the jobsweb tables, for admin reads and edits.
+
+The schema itself is defined by the migrations; the worker's hot path does not use these
+classes but the named SQL in queries.py.
+"""
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from .db import db
+
+TIMESTAMPTZ = DateTime(timezone=True)  # every jobsweb time is set by the database clock
+
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled")
+FINISHED_STATUSES = ("succeeded", "dead", "cancelled")
+
+
+class JobDefinition(db.Model):
+    __tablename__ = "job_definitions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    job_type: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+    schedule: Mapped[str | None] = mapped_column(Text)
+    timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
+    max_attempts: Mapped[int] = mapped_column(server_default="5")
+    enabled: Mapped[bool] = mapped_column(server_default="true")
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+
+
+class JobRun(db.Model):
+    __tablename__ = "job_runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    definition_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_definitions.id"))
+    job_type: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+    run_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    status: Mapped[str] = mapped_column(Text, server_default="queued")
+    attempts: Mapped[int] = mapped_column(server_default="0")
+    max_attempts: Mapped[int] = mapped_column(server_default="5")
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    locked_until: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    started_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    finished_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(Text)
+    last_stack: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+
+
+class JobAttempt(db.Model):
+    __tablename__ = "job_attempts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    run_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("job_runs.id", ondelete="CASCADE"))
+    attempt: Mapped[int]
+    worker: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    finished_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    outcome: Mapped[str] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    stack: Mapped[str | None] = mapped_column(Text)
+
+
+class JobWorker(db.Model):
+    __tablename__ = "job_workers"
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int]
+    started_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)

@@ -1,0 +1,372 @@
+"""The worker: a thin loop around tick(), which claims due runs for a bounded pool of threads.
+
+The loop thread alone talks to the database for claims, heartbeats and completions; handler
+threads only run handlers and report back. So no database session is ever held open across
+a job's own work, and completions that arrive together are written in one statement.
+"""
+
+import logging
+import os
+import queue
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from psycopg.types.json import Jsonb
+
+from . import handlers, queries, retry
+from .execution import Outcome, Pool, clip, describe_error, was_cancelled
+from .handlers import JobContext
+from .link import DatabaseUnavailable, Link
+
+log = logging.getLogger("jobsweb.worker")
+
+RECOVER_BATCH = 100  # expired leases recovered per statement
+RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
+RECONNECT_MAX_DELAY = 30.0  # seconds
+_WAKE = object()  # put on the finished queue to wake the loop (a signal arrived)
+
+
+@dataclass
+class Held:
+    """A run whose lease this worker holds."""
+
+    ctx: JobContext
+    job: handlers.JobType
+    lease: float  # seconds each heartbeat extends the lease by
+    deadline: float | None  # time.monotonic() at which it times out, if it has a timeout
+
+
+def worker_id():
+    """host:pid:random, so two containers that both run as pid 1 still differ."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
+                 max_runtime=None, forever=False):
+        config = app.config
+        self.app = app
+        self.link = Link(conninfo)
+        self.id = worker_id()
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.shutdown_timeout = shutdown_timeout
+        self.max_runtime = max_runtime
+        self.forever = forever
+        self.lease = config["JOBSWEB_LEASE_SECONDS"]
+        # A third of the lease: two heartbeats can fail before another worker may take over.
+        self.heartbeat_every = self.lease / 3
+        self.default_timeout = config["JOBSWEB_DEFAULT_TIMEOUT"]
+        self.backoff = (config["JOBSWEB_BACKOFF_BASE"], config["JOBSWEB_BACKOFF_CAP"])
+        self.error_chars = config["JOBSWEB_ERROR_MAX_CHARS"]
+        self.stack_chars = config["JOBSWEB_STACK_MAX_CHARS"]
+        self.finished = queue.SimpleQueue()  # SimpleQueue.put is safe to call from a signal handler
+        self.held: dict[int, Held] = {}
+        self.busy = 0  # pool threads inside a handler, including ones this worker gave up on
+        self.pending: list[Outcome] = []  # attempts that ended and are not yet written
+        self.done = 0  # runs finished since job_workers was last updated
+        self.stop_requested = 0  # SIGTERM/SIGINT received
+        self.more_due = False  # the last claim filled every free slot: more may be waiting
+        self.next_recover = 0.0
+        self.reconnect_delay = RECONNECT_FIRST_DELAY
+        self.pool = None
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self):
+        """Work until nothing is due (or until stopped, with forever), then shut down cleanly."""
+        self.link.fetch(queries.REGISTER_WORKER,
+                        {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid()})
+        restore = self._install_signal_handlers()
+        self.pool = Pool(self.app, self.concurrency, self.finished.put)
+        log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
+                 self.lease, ", forever" if self.forever else "")
+        started = time.monotonic()
+        next_beat = started + self.heartbeat_every
+        drain_until = None
+        try:
+            while True:
+                now = time.monotonic()
+                if self.stop_requested and drain_until is None:
+                    drain_until = now + self.shutdown_timeout
+                    self._cancel_held("worker is shutting down")
+                if self.stop_requested > 1:  # a second signal: stop waiting for handlers
+                    drain_until = now
+                out_of_time = self.max_runtime is not None and now - started >= self.max_runtime
+                claiming = drain_until is None and not out_of_time
+                found = False
+                try:
+                    if claiming:
+                        found = self.tick()
+                    self._expire_timeouts()
+                    if now >= next_beat:
+                        self._heartbeat()
+                        next_beat = now + self.heartbeat_every
+                    self._flush()
+                    self.reconnect_delay = RECONNECT_FIRST_DELAY
+                except DatabaseUnavailable as exc:
+                    self._wait_for_database(exc)
+                    continue
+                if drain_until is not None and (not self.held or now >= drain_until):
+                    break
+                if not self.held and (not claiming or (not found and not self.forever)):
+                    break
+                self._collect(self._wait_seconds(now, next_beat, drain_until, claiming))
+        finally:
+            self._shut_down()
+            restore()
+        return 0
+
+    def tick(self):
+        """One pass: recover expired leases when due, claim due runs for the free slots.
+
+        Returns whether it found work.
+        """
+        did_work = False
+        now = time.monotonic()
+        if now >= self.next_recover:
+            did_work = self.recover_expired_leases() > 0
+            self.next_recover = now + self.heartbeat_every
+        free = self.concurrency - self.busy
+        if free <= 0:
+            return did_work
+        rows = self.link.fetch(queries.CLAIM_RUNS, {
+            "worker": self.id, "lease": self.lease, "job_types": handlers.names(), "limit": free})
+        for run_id, job_type, payload, attempt, max_attempts, definition_id in rows:
+            self._start(run_id, job_type, payload, attempt, max_attempts, definition_id)
+        self.more_due = len(rows) == free
+        return did_work or bool(rows)
+
+    def _wait_seconds(self, now, next_beat, drain_until, claiming):
+        """How long the loop may sleep before it has something to do."""
+        if claiming and self.more_due and self.busy < self.concurrency:
+            return 0
+        wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
+        if drain_until is not None:
+            wake.append(drain_until)
+        wait = min(wake) - now
+        if claiming and self.busy < self.concurrency:
+            wait = min(wait, self.poll_interval)
+        return max(wait, 0)
+
+    # -- runs starting and ending --------------------------------------------------------
+
+    def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id):
+        job = handlers.get(job_type)
+        ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
+                         _extend_lease=self.extend_lease)
+        timeout = job.timeout or self.default_timeout
+        deadline = time.monotonic() + timeout if timeout else None
+        self.held[run_id] = Held(ctx, job, self.lease, deadline)
+        self.busy += 1
+        log.info("run %d %s started (attempt %d of %d)", run_id, job_type, attempt, max_attempts)
+        self.pool.submit(self.held[run_id])
+
+    def _collect(self, wait):
+        """Take what handler threads reported, waiting up to `wait` seconds for the first."""
+        try:
+            items = [self.finished.get(timeout=wait) if wait > 0 else self.finished.get_nowait()]
+        except queue.Empty:
+            return
+        while True:
+            try:
+                items.append(self.finished.get_nowait())
+            except queue.Empty:
+                break
+        for item in items:
+            if item is not _WAKE:
+                self._handler_returned(item)
+
+    def _handler_returned(self, finished):
+        self.busy -= 1
+        held = finished.held
+        ctx = held.ctx
+        if self.held.get(ctx.run_id) is not held:
+            # Timed out or lease lost: the attempt was already finished without this result.
+            log.warning("run %d %s: attempt %d returned after this worker gave it up; result ignored",
+                        ctx.run_id, ctx.job_type, ctx.attempt)
+            return
+        del self.held[ctx.run_id]
+        exc = finished.exc
+        if exc is None:
+            self.pending.append(Outcome(ctx.run_id, ctx.job_type, ctx.attempt, self.id, "succeeded",
+                                        result=finished.result))
+        elif was_cancelled(exc) and self.stop_requested:
+            self.pending.append(self._interrupted(ctx, "stopped by worker shutdown"))
+        else:
+            error_type, message, stack = describe_error(exc)
+            self.pending.append(self._failure(held.job, ctx, error_type, message, stack,
+                                              give_up=held.job.is_permanent(exc)))
+
+    def _failure(self, job, ctx, error_type, message, stack=None, give_up=False):
+        base = (job and job.backoff_base) or self.backoff[0]
+        cap = (job and job.backoff_cap) or self.backoff[1]
+        return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, self.id, "failed", error_type=error_type,
+                       error=clip(message, self.error_chars), stack=clip(stack, self.stack_chars),
+                       delay=retry.backoff_seconds(ctx.attempt, base, cap), give_up=give_up)
+
+    def _interrupted(self, ctx, why):
+        return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, self.id, "interrupted", error_type="interrupted",
+                       error=f"worker {self.id}: {why}")
+
+    def _expire_timeouts(self):
+        now = time.monotonic()
+        for run_id, held in list(self.held.items()):
+            if held.deadline is not None and now >= held.deadline:
+                timeout = held.job.timeout or self.default_timeout
+                del self.held[run_id]
+                held.ctx.cancel_event.set()
+                log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
+                            held.ctx.attempt, timeout)
+                self.pending.append(self._failure(held.job, held.ctx, "timeout",
+                                                  f"timed out after {timeout:g} seconds"))
+
+    def _cancel_held(self, why):
+        for held in self.held.values():
+            held.ctx.cancel_event.set()
+        if self.held:
+            log.info("%s: asked %d running job(s) to stop", why, len(self.held))
+
+    # -- writing to the database ---------------------------------------------------------
+
+    def _flush(self):
+        """Write every pending outcome in one FINISH_RUNS statement."""
+        if not self.pending:
+            return
+        outcomes, self.pending = self.pending, []
+        try:
+            rows = self.link.fetch(queries.FINISH_RUNS, finish_params(outcomes))
+        except DatabaseUnavailable:
+            self.pending = outcomes + self.pending  # written again once the database is back
+            raise
+        self.done += log_finished(outcomes, rows)
+
+    def recover_expired_leases(self):
+        """Fail the attempts of runs whose worker stopped heartbeating, so they retry or die."""
+
+        def recover(conn):
+            rows = conn.execute(queries.EXPIRED_LEASES, {"limit": RECOVER_BATCH}).fetchall()
+            outcomes = []
+            for run_id, attempt, holder, job_type in rows:
+                ctx = JobContext(run_id, job_type, {}, attempt, 0)
+                outcome = self._failure(handlers.get(job_type), ctx, "lease_expired",
+                                        f"lease expired: worker {holder} stopped heartbeating "
+                                        "(killed, crashed or stuck)")
+                outcome.worker = holder
+                outcomes.append(outcome)
+            if outcomes:
+                log_finished(outcomes, conn.execute(queries.FINISH_RUNS, finish_params(outcomes)).fetchall())
+            return len(outcomes)
+
+        return self.link.in_transaction(recover)
+
+    def _heartbeat(self):
+        if self.held:
+            held = list(self.held.values())
+            rows = self.link.fetch(queries.EXTEND_LEASES, {
+                "worker": self.id, "ids": [h.ctx.run_id for h in held],
+                "attempts": [h.ctx.attempt for h in held], "leases": [h.lease for h in held]})
+            kept = {row[0] for row in rows}
+            for h in held:
+                if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
+                    del self.held[h.ctx.run_id]
+                    h.ctx.cancel_event.set()
+                    log.warning("run %d %s: lease lost (another worker took it over or it was "
+                                "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
+        self.link.fetch(queries.WORKER_SEEN, {"worker": self.id, "done": self.done})
+        self.done = 0
+
+    def extend_lease(self, ctx, seconds=None):
+        """JobContext.extend_lease: called from a handler thread."""
+        held = self.held.get(ctx.run_id)
+        if held is None or held.ctx is not ctx:
+            return False
+        held.lease = float(seconds or self.lease)
+        try:
+            rows = self.link.fetch(queries.EXTEND_LEASES, {
+                "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})
+        except DatabaseUnavailable as exc:
+            log.warning("run %d: could not extend its lease: %s", ctx.run_id, exc)
+            return False
+        return bool(rows)
+
+    def _wait_for_database(self, exc):
+        log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
+        deadline = time.monotonic() + self.reconnect_delay
+        self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_MAX_DELAY)
+        while not self.stop_requested and (left := deadline - time.monotonic()) > 0:
+            self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
+
+    def _shut_down(self):
+        leftover = list(self.held.values())
+        self.held.clear()
+        for held in leftover:
+            log.warning("run %d %s: still running at the shutdown deadline; released back to the queue",
+                        held.ctx.run_id, held.ctx.job_type)
+            self.pending.append(self._interrupted(held.ctx, "shut down before the run finished"))
+        try:
+            self._flush()
+            self.link.fetch(queries.WORKER_STOPPED, {"worker": self.id, "done": self.done})
+        except DatabaseUnavailable as exc:
+            log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
+                      "another worker will retry them", len(self.pending), exc)
+        self.link.close()
+        log.info("worker %s stopped", self.id)
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore():
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def request_stop(self, signum=None, frame=None):
+        """Signal handler: only sets the flag and wakes the loop."""
+        self.stop_requested += 1
+        self.finished.put(_WAKE)
+
+
+def finish_params(outcomes):
+    """FINISH_RUNS parameters: one array per column, one element per outcome."""
+    return {
+        "ids": [o.run_id for o in outcomes],
+        "attempts": [o.attempt for o in outcomes],
+        "workers": [o.worker for o in outcomes],
+        "outcomes": [o.outcome for o in outcomes],
+        "results": [None if o.result is None else Jsonb(o.result) for o in outcomes],
+        "error_types": [o.error_type for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "stacks": [o.stack for o in outcomes],
+        "delays": [o.delay for o in outcomes],
+        "give_up": [o.give_up for o in outcomes],
+    }
+
+
+def log_finished(outcomes, rows):
+    """One log line per written outcome; a warning for each the guard rejected. Returns count written."""
+    by_id = {o.run_id: o for o in outcomes}
+    for run_id, status, retry_in in rows:
+        o = by_id.pop(run_id)
+        if status == "succeeded":
+            log.info("run %d %s succeeded (attempt %d)", run_id, o.job_type, o.attempt)
+        elif status == "failed":
+            log.warning("run %d %s failed (attempt %d): %s: %s; retry in %.1fs", run_id, o.job_type,
+                        o.attempt, o.error_type, o.error, float(retry_in))
+        elif status == "dead":
+            log.error("run %d %s is dead after attempt %d: %s: %s", run_id, o.job_type, o.attempt,
+                      o.error_type, o.error)
+        else:
+            log.info("run %d %s released back to the queue (attempt %d interrupted)", run_id,
+                     o.job_type, o.attempt)
+    for o in by_id.values():
+        log.warning("run %d %s: outcome of attempt %d rejected: the run is no longer held by %s",
+                    o.run_id, o.job_type, o.attempt, o.worker)
+    return len(rows)

@@ -1,0 +1,3 @@
+from jobsweb import create_app
+
+app = create_app()
