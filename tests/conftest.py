@@ -1,0 +1,137 @@
+"""Fixtures: a real PostgreSQL started by the suite, migrated once; each test on empty tables."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from jobsweb import create_app, embedded
+from jobsweb.config import database_url
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_DATABASE = "jobsweb_test"
+TABLES = "job_attempts, job_runs, job_definitions, job_workers, test_executions"
+
+# Settings every test app and test worker process share: quick retries so that retry tests
+# need not wait, and the job types in tests/job_types.py.
+TEST_SETTINGS = {
+    "JOBSWEB_HANDLERS": "tests.job_types",
+    "JOBSWEB_BACKOFF_BASE": "0.01",
+    "JOBSWEB_BACKOFF_CAP": "0.05",
+}
+
+
+def _admin_url():
+    """TEST_DATABASE_URL names an existing server; otherwise start the embedded one."""
+    if os.environ.get("TEST_DATABASE_URL"):
+        return os.environ["TEST_DATABASE_URL"], None
+    data_dir = Path(tempfile.mkdtemp(prefix="jobsweb-test-")) / "pgdata"
+    server = embedded._server(data_dir, cleanup_mode="delete")
+    return server.get_uri("postgres"), server
+
+
+@pytest.fixture(scope="session")
+def database_url_for_tests():
+    """A migrated, empty test database on a real PostgreSQL server, for the whole session."""
+    admin, server = _admin_url()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if server is not None:
+            # A throwaway server: durability only costs time here.
+            conn.execute("ALTER SYSTEM SET fsync = off")
+            conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+            conn.execute("SELECT pg_reload_conf()")
+        conn.execute(f"DROP DATABASE IF EXISTS {TEST_DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEST_DATABASE}")
+    url = database_url(make_url(admin).set(database=TEST_DATABASE).render_as_string(hide_password=False))
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "test"})
+    with app.app_context():
+        from flask_migrate import upgrade
+
+        upgrade()
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL, "
+                     "at timestamptz NOT NULL DEFAULT clock_timestamp())")
+    yield url
+    if server is not None:
+        server.cleanup()
+
+
+def libpq(url):
+    """A SQLAlchemy URL as a libpq connection string for psycopg."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def app(database_url_for_tests, monkeypatch):
+    for name, value in TEST_SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    with psycopg.connect(libpq(database_url_for_tests), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True,
+                      "SECRET_KEY": "test"})
+    yield app
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app):
+    return app.test_cli_runner()
+
+
+@pytest.fixture
+def sql(database_url_for_tests):
+    """Run SQL on the test database and get rows back: sql("SELECT ...", {...})."""
+    conn = psycopg.connect(libpq(database_url_for_tests), autocommit=True)
+
+    def run(statement, params=None):
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description else None
+
+    yield run
+    conn.close()
+
+
+@pytest.fixture
+def spawn_worker(database_url_for_tests):
+    """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
+    processes = []
+
+    def spawn(*args, **settings):
+        env = dict(os.environ, DATABASE_URL=libpq(database_url_for_tests), SECRET_KEY="test",
+                   **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()})
+        proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        processes.append(proc)
+        return proc
+
+    yield spawn
+    for proc in processes:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def wait_for(check, timeout=30.0, interval=0.05, message="condition"):
+    """Poll `check` until it returns something truthy; fail the test after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)

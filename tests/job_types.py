@@ -1,0 +1,64 @@
+"""Job types used by the tests; loaded through JOBSWEB_HANDLERS=tests.job_types."""
+
+import os
+import time
+
+from sqlalchemy import text
+
+from jobsweb import PermanentError, job
+from jobsweb.db import db
+
+
+class NotFound(Exception):
+    """A handler-defined error that retrying cannot fix."""
+
+
+@job("test.record")
+def record(ctx):
+    """Record that this process executed the run, to count executions across processes."""
+    db.session.execute(text("INSERT INTO test_executions (run_id, pid) VALUES (:r, :p)"),
+                       {"r": ctx.run_id, "p": os.getpid()})
+    db.session.commit()
+    return {"pid": os.getpid()}
+
+
+@job("test.slow_first")
+def slow_first(ctx):
+    """Outlive any lease on the first attempt (ignoring cancellation); succeed after that."""
+    if ctx.attempt == 1:
+        time.sleep(float(ctx.payload.get("seconds", 60)))
+    return {"attempt": ctx.attempt}
+
+
+@job("test.stubborn")
+def stubborn(ctx):
+    """Sleep without ever looking at the cancellation flag."""
+    time.sleep(float(ctx.payload.get("seconds", 30)))
+
+
+@job("test.timeout", timeout=0.5)
+def times_out(ctx):
+    """Take longer than its 0.5 s timeout, ignoring cancellation."""
+    time.sleep(float(ctx.payload.get("seconds", 2)))
+    return "late"
+
+
+@job("test.not_found", permanent=[NotFound])
+def not_found(ctx):
+    raise NotFound("customer 42 does not exist")
+
+
+@job("test.unserialisable")
+def unserialisable(ctx):
+    return object()
+
+
+@job("test.extend_lease")
+def extend_lease(ctx):
+    """Ask for a longer lease and report whether it was granted."""
+    return {"extended": ctx.extend_lease(120)}
+
+
+@job("test.permanent")
+def permanent(ctx):
+    raise PermanentError("the invoice was deleted")
