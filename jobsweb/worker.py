@@ -100,13 +100,14 @@ class Worker:
                 claiming = drain_until is None and not out_of_time
                 found = False
                 try:
+                    # Finish before claiming: a slot's next run starts after its last one ended.
+                    self._expire_timeouts()
+                    self._flush()
                     if claiming:
                         found = self.tick()
-                    self._expire_timeouts()
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
-                    self._flush()
                     self.reconnect_delay = RECONNECT_FIRST_DELAY
                 except DatabaseUnavailable as exc:
                     self._wait_for_database(exc)

@@ -1,0 +1,72 @@
+import pytest
+
+from jobsweb import create_app
+
+
+def test_enqueue_prints_the_new_run_id(runner, sql):
+    result = runner.invoke(args=["jobs", "enqueue", "jobsweb.sleep", "--payload", '{"seconds": 1}',
+                                 "--run-at", "2030-01-01T06:00:00+01:00", "--idempotency-key", "k1",
+                                 "--max-attempts", "3"])
+    assert result.exit_code == 0, result.output
+    run_id = int(result.output)
+    [(payload, run_at, key, max_attempts)] = sql(
+        "SELECT payload, to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI'), idempotency_key, "
+        "max_attempts FROM job_runs WHERE id = %s", [run_id])
+    assert (payload, run_at, key, max_attempts) == ({"seconds": 1}, "2030-01-01 05:00", "k1", 3)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["no.such.type"], "job_type: 'no.such.type' is not a registered job type"),
+    (["jobsweb.noop", "--payload", "{not json"], "payload: is not valid JSON"),
+    (["jobsweb.noop", "--payload", "[1]"], "payload: must be a JSON object"),
+    (["jobsweb.noop", "--payload", '{"x": "' + "y" * 70000 + '"}'], "over the limit of 65536 bytes"),
+    (["jobsweb.noop", "--run-at", "tomorrow"], "run_at: 'tomorrow' is not an ISO 8601 timestamp"),
+    (["jobsweb.noop", "--run-at", "2030-01-01T06:00:00"], "run_at: must say its timezone"),
+    (["jobsweb.noop", "--max-attempts", "0"], "--max-attempts"),
+])
+def test_enqueue_refuses_bad_input_with_a_message_and_writes_nothing(runner, sql, args, message):
+    result = runner.invoke(args=["jobs", "enqueue", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert sql("SELECT count(*) FROM job_runs") == [(0,)]
+
+
+def test_demo_enqueues_the_built_in_job_types(runner, sql):
+    assert runner.invoke(args=["jobs", "demo"]).exit_code == 0
+    assert {t for (t,) in sql("SELECT job_type FROM job_runs")} == {"jobsweb.noop", "jobsweb.sleep", "jobsweb.fail"}
+
+
+def test_run_jobs_says_when_the_database_cannot_be_reached():
+    app = create_app({"SQLALCHEMY_DATABASE_URI": "postgresql+psycopg://nobody@127.0.0.1:1/none",
+                      "SECRET_KEY": "x"})
+    result = app.test_cli_runner().invoke(args=["run-jobs"])
+    assert result.exit_code == 1
+    assert "cannot reach the database" in result.output
+    assert "Check DATABASE_URL" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_enqueue_says_when_the_database_cannot_be_reached():
+    app = create_app({"SQLALCHEMY_DATABASE_URI": "postgresql+psycopg://nobody@127.0.0.1:1/none",
+                      "SECRET_KEY": "x"})
+    result = app.test_cli_runner().invoke(args=["jobs", "enqueue", "jobsweb.noop"])
+    assert result.exit_code == 1
+    assert "cannot reach the database" in result.output
+
+
+def test_run_jobs_says_when_the_schema_is_missing(database_url_for_tests):
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import libpq
+
+    admin = libpq(make_url(database_url_for_tests).set(database="postgres").render_as_string(False))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS jobsweb_empty")
+        conn.execute("CREATE DATABASE jobsweb_empty")
+    url = make_url(database_url_for_tests).set(database="jobsweb_empty").render_as_string(False)
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "SECRET_KEY": "x"})
+    result = app.test_cli_runner().invoke(args=["run-jobs"])
+    assert result.exit_code == 1
+    assert "run `flask db upgrade` first" in result.output

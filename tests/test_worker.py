@@ -1,0 +1,205 @@
+"""The worker loop, run in this process: outcomes, retries, timeouts, guards, leases."""
+
+import pytest
+
+from jobsweb import enqueue, queries
+from jobsweb.db import conninfo, db
+from jobsweb.worker import Worker, finish_params
+from jobsweb.execution import Outcome
+
+
+def make_worker(app, **options):
+    settings = {"concurrency": 4, "poll_interval": 0.05, "shutdown_timeout": 1.0, **options}
+    with app.app_context():
+        return Worker(app, conninfo(db.engine), **settings)
+
+
+def add(app, job_type, payload=None, **kwargs):
+    with app.app_context():
+        return enqueue(job_type, payload, **kwargs)
+
+
+def make_due(sql):
+    """Stand-in for time passing: every waiting retry becomes due now."""
+    sql("UPDATE job_runs SET run_at = now() WHERE status = 'failed'")
+
+
+def attempts_of(sql, run_id):
+    return sql("SELECT attempt, outcome, error_type FROM job_attempts WHERE run_id = %s ORDER BY attempt",
+               [run_id])
+
+
+def test_a_successful_run_is_recorded_with_its_result_and_attempt(app, sql):
+    run_id = add(app, "jobsweb.sleep", {"seconds": 0})
+    make_worker(app).run()
+    [(status, result, locked_by, finished)] = sql(
+        "SELECT status, result, locked_by, finished_at IS NOT NULL FROM job_runs WHERE id = %s", [run_id])
+    assert (status, result, locked_by, finished) == ("succeeded", {"slept": 0}, None, True)
+    assert attempts_of(sql, run_id) == [(1, "succeeded", None)]
+
+
+def test_a_failing_run_retries_with_backoff_then_dies_keeping_every_attempt(app, sql):
+    app.config.update(JOBSWEB_BACKOFF_BASE=60, JOBSWEB_BACKOFF_CAP=60)  # each retry waits for make_due
+    run_id = add(app, "jobsweb.fail", max_attempts=3)
+    for expected in ("failed", "failed", "dead"):
+        make_worker(app).run()
+        assert sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [(expected,)]
+        if expected == "failed":
+            [(in_future,)] = sql("SELECT run_at > now() FROM job_runs WHERE id = %s", [run_id])
+            assert in_future, "a failed run waits for its backoff"
+            make_due(sql)
+    assert attempts_of(sql, run_id) == [(n, "failed", "RuntimeError") for n in (1, 2, 3)]
+    [(error, stack, finished)] = sql(
+        "SELECT last_error, last_stack, finished_at IS NOT NULL FROM job_runs WHERE id = %s", [run_id])
+    assert error == "jobsweb.fail failing on purpose (attempt 3)"
+    assert "Traceback" in stack and "builtin_jobs.py" in stack
+    assert finished
+
+
+def test_a_run_that_fails_transiently_succeeds_on_a_later_attempt(app, sql):
+    app.config.update(JOBSWEB_BACKOFF_BASE=60, JOBSWEB_BACKOFF_CAP=60)
+    run_id = add(app, "jobsweb.fail", {"times": 1})
+    make_worker(app).run()
+    make_due(sql)
+    make_worker(app).run()
+    assert sql("SELECT status, attempts, result FROM job_runs WHERE id = %s", [run_id]) == [
+        ("succeeded", 2, {"succeeded_on_attempt": 2})]
+
+
+def test_a_permanent_error_goes_straight_to_dead(app, sql):
+    run_id = add(app, "test.permanent", max_attempts=10)
+    make_worker(app).run()
+    assert sql("SELECT status, attempts, error_type FROM job_runs WHERE id = %s", [run_id]) == [
+        ("dead", 1, "PermanentError")]
+
+
+def test_an_exception_type_the_handler_marks_permanent_goes_straight_to_dead(app, sql):
+    run_id = add(app, "test.not_found", max_attempts=10)
+    make_worker(app).run()
+    assert sql("SELECT status, last_error FROM job_runs WHERE id = %s", [run_id]) == [
+        ("dead", "customer 42 does not exist")]
+
+
+def test_a_result_that_is_not_json_fails_the_run_with_a_clear_error(app, sql):
+    run_id = add(app, "test.unserialisable", max_attempts=1)
+    make_worker(app).run()
+    [(status, error_type, error)] = sql("SELECT status, error_type, last_error FROM job_runs WHERE id = %s",
+                                        [run_id])
+    assert (status, error_type) == ("dead", "TypeError")
+    assert "not JSON serializable" in error
+
+
+def test_a_run_over_its_timeout_is_failed_and_its_late_result_ignored(app, sql):
+    run_id = add(app, "test.timeout", {"seconds": 1.5}, max_attempts=1)
+    worker = make_worker(app)
+    worker.run()
+    assert sql("SELECT status, error_type, last_error FROM job_runs WHERE id = %s", [run_id]) == [
+        ("dead", "timeout", "timed out after 0.5 seconds")]
+    assert worker.busy == 1, "the handler thread is still sleeping"
+    # The handler thread returns "late" after the worker gave up on it: collecting it must not
+    # change the recorded outcome.
+    worker._collect(5)
+    worker._flush()
+    assert worker.busy == 0
+    assert sql("SELECT status, result FROM job_runs WHERE id = %s", [run_id]) == [("dead", None)]
+    assert attempts_of(sql, run_id) == [(1, "failed", "timeout")]
+
+
+def test_the_completion_of_a_worker_that_lost_its_lease_is_rejected(app, sql):
+    run_id = add(app, "jobsweb.noop")
+    sql("UPDATE job_runs SET status = 'running', attempts = 2, locked_by = 'new-owner', "
+        "locked_until = now() + interval '1 minute' WHERE id = %s", [run_id])
+    stale = Outcome(run_id, "jobsweb.noop", 1, "old-owner", "succeeded", result={"late": True})
+    same_attempt_other_worker = Outcome(run_id, "jobsweb.noop", 2, "old-owner", "succeeded")
+    rows = sql(queries.FINISH_RUNS, finish_params([stale, same_attempt_other_worker]))
+    assert rows == []
+    assert sql("SELECT status, locked_by, result FROM job_runs WHERE id = %s", [run_id]) == [
+        ("running", "new-owner", None)]
+    assert attempts_of(sql, run_id) == []
+
+
+def test_heartbeats_only_extend_leases_the_worker_still_holds(app, sql):
+    mine, taken = add(app, "jobsweb.noop"), add(app, "jobsweb.noop")
+    sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'me', "
+        "locked_until = now() WHERE id = %s", [mine])
+    sql("UPDATE job_runs SET status = 'running', attempts = 2, locked_by = 'other', "
+        "locked_until = now() WHERE id = %s", [taken])
+    rows = sql(queries.EXTEND_LEASES, {"worker": "me", "ids": [mine, taken], "attempts": [1, 1],
+                                       "leases": [60, 60]})
+    assert rows == [(mine,)]
+    assert sql("SELECT id FROM job_runs WHERE locked_until > now() + interval '50 seconds'") == [(mine,)]
+
+
+def test_an_expired_lease_is_recovered_as_a_failed_attempt_that_retries(app, sql):
+    app.config.update(JOBSWEB_BACKOFF_BASE=60, JOBSWEB_BACKOFF_CAP=60)  # the retry waits for make_due
+    run_id = add(app, "jobsweb.noop")
+    sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'dead-worker', "
+        "started_at = now() - interval '2 minutes', locked_until = now() - interval '1 second' "
+        "WHERE id = %s", [run_id])
+    make_worker(app).run()
+    [(status, error_type)] = sql("SELECT status, error_type FROM job_runs WHERE id = %s", [run_id])
+    assert (status, error_type) == ("failed", "lease_expired")
+    assert sql("SELECT worker, outcome, error_type FROM job_attempts WHERE run_id = %s", [run_id]) == [
+        ("dead-worker", "failed", "lease_expired")]
+    make_due(sql)
+    make_worker(app).run()
+    assert sql("SELECT status, attempts FROM job_runs WHERE id = %s", [run_id]) == [("succeeded", 2)]
+
+
+def test_a_lease_that_has_not_expired_is_left_alone(app, sql):
+    run_id = add(app, "jobsweb.noop")
+    sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'busy-worker', "
+        "locked_until = now() + interval '1 minute' WHERE id = %s", [run_id])
+    make_worker(app).run()
+    assert sql("SELECT status, locked_by FROM job_runs WHERE id = %s", [run_id]) == [("running", "busy-worker")]
+
+
+def test_a_handler_can_extend_its_own_lease(app, sql):
+    run_id = add(app, "test.extend_lease")
+    make_worker(app).run()
+    assert sql("SELECT result FROM job_runs WHERE id = %s", [run_id]) == [({"extended": True},)]
+
+
+def test_the_worker_never_runs_more_than_its_concurrency(app, sql):
+    ids = [add(app, "jobsweb.sleep", {"seconds": 0.2}) for _ in range(6)]
+    make_worker(app, concurrency=2).run()
+    # Attempts that overlap in time: with 2 slots, at most 2 at any instant.
+    [(most,)] = sql("""
+        SELECT max(n) FROM (
+            SELECT count(*) AS n FROM job_attempts a JOIN job_attempts b
+              ON b.started_at <= a.started_at AND a.started_at < b.finished_at
+            GROUP BY a.id) concurrent""")
+    assert most <= 2
+    assert sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'") == [(len(ids),)]
+
+
+def test_job_types_this_worker_does_not_know_are_left_queued(app, sql):
+    sql("INSERT INTO job_runs (job_type, payload, run_at, status, attempts, max_attempts) "
+        "VALUES ('deployed.later', '{}', now(), 'queued', 0, 5)")
+    make_worker(app).run()
+    assert sql("SELECT status, attempts FROM job_runs") == [("queued", 0)]
+
+
+def test_max_runtime_stops_claiming_and_finishes_what_it_holds(app, sql):
+    for _ in range(3):
+        add(app, "jobsweb.sleep", {"seconds": 0.3})
+    make_worker(app, concurrency=1, max_runtime=0.1).run()
+    assert sorted(sql("SELECT status FROM job_runs")) == [("queued",), ("queued",), ("succeeded",)]
+
+
+def test_the_worker_registers_itself_and_counts_its_runs(app, sql):
+    for _ in range(3):
+        add(app, "jobsweb.noop")
+    worker = make_worker(app)
+    worker.run()
+    [(host, pid, runs_done, stopped)] = sql(
+        "SELECT host, pid, runs_done, stopped_at IS NOT NULL FROM job_workers WHERE id = %s", [worker.id])
+    assert (runs_done, stopped) == (3, True)
+    assert worker.id.startswith(f"{host}:{pid}:")
+
+
+def test_run_jobs_exits_zero_even_when_jobs_fail(runner, app, sql):
+    add(app, "jobsweb.fail", {"permanent": True})
+    result = runner.invoke(args=["run-jobs", "--concurrency", "2"])
+    assert result.exit_code == 0, result.output
+    assert sql("SELECT status FROM job_runs") == [("dead",)]

@@ -1,0 +1,140 @@
+"""Real `flask run-jobs` processes competing for one table, killed, paused and stopped."""
+
+import os
+import signal
+
+from jobsweb import enqueue
+from tests.conftest import wait_for
+
+
+def add_many(app, job_type, count, payload=None, **kwargs):
+    with app.app_context():
+        return [enqueue(job_type, payload, **kwargs) for _ in range(count)]
+
+
+def status_of(sql, run_id):
+    return sql("SELECT status FROM job_runs WHERE id = %s", [run_id])[0][0]
+
+
+def finish(proc, timeout=30):
+    """Wait for a worker process to exit and return (exit code, output)."""
+    output, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, output
+
+
+def test_competing_worker_processes_execute_every_run_exactly_once(app, sql, spawn_worker):
+    runs = 400
+    # Not due yet: all four workers are up and polling before any run can be claimed.
+    ids = add_many(app, "test.record", runs)
+    sql("UPDATE job_runs SET run_at = now() + interval '1 hour'")
+    workers = [spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "4") for _ in range(4)]
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers")[0][0] == 4, message="four workers registered")
+    sql("UPDATE job_runs SET run_at = now()")
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")[0][0] == runs,
+             timeout=60, message="every run succeeded")
+    for proc in workers:
+        proc.send_signal(signal.SIGTERM)
+    assert [finish(proc)[0] for proc in workers] == [0, 0, 0, 0]
+
+    assert sql("SELECT count(*), count(DISTINCT run_id) FROM test_executions") == [(runs, runs)]
+    assert sql("SELECT count(*) FROM job_runs WHERE attempts = 1 AND status = 'succeeded'") == [(runs,)]
+    assert sql("SELECT count(*) FROM job_attempts") == [(runs,)]
+    [(workers_that_ran,)] = sql("SELECT count(DISTINCT worker) FROM job_attempts")
+    assert workers_that_ran >= 2, "the runs were shared out between competing processes"
+    assert sorted(r for (r,) in sql("SELECT run_id FROM test_executions")) == ids
+
+
+def test_a_run_held_by_a_killed_worker_is_recovered_by_another(app, sql, spawn_worker):
+    [run_id] = add_many(app, "test.slow_first", 1, {"seconds": 60})
+    victim = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=1)
+    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    [(victim_id,)] = sql("SELECT locked_by FROM job_runs WHERE id = %s", [run_id])
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    rescuer = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=1)
+    wait_for(lambda: status_of(sql, run_id) == "succeeded", message="the rescuer to finish the run")
+    rescuer.send_signal(signal.SIGTERM)
+    assert finish(rescuer)[0] == 0
+
+    [(rescuer_id,)] = sql("SELECT id FROM job_workers WHERE stopped_at IS NOT NULL")
+    assert sql("SELECT attempt, worker, outcome, error_type FROM job_attempts WHERE run_id = %s "
+               "ORDER BY attempt", [run_id]) == [
+        (1, victim_id, "failed", "lease_expired"),
+        (2, rescuer_id, "succeeded", None),
+    ]
+
+
+def test_sigterm_releases_unfinished_runs_at_the_shutdown_deadline(app, sql, spawn_worker):
+    [polite] = add_many(app, "jobsweb.sleep", 1, {"seconds": 60})
+    [stubborn] = add_many(app, "test.stubborn", 1, {"seconds": 60})
+    proc = spawn_worker("--forever", "--concurrency", "2", "--shutdown-timeout", "1")
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 2,
+             message="both runs to start")
+    proc.send_signal(signal.SIGTERM)
+    code, output = finish(proc)
+
+    assert code == 0, output
+    assert "Traceback" not in output
+    assert sql("SELECT id, status, locked_by, run_at <= now() FROM job_runs ORDER BY id") == [
+        (polite, "queued", None, True), (stubborn, "queued", None, True)]
+    attempts = sql("SELECT run_id, outcome, error FROM job_attempts ORDER BY run_id")
+    assert [(r, o) for r, o, _ in attempts] == [(polite, "interrupted"), (stubborn, "interrupted")]
+    assert "stopped by worker shutdown" in attempts[0][2]
+    assert "shut down before the run finished" in attempts[1][2]
+    assert sql("SELECT stopped_at IS NOT NULL FROM job_workers") == [(True,)]
+
+
+def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worker):
+    [run_id] = add_many(app, "test.slow_first", 1, {"seconds": 60})
+    first = spawn_worker("--forever", "--shutdown-timeout", "0.2")
+    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    first.send_signal(signal.SIGTERM)
+    assert finish(first)[0] == 0
+    assert status_of(sql, run_id) == "queued"
+
+    second = spawn_worker()
+    assert finish(second)[0] == 0
+    assert sql("SELECT status, attempts FROM job_runs") == [("succeeded", 2)]
+    assert sql("SELECT outcome FROM job_attempts ORDER BY attempt") == [("interrupted",), ("succeeded",)]
+
+
+def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker):
+    [run_id] = add_many(app, "jobsweb.sleep", 1, {"seconds": 4})
+    owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    # A second worker looks for expired leases every second while the run outlives its lease.
+    rival = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
+    for proc in (owner, rival):
+        proc.send_signal(signal.SIGTERM)
+        assert finish(proc)[0] == 0
+    assert sql("SELECT attempts FROM job_runs") == [(1,)]
+    assert sql("SELECT outcome FROM job_attempts") == [("succeeded",)]
+
+
+def test_a_frozen_worker_that_lost_its_lease_cannot_overwrite_the_newer_attempt(app, sql, spawn_worker):
+    [run_id] = add_many(app, "test.slow_first", 1, {"seconds": 2})
+    frozen = spawn_worker("--forever", "--shutdown-timeout", "10", JOBSWEB_LEASE_SECONDS=1)
+    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    os.kill(frozen.pid, signal.SIGSTOP)  # no heartbeats from here on
+    wait_for(lambda: sql("SELECT locked_until < now() FROM job_runs")[0][0], message="the lease to expire")
+
+    rescuer = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=1)
+    wait_for(lambda: status_of(sql, run_id) == "succeeded", message="the rescuer to finish the run")
+    rescuer.send_signal(signal.SIGTERM)
+    assert finish(rescuer)[0] == 0
+
+    # Thawed and told to stop, the frozen worker still believes it holds attempt 1. Either its
+    # next heartbeat learns the lease is gone, or its late result reaches FINISH_RUNS and the
+    # guard refuses it: which comes first depends on the signal's timing, and both must leave
+    # the newer attempt alone.
+    os.kill(frozen.pid, signal.SIGCONT)
+    frozen.send_signal(signal.SIGTERM)
+    code, output = finish(frozen)
+    assert code == 0, output
+    assert (f"run {run_id} test.slow_first: lease lost" in output
+            or f"run {run_id} test.slow_first: outcome of attempt 1 rejected" in output), output
+    assert sql("SELECT status, attempts, result FROM job_runs") == [("succeeded", 2, {"attempt": 2})]
+    assert sql("SELECT attempt, outcome, error_type FROM job_attempts ORDER BY attempt") == [
+        (1, "failed", "lease_expired"), (2, "succeeded", None)]
