@@ -12,24 +12,23 @@ class ConfigError(click.ClickException):
     """
 
 
-def _positive_float(name, raw):
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
-    return value
+def _positive(convert, what):
+    """A parser for numbers above zero; `what` says in words what the variable must be."""
+
+    def parse(name, raw):
+        try:
+            value = convert(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
+        if value <= 0:
+            raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
+        return value
+
+    return parse
 
 
-def _positive_int(name, raw):
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
-    return value
+_positive_float = _positive(float, "a number of seconds")
+_positive_int = _positive(int, "a whole number")
 
 
 def _optional_seconds(name, raw):
