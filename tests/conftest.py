@@ -36,9 +36,18 @@ def _admin_url():
 
 
 @pytest.fixture(scope="session")
-def database_url_for_tests():
-    """A migrated, empty test database on a real PostgreSQL server, for the whole session."""
+def postgres_server():
+    """(admin URL, embedded server or None when TEST_DATABASE_URL names an existing one)."""
     admin, server = _admin_url()
+    yield admin, server
+    if server is not None:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def database_url_for_tests(postgres_server):
+    """A migrated, empty test database on a real PostgreSQL server, for the whole session."""
+    admin, server = postgres_server
     with psycopg.connect(admin, autocommit=True) as conn:
         if server is not None:
             # A throwaway server: durability only costs time here.
@@ -56,9 +65,7 @@ def database_url_for_tests():
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL, "
                      "at timestamptz NOT NULL DEFAULT clock_timestamp())")
-    yield url
-    if server is not None:
-        server.cleanup()
+    return url
 
 
 def libpq(url):
