@@ -46,7 +46,7 @@ def test_defining_a_new_schedule_moves_the_next_slot(app, sql):
 
 
 def test_pause_stops_a_definition_and_resume_restarts_it_from_the_next_future_slot(app, sql):
-    define(app, schedule="@every 1m")
+    define(app, schedule="@every 1h")
     with app.app_context():
         definitions.pause("nightly-report")
     sql("UPDATE job_definitions SET next_run_at = now() - interval '1 hour'")
