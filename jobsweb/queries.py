@@ -110,6 +110,14 @@ finished AS (
     RETURNING r.id, r.status, r.run_at, r.started_at, r.definition_id, d.attempt, d.worker,
               d.outcome, d.error_type, d.error, d.stack
 ),
+-- Definitions are locked in id order before they are updated: two workers finishing runs of
+-- the same definitions at once then queue behind each other instead of deadlocking.
+definitions_locked AS (
+    SELECT id FROM job_definitions
+    WHERE id IN (SELECT definition_id FROM finished WHERE status IN ('succeeded', 'dead'))
+    ORDER BY id
+    FOR NO KEY UPDATE
+),
 -- A definition's state follows its newest finished run; failure_count counts consecutive
 -- dead runs and a success resets it.
 definition_state AS (
@@ -126,6 +134,7 @@ definition_state AS (
         WHERE definition_id IS NOT NULL AND status IN ('succeeded', 'dead')
         ORDER BY definition_id, id DESC
     ) s
+    JOIN definitions_locked l ON l.id = s.definition_id
     WHERE d.id = s.definition_id
 ),
 recorded AS (

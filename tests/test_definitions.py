@@ -1,6 +1,6 @@
 import pytest
 
-from jobsweb import InvalidInput, definitions
+from jobsweb import InvalidInput, definitions, queries
 from jobsweb.db import conninfo, db
 from jobsweb.worker import Worker
 
@@ -139,3 +139,19 @@ def test_actions_on_an_unknown_name_say_so(app, action):
     with app.app_context(), pytest.raises(InvalidInput) as caught:
         action("nope")
     assert caught.value.field == "name"
+
+
+def test_a_definitions_timeout_ends_its_runs_even_when_the_job_type_has_none(app, sql):
+    define(app, job_type="test.stubborn", payload={"seconds": 1}, timeout=0.2, max_attempts=1)
+    with app.app_context():
+        definitions.run_now("nightly-report")
+    run_worker(app)
+    assert sql("SELECT status, error_type FROM job_runs") == [("dead", "timeout")]
+
+
+def test_a_definitions_lease_is_what_the_claim_holds_its_runs_for(app, sql):
+    define(app, lease=600)
+    with app.app_context():
+        definitions.run_now("nightly-report")
+    sql(queries.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1})
+    assert sql("SELECT extract(epoch FROM locked_until - started_at)::int FROM job_runs") == [(600,)]
