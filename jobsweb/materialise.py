@@ -40,11 +40,11 @@ class Conflict(Exception):
 
 def materialise_due(link, limit=DEFINITIONS_PER_TICK):
     """Create the runs of every due slot; return how many definitions were advanced."""
-    return link.in_transaction(lambda conn: materialise_in(conn, limit))
+    return link.in_transaction(lambda conn: _materialise(conn, limit))
 
 
-def materialise_in(conn, limit=DEFINITIONS_PER_TICK):
-    """materialise_due inside the caller's transaction on psycopg connection `conn`."""
+def _materialise(conn, limit):
+    """The body of materialise_due, inside its transaction on psycopg connection `conn`."""
     with conn.cursor(row_factory=dict_row) as cur:
         definitions = cur.execute(queries.DUE_DEFINITIONS, {"limit": limit}).fetchall()
     advanced = 0

@@ -27,7 +27,8 @@ UPDATE job_runs r
 SET status = 'running',
     attempts = r.attempts + 1,
     locked_by = %(worker)s,
-    locked_until = now() + make_interval(secs => coalesce(r.lease_seconds, %(lease)s)),
+    -- A run's own lease (from its definition) can only lengthen the worker's: see Worker._start.
+    locked_until = now() + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
     started_at = now(),
     updated_at = now()
 FROM (

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from psycopg.types.json import Jsonb
 
 from . import handlers, queries, retry
-from .materialise import materialise_due
 from .execution import Outcome, Pool, clip, describe_error, was_cancelled
 from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
+from .materialise import materialise_due
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -132,12 +132,12 @@ class Worker:
         """
         did_work = False
         now = time.monotonic()
-        # Before claiming, so that a slot that fell due is claimed in this same tick.
-        if materialise_due(self.link) > 0:
-            did_work = True
         if now >= self.next_recover:
             did_work = self.recover_expired_leases() > 0
             self.next_recover = now + self.heartbeat_every
+        # Before claiming, so that a slot that fell due is claimed in this same tick.
+        if materialise_due(self.link) > 0:
+            did_work = True
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work
@@ -170,7 +170,9 @@ class Worker:
         # A definition's own settings (copied onto its runs) come before the job type's.
         timeout = run_timeout or job.timeout or self.default_timeout
         deadline = time.monotonic() + timeout if timeout else None
-        self.held[run_id] = Held(ctx, job, run_lease or self.lease, deadline, timeout,
+        # A definition may lengthen the lease, never shorten it: heartbeats come every third
+        # of this worker's lease, and a shorter one would expire between two of them.
+        self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
                                  (backoff_base, backoff_cap))
         self.busy += 1
         log.info("run %d %s started (attempt %d of %d)", run_id, job_type, attempt, max_attempts)

@@ -16,7 +16,8 @@ depends_on = None
 UPGRADE = """
 ALTER TABLE job_definitions
     -- Per-definition settings copied onto each run it creates; NULL means the job type's
-    -- setting, then the JOBSWEB_* default. All in seconds.
+    -- setting, then the JOBSWEB_* default. All in seconds. lease_seconds can lengthen the
+    -- worker's lease but not shorten it (heartbeats follow the worker's own lease).
     ADD COLUMN backoff_base      double precision CHECK (backoff_base > 0),
     ADD COLUMN backoff_cap       double precision CHECK (backoff_cap > 0),
     ADD COLUMN timeout_seconds   double precision CHECK (timeout_seconds > 0),
