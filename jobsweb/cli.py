@@ -1,4 +1,5 @@
-"""The `flask` commands: run-jobs (the worker), jobs enqueue/demo, and dev (web + worker)."""
+"""The `flask` commands: run-jobs (the worker), jobs enqueue/demo, the schedule commands
+(jobs define/pause/resume/run-now/schedules), and dev (web + worker)."""
 
 import json
 import logging
@@ -14,9 +15,12 @@ from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from . import definitions
 from .db import conninfo, db
 from .enqueuing import enqueue, parse_payload, parse_run_at
 from .errors import InvalidInput
+from .models import MISFIRE_POLICIES, OVERLAP_POLICIES
+from .schedule import Schedule, parse_timezone
 from .link import DatabaseUnavailable, describe
 from .worker import Worker
 
@@ -87,6 +91,76 @@ def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts):
                          run_at=parse_run_at(run_at) if run_at else None,
                          idempotency_key=idempotency_key, max_attempts=max_attempts)
     click.echo(run_id)
+
+
+@jobs.command("define")
+@click.argument("name")
+@click.option("--type", "job_type", required=True, help="The job type each run executes.")
+@click.option("--schedule", required=True, help="Cron ('0 6 * * *'), @daily and friends, or '@every 10m'.")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA name the schedule is read in.")
+@click.option("--payload", default="{}", help="A JSON object passed to every run.")
+@click.option("--max-attempts", type=int, help="Attempts before a run is dead.")
+@click.option("--overlap", default="skip", show_default=True, help=f"{'|'.join(OVERLAP_POLICIES)}: "
+              "while a run of this definition is queued or running, skip the slot, queue it, or allow it.")
+@click.option("--misfire", default="latest", show_default=True, help=f"{'|'.join(MISFIRE_POLICIES)}: "
+              "after an outage, run the latest missed slot, all of them, or none.")
+def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire):
+    """Create or update the job definition NAME."""
+    with plain_errors():
+        payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+        definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
+                                        max_attempts=max_attempts, overlap=overlap, misfire=misfire)
+        words = Schedule(definition.schedule, definition.timezone).describe()
+    click.echo(f"{definition.name}: {words}; next run {_when(definition.next_run_at, definition.timezone)}")
+
+
+@jobs.command("pause")
+@click.argument("name")
+def pause_command(name):
+    """Stop creating runs for NAME (runs already queued still run)."""
+    with plain_errors():
+        definitions.pause(name)
+    click.echo(f"{name}: paused")
+
+
+@jobs.command("resume")
+@click.argument("name")
+def resume_command(name):
+    """Create runs for NAME again, from its next slot."""
+    with plain_errors():
+        definition = definitions.resume(name)
+    click.echo(f"{name}: resumed; next run {_when(definition.next_run_at, definition.timezone)}")
+
+
+@jobs.command("run-now")
+@click.argument("name")
+def run_now_command(name):
+    """Create a run of NAME due now, outside its schedule, and print its id."""
+    with plain_errors():
+        run_id = definitions.run_now(name)
+    click.echo(run_id)
+
+
+@jobs.command("schedules")
+def schedules_command():
+    """List job definitions: schedule in words, next run, last status, failures."""
+    with plain_errors():
+        rows = [("NAME", "SCHEDULE", "NEXT RUN", "LAST STATUS", "FAILURES")]
+        for d in definitions.all_definitions():
+            words = Schedule(d.schedule, d.timezone).describe() if d.schedule else "(no schedule)"
+            rows.append((d.name, words,
+                         _when(d.next_run_at, d.timezone) if d.enabled else "paused",
+                         d.last_status or "-", str(d.failure_count)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _when(moment, tz_name):
+    """A time in the definition's own timezone, as its owners read it."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(parse_timezone(tz_name)).strftime("%Y-%m-%d %H:%M %Z")
 
 
 DEMO_RUNS = [

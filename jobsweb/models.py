@@ -6,7 +6,7 @@ classes but the named SQL in queries.py.
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Text
+from sqlalchemy import BigInteger, DateTime, Double, ForeignKey, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -14,8 +14,12 @@ from .db import db
 
 TIMESTAMPTZ = DateTime(timezone=True)  # every jobsweb time is set by the database clock
 
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled")
-FINISHED_STATUSES = ("succeeded", "dead", "cancelled")
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
+# skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
+FINISHED_STATUSES = ("succeeded", "dead", "cancelled", "skipped", "missed")
+ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
+MISFIRE_POLICIES = ("latest", "all", "skip")
+OVERLAP_POLICIES = ("skip", "queue", "allow")
 
 
 class JobDefinition(db.Model):
@@ -29,6 +33,19 @@ class JobDefinition(db.Model):
     timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
     max_attempts: Mapped[int] = mapped_column(server_default="5")
     enabled: Mapped[bool] = mapped_column(server_default="true")
+    backoff_base: Mapped[float | None] = mapped_column(Double)  # seconds
+    backoff_cap: Mapped[float | None] = mapped_column(Double)  # seconds
+    timeout_seconds: Mapped[float | None] = mapped_column(Double)
+    lease_seconds: Mapped[float | None] = mapped_column(Double)
+    misfire_policy: Mapped[str] = mapped_column(Text, server_default="latest")
+    overlap_policy: Mapped[str] = mapped_column(Text, server_default="skip")
+    grace_seconds: Mapped[int] = mapped_column(server_default="300")
+    next_run_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    last_run_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    last_status: Mapped[str | None] = mapped_column(Text)
+    last_duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    failure_count: Mapped[int] = mapped_column(server_default="0")
+    missed_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 
@@ -53,6 +70,13 @@ class JobRun(db.Model):
     last_stack: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict | None] = mapped_column(JSONB)
+    scheduled_for: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    reason: Mapped[str | None] = mapped_column(Text)
+    after_run_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_runs.id"))
+    timeout_seconds: Mapped[float | None] = mapped_column(Double)
+    lease_seconds: Mapped[float | None] = mapped_column(Double)
+    backoff_base: Mapped[float | None] = mapped_column(Double)
+    backoff_cap: Mapped[float | None] = mapped_column(Double)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 

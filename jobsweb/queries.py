@@ -27,7 +27,8 @@ UPDATE job_runs r
 SET status = 'running',
     attempts = r.attempts + 1,
     locked_by = %(worker)s,
-    locked_until = now() + make_interval(secs => %(lease)s),
+    -- A run's own lease (from its definition) can only lengthen the worker's: see Worker._start.
+    locked_until = now() + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
     started_at = now(),
     updated_at = now()
 FROM (
@@ -35,12 +36,19 @@ FROM (
     WHERE status IN ('queued', 'failed')
       AND run_at <= now()
       AND job_type = ANY(%(job_types)s)
+      -- Overlap policy 'queue': not before the run it waits for has finished. A run whose
+      -- predecessor is being claimed in this same instant still sees it queued, so the two
+      -- are never claimed together.
+      AND (after_run_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM job_runs p
+          WHERE p.id = job_runs.after_run_id AND p.status IN ('queued', 'running', 'failed')))
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) due
 WHERE r.id = due.id
-RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_id
+RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_id,
+          r.timeout_seconds, r.lease_seconds, r.backoff_base, r.backoff_cap
 """
 
 # Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
@@ -60,6 +68,7 @@ RETURNING r.id
 # outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of
 # attempts, then dead) or 'interrupted' (back to queued, due now). `worker` is the holder the
 # guard expects: this worker for its own runs, the dead holder when recovering a lease.
+# Runs of a definition also update that definition's state, in the same round trip.
 FINISH_RUNS = """
 WITH outcome AS (
     SELECT * FROM unnest(
@@ -99,8 +108,35 @@ finished AS (
       AND r.attempts = d.attempt
       AND r.locked_by = d.worker
       AND r.status = 'running'
-    RETURNING r.id, r.status, r.run_at, r.started_at, d.attempt, d.worker, d.outcome,
-              d.error_type, d.error, d.stack
+    RETURNING r.id, r.status, r.run_at, r.started_at, r.definition_id, d.attempt, d.worker,
+              d.outcome, d.error_type, d.error, d.stack
+),
+-- Definitions are locked in id order before they are updated: two workers finishing runs of
+-- the same definitions at once then queue behind each other instead of deadlocking.
+definitions_locked AS (
+    SELECT id FROM job_definitions
+    WHERE id IN (SELECT definition_id FROM finished WHERE status IN ('succeeded', 'dead'))
+    ORDER BY id
+    FOR NO KEY UPDATE
+),
+-- A definition's state follows its newest finished run; failure_count counts consecutive
+-- dead runs and a success resets it.
+definition_state AS (
+    UPDATE job_definitions d
+    SET last_run_at = s.started_at,
+        last_status = s.status,
+        last_duration_ms = s.duration_ms,
+        failure_count = CASE WHEN s.status = 'succeeded' THEN 0 ELSE d.failure_count + s.deaths END
+    FROM (
+        SELECT DISTINCT ON (definition_id) definition_id, status, started_at,
+               (extract(epoch FROM now() - started_at) * 1000)::bigint AS duration_ms,
+               count(*) FILTER (WHERE status = 'dead') OVER (PARTITION BY definition_id) AS deaths
+        FROM finished
+        WHERE definition_id IS NOT NULL AND status IN ('succeeded', 'dead')
+        ORDER BY definition_id, id DESC
+    ) s
+    JOIN definitions_locked l ON l.id = s.definition_id
+    WHERE d.id = s.definition_id
 ),
 recorded AS (
     INSERT INTO job_attempts (run_id, attempt, worker, started_at, finished_at, outcome,
@@ -114,12 +150,59 @@ SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in FROM finished
 # Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
 # and finished with FINISH_RUNS in the same transaction. Uses index job_runs_running_lease.
 EXPIRED_LEASES = """
-SELECT id, attempts, locked_by, job_type
+SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap
 FROM job_runs
 WHERE status = 'running' AND locked_until < now()
 ORDER BY locked_until
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
+"""
+
+# Definitions with a slot due, locked for the rest of the materialising transaction. SKIP
+# LOCKED: a definition another worker is materialising is its business; when that worker
+# commits, next_run_at has moved past now() and the row no longer matches. `active` is the
+# newest run of the definition that will still execute, for the overlap policy.
+# Uses indexes job_definitions_due and job_runs_definition_active.
+DUE_DEFINITIONS = """
+SELECT d.id, d.job_type, d.payload, d.schedule, d.timezone, d.max_attempts, d.misfire_policy,
+       d.overlap_policy, d.grace_seconds, d.next_run_at, d.timeout_seconds, d.lease_seconds,
+       d.backoff_base, d.backoff_cap, active.id AS active_id, active.status AS active_status,
+       now() AS now
+FROM job_definitions d
+LEFT JOIN LATERAL (
+    SELECT r.id, r.status FROM job_runs r
+    WHERE r.definition_id = d.id AND r.status IN ('queued', 'running', 'failed')
+    ORDER BY r.id DESC
+    LIMIT 1
+) active ON true
+WHERE d.enabled AND d.next_run_at <= now()
+ORDER BY d.next_run_at, d.id
+LIMIT %(limit)s
+FOR UPDATE OF d SKIP LOCKED
+"""
+
+# One slot of a definition becomes a run: queued to execute, or already finished as
+# 'skipped'/'missed' with its reason. The unique (definition_id, scheduled_for) is the last
+# guard of exactly-once: a slot that exists already is not created again.
+INSERT_SLOT = """
+INSERT INTO job_runs (definition_id, job_type, payload, run_at, status, max_attempts,
+                      scheduled_for, reason, after_run_id, finished_at, timeout_seconds,
+                      lease_seconds, backoff_base, backoff_cap)
+VALUES (%(definition_id)s, %(job_type)s, %(payload)s, now(), %(status)s, %(max_attempts)s,
+        %(scheduled_for)s, %(reason)s, %(after_run_id)s,
+        CASE WHEN %(status)s <> 'queued' THEN now() END, %(timeout_seconds)s,
+        %(lease_seconds)s, %(backoff_base)s, %(backoff_cap)s)
+ON CONFLICT (definition_id, scheduled_for) DO NOTHING
+RETURNING id
+"""
+
+# Move a definition past the slots just materialised. Guarded by the slot it was due at, so
+# a definition edited since it was read (impossible under the row lock, but cheap to
+# check) is never advanced from stale data.
+ADVANCE_DEFINITION = """
+UPDATE job_definitions
+SET next_run_at = %(next_run_at)s, missed_count = missed_count + %(missed)s
+WHERE id = %(id)s AND next_run_at = %(due_at)s
 """
 
 REGISTER_WORKER = """

@@ -21,6 +21,7 @@ from . import handlers, queries, retry
 from .execution import Outcome, Pool, clip, describe_error, was_cancelled
 from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
+from .materialise import materialise_due
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -38,6 +39,8 @@ class Held:
     job: handlers.JobType
     lease: float  # seconds each heartbeat extends the lease by
     deadline: float | None  # time.monotonic() at which it times out, if it has a timeout
+    timeout: float | None = None  # seconds
+    backoff: tuple = (None, None)  # the run's own (base, cap) in seconds, from its definition
 
 
 def worker_id():
@@ -123,7 +126,8 @@ class Worker:
         return 0
 
     def tick(self):
-        """One pass: recover expired leases when due, claim due runs for the free slots.
+        """One pass: recover expired leases when due, materialise due schedule slots, claim
+        due runs for the free slots.
 
         Returns whether it found work.
         """
@@ -132,13 +136,16 @@ class Worker:
         if now >= self.next_recover:
             did_work = self.recover_expired_leases() > 0
             self.next_recover = now + self.heartbeat_every
+        # Before claiming, so that a slot that fell due is claimed in this same tick.
+        if materialise_due(self.link) > 0:
+            did_work = True
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work
         rows = self.link.fetch(queries.CLAIM_RUNS, {
             "worker": self.id, "lease": self.lease, "job_types": handlers.names(), "limit": free})
-        for run_id, job_type, payload, attempt, max_attempts, definition_id in rows:
-            self._start(run_id, job_type, payload, attempt, max_attempts, definition_id)
+        for row in rows:
+            self._start(*row)
         self.more_due = len(rows) == free
         return did_work or bool(rows)
 
@@ -156,13 +163,18 @@ class Worker:
 
     # -- runs starting and ending --------------------------------------------------------
 
-    def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id):
+    def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id,
+               run_timeout, run_lease, backoff_base, backoff_cap):
         job = handlers.get(job_type)
         ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
                          _extend_lease=self.extend_lease)
-        timeout = job.timeout or self.default_timeout
+        # A definition's own settings (copied onto its runs) come before the job type's.
+        timeout = run_timeout or job.timeout or self.default_timeout
         deadline = time.monotonic() + timeout if timeout else None
-        self.held[run_id] = Held(ctx, job, self.lease, deadline)
+        # A definition may lengthen the lease, never shorten it: heartbeats come every third
+        # of this worker's lease, and a shorter one would expire between two of them.
+        self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
+                                 (backoff_base, backoff_cap))
         self.busy += 1
         log.info("run %d %s started (attempt %d of %d)", run_id, job_type, attempt, max_attempts)
         self.pool.submit(self.held[run_id])
@@ -201,11 +213,11 @@ class Worker:
         else:
             error_type, message, stack = describe_error(exc)
             self.pending.append(self._failure(held.job, ctx, error_type, message, stack,
-                                              give_up=held.job.is_permanent(exc)))
+                                              give_up=held.job.is_permanent(exc), backoff=held.backoff))
 
-    def _failure(self, job, ctx, error_type, message, stack=None, give_up=False):
-        base = (job and job.backoff_base) or self.backoff[0]
-        cap = (job and job.backoff_cap) or self.backoff[1]
+    def _failure(self, job, ctx, error_type, message, stack=None, give_up=False, backoff=(None, None)):
+        base = backoff[0] or (job and job.backoff_base) or self.backoff[0]
+        cap = backoff[1] or (job and job.backoff_cap) or self.backoff[1]
         return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, self.id, "failed", error_type=error_type,
                        error=clip(message, self.error_chars), stack=clip(stack, self.stack_chars),
                        delay=retry.backoff_seconds(ctx.attempt, base, cap), give_up=give_up)
@@ -218,13 +230,14 @@ class Worker:
         now = time.monotonic()
         for run_id, held in list(self.held.items()):
             if held.deadline is not None and now >= held.deadline:
-                timeout = held.job.timeout or self.default_timeout
+                timeout = held.timeout
                 del self.held[run_id]
                 held.ctx.cancel_event.set()
                 log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
                             held.ctx.attempt, timeout)
                 self.pending.append(self._failure(held.job, held.ctx, "timeout",
-                                                  f"timed out after {timeout:g} seconds"))
+                                                  f"timed out after {timeout:g} seconds",
+                                                  backoff=held.backoff))
 
     def _cancel_held(self, why):
         for held in self.held.values():
@@ -252,11 +265,11 @@ class Worker:
         def recover(conn):
             rows = conn.execute(queries.EXPIRED_LEASES, {"limit": RECOVER_BATCH}).fetchall()
             outcomes = []
-            for run_id, attempt, holder, job_type in rows:
+            for run_id, attempt, holder, job_type, backoff_base, backoff_cap in rows:
                 ctx = JobContext(run_id, job_type, {}, attempt, 0)
                 outcome = self._failure(handlers.get(job_type), ctx, "lease_expired",
                                         f"lease expired: worker {holder} stopped heartbeating "
-                                        "(killed, crashed or stuck)")
+                                        "(killed, crashed or stuck)", backoff=(backoff_base, backoff_cap))
                 outcome.worker = holder
                 outcomes.append(outcome)
             if outcomes:

@@ -1,0 +1,170 @@
+"""Job definitions: define (create or update by name), pause, resume, run now, and the
+overdue and failing lists that the admin screen and alerts read.
+
+Every input is checked before anything is written, and each error names its field. Slot
+times come from the database clock (`now()` of the same transaction).
+"""
+
+from flask import current_app
+from sqlalchemy import case, exists, func, select
+from sqlalchemy.dialects.postgresql import insert
+
+from .db import db
+from .enqueuing import check_job_type, check_payload
+from .errors import InvalidInput
+from .models import ACTIVE_STATUSES, MISFIRE_POLICIES, OVERLAP_POLICIES, JobDefinition, JobRun
+from .schedule import Schedule
+
+NAME_MAX_CHARS = 200
+DEFAULT_GRACE = 300  # seconds a slot may be late before the definition counts as overdue
+FAILING_AFTER = 2  # consecutive dead runs that make a definition "failing"
+
+
+def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
+           overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
+           lease=None, backoff_base=None, backoff_cap=None):
+    """Create the definition `name`, or update it; return it.
+
+    next_run_at is recomputed when the schedule or timezone changes (or the definition is
+    new); otherwise the pending slot is kept. A paused definition stays paused.
+    """
+    config = current_app.config
+    name = _check_name(name)
+    registered = check_job_type(job_type)
+    parsed = Schedule(schedule, timezone)
+    payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+    if max_attempts is None:
+        max_attempts = registered.max_attempts or config["JOBSWEB_MAX_ATTEMPTS"]
+    _check_whole("max_attempts", max_attempts, minimum=1)
+    _check_choice("overlap", overlap, OVERLAP_POLICIES)
+    _check_choice("misfire", misfire, MISFIRE_POLICIES)
+    _check_whole("grace_seconds", grace_seconds, minimum=0)
+    for field, value in (("timeout", timeout), ("lease", lease), ("backoff_base", backoff_base),
+                         ("backoff_cap", backoff_cap)):
+        _check_seconds(field, value)
+    if backoff_base and backoff_cap and backoff_cap < backoff_base:
+        raise InvalidInput("backoff_cap", "must be at least backoff_base")
+
+    now = db.session.scalar(select(func.now()))
+    values = dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
+                  timezone=parsed.tz.key, max_attempts=max_attempts, overlap_policy=overlap,
+                  misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
+                  lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
+                  next_run_at=parsed.next_after(now))
+    table = JobDefinition.__table__
+    stmt = insert(table).values(**values)
+    # An unchanged schedule keeps its pending slot: re-running a deploy script that defines
+    # every job must not push a slot that is due in a second to the next day.
+    keep = (table.c.schedule.is_not_distinct_from(stmt.excluded.schedule)
+            & table.c.timezone.is_not_distinct_from(stmt.excluded.timezone)
+            & table.c.next_run_at.is_not(None))
+    # One statement, so two people defining one name at once cannot both insert.
+    stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={
+        **{key: stmt.excluded[key] for key in values if key not in ("name", "next_run_at")},
+        "next_run_at": case((keep, table.c.next_run_at), else_=stmt.excluded.next_run_at),
+        "updated_at": func.now(),
+    }).returning(table.c.id)
+    definition_id = db.session.execute(stmt).scalar_one()
+    db.session.commit()
+    return db.session.get(JobDefinition, definition_id)
+
+
+def get(name):
+    """The definition called `name`, or InvalidInput naming `name`."""
+    definition = db.session.scalar(select(JobDefinition).where(JobDefinition.name == name))
+    if definition is None:
+        raise InvalidInput("name", f"no job definition is called {name!r}")
+    return definition
+
+
+def all_definitions():
+    """Every definition, by name."""
+    return db.session.scalars(select(JobDefinition).order_by(JobDefinition.name)).all()
+
+
+def pause(name):
+    """Stop materialising slots of `name`; runs already created are left alone."""
+    definition = _locked(name)
+    definition.enabled = False
+    definition.updated_at = func.now()
+    db.session.commit()
+    return definition
+
+
+def resume(name):
+    """Materialise `name` again from its next future slot; slots while paused are not owed."""
+    definition = _locked(name)
+    if not definition.enabled:
+        now = db.session.scalar(select(func.now()))
+        definition.next_run_at = Schedule(definition.schedule, definition.timezone).next_after(now)
+        definition.enabled = True
+        definition.updated_at = func.now()
+    db.session.commit()
+    return definition
+
+
+def run_now(name):
+    """Create a run of `name` due now, outside its schedule; next_run_at does not move."""
+    definition = get(name)
+    run = JobRun(definition_id=definition.id, job_type=definition.job_type,
+                 payload=definition.payload, max_attempts=definition.max_attempts,
+                 timeout_seconds=definition.timeout_seconds, lease_seconds=definition.lease_seconds,
+                 backoff_base=definition.backoff_base, backoff_cap=definition.backoff_cap)
+    db.session.add(run)
+    db.session.commit()
+    return run.id
+
+
+def _in_flight():
+    return exists().where(JobRun.definition_id == JobDefinition.id,
+                          JobRun.status.in_(ACTIVE_STATUSES))
+
+
+def overdue():
+    """Enabled definitions whose slot is over its grace and nothing of theirs is queued or
+    running: the tick did not happen (cron broken, every worker down)."""
+    late = JobDefinition.next_run_at < func.now() - func.make_interval(
+        0, 0, 0, 0, 0, 0, JobDefinition.grace_seconds)
+    return db.session.scalars(
+        select(JobDefinition).where(JobDefinition.enabled, late, ~_in_flight())
+        .order_by(JobDefinition.next_run_at)).all()
+
+
+def failing():
+    """Definitions whose last FAILING_AFTER or more runs all ended dead."""
+    return db.session.scalars(
+        select(JobDefinition).where(JobDefinition.failure_count >= FAILING_AFTER)
+        .order_by(JobDefinition.failure_count.desc(), JobDefinition.name)).all()
+
+
+def _locked(name):
+    definition = db.session.scalar(
+        select(JobDefinition).where(JobDefinition.name == name).with_for_update())
+    if definition is None:
+        raise InvalidInput("name", f"no job definition is called {name!r}")
+    return definition
+
+
+def _check_name(name):
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput("name", "is required")
+    if len(name) > NAME_MAX_CHARS:
+        raise InvalidInput("name", f"must be at most {NAME_MAX_CHARS} characters")
+    return name.strip()
+
+
+def _check_choice(field, value, choices):
+    if value not in choices:
+        raise InvalidInput(field, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_whole(field, value, minimum):
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidInput(field, f"must be a whole number of at least {minimum}, got {value!r}")
+
+
+def _check_seconds(field, value):
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise InvalidInput(field, f"must be a number of seconds greater than 0, got {value!r}")

@@ -1,0 +1,188 @@
+import pytest
+
+from jobsweb import definitions, queries
+from jobsweb.db import conninfo, db
+from jobsweb.link import Link
+from jobsweb.materialise import CATCH_UP_LIMIT, materialise_due
+
+
+@pytest.fixture
+def materialise(app):
+    """Run the materialising step of a tick, as a worker does, on its own connection."""
+    with app.app_context():
+        link = Link(conninfo(db.engine))
+    yield lambda: materialise_due(link)
+    link.close()
+
+
+def define(app, name="hourly", schedule="@every 1h", **kwargs):
+    with app.app_context():
+        return definitions.define(name, "jobsweb.noop", schedule, **kwargs).id
+
+
+def outage(sql, hours):
+    """Pretend nothing ticked: the pending slot was `hours` ago.
+
+    Hourly slots, so that a test is never split by a slot boundary passing while it runs.
+    """
+    sql("UPDATE job_definitions SET next_run_at = date_trunc('hour', now()) - make_interval(hours => %s)",
+        [hours])
+
+
+def runs(sql):
+    return sql("SELECT status, count(*) FROM job_runs GROUP BY status ORDER BY status")
+
+
+def test_a_due_slot_becomes_one_queued_run_and_the_definition_moves_to_the_next_slot(app, sql, materialise):
+    define(app)
+    outage(sql, 0)
+    assert materialise() == 1
+    [(status, on_slot, reason)] = sql(
+        "SELECT r.status, r.scheduled_for = date_trunc('hour', now()), r.reason FROM job_runs r")
+    assert (status, on_slot, reason) == ("queued", True, None)
+    assert sql("SELECT next_run_at = date_trunc('hour', now()) + interval '1 hour', missed_count "
+               "FROM job_definitions") == [(True, 0)]
+    assert materialise() == 0  # nothing due any more
+
+
+def test_nothing_is_materialised_before_its_slot(app, sql, materialise):
+    define(app, schedule="0 6 * * *")
+    assert materialise() == 0
+    assert runs(sql) == []
+
+
+def test_misfire_latest_runs_the_newest_missed_slot_and_records_the_others_as_missed(app, sql, materialise):
+    define(app, misfire="latest")
+    outage(sql, 10)
+    materialise()
+    assert runs(sql) == [("missed", 10), ("queued", 1)]
+    [(newest,)] = sql("SELECT scheduled_for = date_trunc('hour', now()) FROM job_runs WHERE status = 'queued'")
+    assert newest
+    [(reason,)] = sql("SELECT reason FROM job_runs WHERE status = 'missed' ORDER BY scheduled_for LIMIT 1")
+    assert reason.startswith("no tick between ") and "misfire policy 'latest'" in reason
+    assert sql("SELECT missed_count, next_run_at > now() FROM job_definitions") == [(10, True)]
+
+
+def test_misfire_all_runs_every_missed_slot(app, sql, materialise):
+    define(app, misfire="all", overlap="allow")
+    outage(sql, 10)
+    materialise()
+    assert runs(sql) == [("queued", 11)]
+    assert sql("SELECT count(DISTINCT scheduled_for) FROM job_runs") == [(11,)]
+
+
+def test_misfire_all_is_bounded_and_records_the_slots_beyond_the_bound_as_missed(app, sql, materialise):
+    define(app, misfire="all", overlap="allow")
+    outage(sql, CATCH_UP_LIMIT + 9)
+    materialise()
+    assert runs(sql) == [("missed", 10), ("queued", CATCH_UP_LIMIT)]
+    assert sql("SELECT missed_count FROM job_definitions") == [(10,)]
+
+
+def test_misfire_skip_runs_nothing_late_and_resumes_at_the_next_future_slot(app, sql, materialise):
+    define(app, misfire="skip", grace_seconds=0)
+    outage(sql, 3)
+    materialise()
+    assert runs(sql) == [("missed", 4)]
+    [(reason,)] = sql("SELECT reason FROM job_runs ORDER BY scheduled_for DESC LIMIT 1")
+    assert "misfire policy 'skip'" in reason
+    assert sql("SELECT next_run_at > now(), missed_count FROM job_definitions") == [(True, 4)]
+
+
+def test_misfire_skip_still_runs_a_slot_that_is_on_time(app, sql, materialise):
+    define(app, misfire="skip", grace_seconds=3600)
+    outage(sql, 3)
+    materialise()
+    assert runs(sql) == [("missed", 3), ("queued", 1)]
+
+
+def test_a_long_outage_of_a_frequent_schedule_writes_a_bounded_number_of_rows(app, sql, materialise):
+    define(app, misfire="latest")
+    outage(sql, 24 * 200)  # 200 days of an hourly job
+    materialise()
+    assert runs(sql) == [("missed", 51), ("queued", 1)]
+    assert sql("SELECT missed_count FROM job_definitions") == [(24 * 200,)]
+    [(summary,)] = sql("SELECT reason FROM job_runs ORDER BY scheduled_for LIMIT 1")
+    assert "this row stands for" in summary
+
+
+def test_overlap_skip_records_a_skipped_slot_while_the_previous_run_is_queued(app, sql, materialise):
+    define(app)
+    with app.app_context():
+        previous = definitions.run_now("hourly")
+    outage(sql, 0)
+    materialise()
+    assert sql("SELECT status, reason FROM job_runs WHERE id <> %s", [previous]) == [
+        ("skipped", f"previous run {previous} still queued")]
+
+
+def test_overlap_allow_runs_alongside_the_previous_run(app, sql, materialise):
+    define(app, overlap="allow")
+    with app.app_context():
+        definitions.run_now("hourly")
+    outage(sql, 0)
+    materialise()
+    assert runs(sql) == [("queued", 2)]
+
+
+def test_overlap_queue_creates_a_run_that_is_claimed_only_after_the_previous_finishes(app, sql, materialise):
+    define(app, overlap="queue")
+    with app.app_context():
+        previous = definitions.run_now("hourly")
+    outage(sql, 0)
+    materialise()
+    [(waiting, after)] = sql("SELECT id, after_run_id FROM job_runs WHERE id <> %s", [previous])
+    assert after == previous
+
+    def claim():
+        return [row[0] for row in sql(queries.CLAIM_RUNS, {
+            "worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 10})]
+
+    assert claim() == [previous]
+    assert claim() == []  # still running
+    sql("UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE id = %s", [previous])
+    assert claim() == [waiting]
+
+
+def test_overlap_queue_with_misfire_all_chains_the_catch_up_runs(app, sql, materialise):
+    define(app, overlap="queue", misfire="all")
+    outage(sql, 2)
+    materialise()
+    rows = sql("SELECT id, after_run_id FROM job_runs ORDER BY scheduled_for")
+    assert [after for _, after in rows] == [None, rows[0][0], rows[1][0]]
+
+
+def test_the_unique_slot_refuses_a_second_run_for_one_slot(app, sql, materialise):
+    define(app)
+    outage(sql, 0)
+    [(slot,)] = sql("SELECT next_run_at FROM job_definitions")
+    materialise()
+    sql("UPDATE job_definitions SET next_run_at = %s", [slot])  # as if the advance was lost
+    materialise()
+    assert sql("SELECT count(*) FROM job_runs") == [(1,)]
+
+
+def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(app, sql, spawn_worker):
+    """Every second, ten definitions fall due while four real workers race for them."""
+    with app.app_context():
+        for n in range(10):
+            definitions.define(f"every-second-{n}", "test.record", "@every 1s", misfire="all",
+                               overlap="allow")
+    workers = [spawn_worker("--forever", "--poll-interval", "0.01", "--max-runtime", "4")
+               for _ in range(4)]
+    outputs = [w.communicate(timeout=60)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0, 0], outputs
+    assert not any(bad in out for out in outputs for bad in ("already exists", "Traceback", "unavailable")), outputs
+    per_definition = sql("""
+        SELECT count(*), count(DISTINCT scheduled_for),
+               extract(epoch FROM max(scheduled_for) - min(scheduled_for))::int + 1
+        FROM job_runs GROUP BY definition_id""")
+    assert len(per_definition) == 10
+    for runs_made, distinct_slots, slots_in_span in per_definition:
+        assert runs_made == distinct_slots == slots_in_span  # no slot twice, none left out
+        assert runs_made >= 2
+    # Two or more workers did materialise: the race was real.
+    assert sum("queued for slot" in out for out in outputs) >= 2
+    executed = sql("SELECT count(*), count(DISTINCT run_id) FROM test_executions")
+    finished = sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
+    assert executed[0][0] == executed[0][1] == finished[0][0]
