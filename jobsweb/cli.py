@@ -1,4 +1,6 @@
-"""The `flask` commands: run-jobs (the worker), jobs enqueue/demo, and dev (web + worker)."""
+"""The `flask` commands: run-jobs (the worker), jobs enqueue/demo, and dev (web + worker).
+
+`flask users` lives in users.py."""
 
 import json
 import logging
@@ -18,6 +20,7 @@ from .db import conninfo, db
 from .enqueuing import enqueue, parse_payload, parse_run_at
 from .errors import InvalidInput
 from .link import DatabaseUnavailable, describe
+from .users import ensure_demo_operator
 from .worker import Worker
 
 jobs = AppGroup("jobs", help="Enqueue and inspect jobs.")
@@ -117,6 +120,7 @@ def dev_command(host, port, demo):
 
     with plain_errors():
         upgrade()
+        demo_user = ensure_demo_operator()
         if demo:
             for job_type, payload in DEMO_RUNS:
                 enqueue(job_type, payload)
@@ -130,6 +134,9 @@ def dev_command(host, port, demo):
         subprocess.Popen(flask + ["run-jobs", "--forever", "--poll-interval", "1"], env=env),
     ]
     click.echo(f"jobsweb is running: web on http://{host}:{port}/ and a worker. Ctrl-C stops both.")
+    if demo_user:
+        click.echo(f"Sign in as {demo_user[0]} with password {demo_user[1]} (a demo operator; "
+                   "`flask --app wsgi users create EMAIL --role admin` makes more users).")
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         while all(child.poll() is None for child in children):

@@ -6,6 +6,7 @@ classes but the named SQL in queries.py.
 
 from datetime import datetime
 
+from flask_login import UserMixin
 from sqlalchemy import BigInteger, DateTime, ForeignKey, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
@@ -53,6 +54,7 @@ class JobRun(db.Model):
     last_stack: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict | None] = mapped_column(JSONB)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 
@@ -82,3 +84,34 @@ class JobWorker(db.Model):
     last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+
+
+ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
+
+
+class User(UserMixin, db.Model):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    email: Mapped[str] = mapped_column(Text)
+    password_hash: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(Text, server_default="viewer")
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_sign_in_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+
+    def can(self, role):
+        """Whether this user has `role` or a higher one."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+
+class AuditEntry(db.Model):
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    user_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="SET NULL"))
+    user_email: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    target_type: Mapped[str] = mapped_column(Text)
+    target_id: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[dict] = mapped_column(JSONB, server_default="{}")
