@@ -19,3 +19,12 @@ class EnqueueForm(FlaskForm):
                                   description="Optional: at most one run is created per key.")
     max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
                                 description="Empty: the job type's default.")
+
+
+class UserForm(FlaskForm):
+    email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
+    role = SelectField("Role", choices=["viewer", "operator", "admin"],
+                       description="Viewers read; operators also act on runs; admins also manage "
+                                   "definitions and users.")
+    password = PasswordField("Password", validators=[DataRequired(), Length(min=8, max=200)],
+                             description="At least 8 characters; tell it to them another way.")

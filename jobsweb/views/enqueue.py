@@ -19,7 +19,7 @@ bp = Blueprint("enqueue", __name__)
 def form():
     """The form; errors come back in place (the form alone for htmx), success opens the run."""
     form = EnqueueForm()
-    form.job_type.choices = [(name, name) for name in handlers.names()]
+    form.job_type.choices = handlers.names()
     if form.validate_on_submit():
         try:
             run_id = enqueue(
