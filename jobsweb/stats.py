@@ -92,7 +92,4 @@ def overview():
         "dead": db.session.execute(RECENT_DEAD).all(),
         "workers": db.session.execute(RECENT_WORKERS).all(),
         "chart": hourly_chart(),
-        # Issue 3 (schedules) fills these: overdue definitions (missed runs) and failing ones
-        # (failure_count >= 2). The template already shows them at the top when present.
-        "attention": [],
     }

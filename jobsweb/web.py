@@ -94,6 +94,30 @@ def duration(start, end):
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
+def has_schedules():
+    """Whether the schedules work (jobsweb.schedule, issue 3) is in this build.
+
+    Until it is merged, definitions can be read, paused, run and deleted but not created or
+    edited (the form needs its schedule parser), and the dashboard cannot name overdue or
+    failing definitions.
+    """
+    return importlib.util.find_spec("jobsweb.schedule") is not None
+
+
+def describe_schedule(definition):
+    """A definition's schedule in words, or None (no schedule, or no schedules work yet)."""
+    try:
+        from .schedule import Schedule  # the schedules work (issue 3)
+    except ImportError:
+        return None
+    from .errors import InvalidInput
+
+    try:
+        return Schedule(definition.schedule, definition.timezone).describe()
+    except InvalidInput:
+        return None
+
+
 class SessionInterface(SecureCookieSessionInterface):
     """Session cookies marked Secure whenever the request came over HTTPS."""
 
@@ -155,6 +179,7 @@ def init_app(app):
     app.add_template_filter(time_ago)
     app.add_template_filter(duration)
     app.add_template_global(STATUS_WORDS, "STATUS_WORDS")
+    app.add_template_global(describe_schedule)
 
     @app.template_filter("pretty")
     def pretty(value):
