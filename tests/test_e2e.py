@@ -140,3 +140,30 @@ def test_a_viewer_sees_no_action_buttons(page, make_user, sql):
     expect(page.get_by_role("heading", name=re.compile("Run #1"))).to_be_visible()
     expect(page.get_by_role("button", name="Retry now")).to_have_count(0)
     expect(page.get_by_role("link", name="Enqueue")).to_have_count(0)
+
+
+def test_an_admin_creates_a_definition_watching_the_preview_then_runs_it(page, make_user, spawn_worker):
+    from jobsweb.web import has_schedules
+
+    if not has_schedules():
+        pytest.skip("the definition form needs the schedules work (jobsweb.schedule)")
+    sign_in(page, make_user("admin"))
+    page.get_by_role("link", name="Definitions").click()
+    page.get_by_role("link", name="New definition").click()
+    page.locator("input[name=name]").fill("weekday report")
+    page.locator("select[name=job_type]").select_option("jobsweb.noop")
+    page.locator("select[name=timezone]").select_option("Europe/Madrid")
+    schedule = page.locator("input[name=schedule]")
+    preview = page.locator("#schedule-preview")
+    schedule.press_sequentially("0 6 * *", delay=20)
+    expect(preview).to_contain_text("has 4 fields")  # the error while the expression is incomplete
+    schedule.press_sequentially(" 1-5", delay=20)
+    expect(preview).to_contain_text("06:00")
+    expect(preview).to_contain_text("Europe/Madrid")
+    expect(preview.locator("li")).to_have_count(5)
+    shoot(page, "definition-form")
+    page.get_by_role("button", name="Create definition").click()
+    expect(page.get_by_role("heading", name=re.compile("weekday report"))).to_be_visible()
+    page.get_by_role("button", name="Run now").click()
+    spawn_worker("--forever", "--poll-interval", "0.2")
+    expect(page.locator("h1 .badge")).to_have_text("Succeeded")  # the run page refreshes itself

@@ -89,3 +89,23 @@ def test_the_dashboard_names_failing_and_overdue_definitions(sign_in, sql):
     html = client.get("/").get_data(as_text=True)
     assert "flaky export" in html and "has failed its last 3 runs" in html
     assert "stuck backup" in html and "should have run 2 h ago" in html
+
+
+def test_resume_from_the_screen_does_not_owe_the_slots_missed_while_paused(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    client.post("/definitions/new", data={**FORM, "schedule": "@every 1m", "csrf_token": token})
+    [(d,)] = sql("SELECT id FROM job_definitions")
+    client.post(f"/definitions/{d}/pause", data={"csrf_token": token})
+    sql("UPDATE job_definitions SET next_run_at = now() - interval '1 day'")
+    client.post(f"/definitions/{d}/resume", data={"csrf_token": token})
+    assert sql("SELECT enabled, next_run_at > now() FROM job_definitions") == [(True, True)]
+
+
+def test_run_now_from_the_screen_copies_the_definitions_timeout(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    client.post("/definitions/new", data={**FORM, "timeout": "42", "csrf_token": token})
+    [(d,)] = sql("SELECT id FROM job_definitions")
+    client.post(f"/definitions/{d}/run-now", data={"csrf_token": token})
+    assert sql("SELECT definition_id, timeout_seconds FROM job_runs") == [(d, 42.0)]

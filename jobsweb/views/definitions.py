@@ -11,14 +11,15 @@ from .. import audit, handlers, runlist
 from ..auth import role_required
 from ..db import db
 from ..models import JobDefinition
-from ..web import redirect_to, render
+from ..web import has_schedules, redirect_to, render
 
 bp = Blueprint("definitions", __name__, url_prefix="/definitions")
 
 SEARCH_MAX_CHARS = 200
 SHOWN = 500
 
-# A run of a definition, due now, with the definition's own payload and attempts.
+# A run of a definition, due now, with the definition's own payload and attempts (until the
+# schedules work provides definitions.run_now).
 RUN_NOW = text("""
 INSERT INTO job_runs (definition_id, job_type, payload, max_attempts)
 SELECT id, job_type, payload, max_attempts FROM job_definitions WHERE id = :id
@@ -82,8 +83,15 @@ def resume(definition_id):
 
 def _set_enabled(definition_id, enabled):
     definition = _definition_or_404(definition_id)
-    definition.enabled = enabled
-    definition.updated_at = db.func.now()
+    if has_schedules():
+        # The schedules work's own pause/resume: resume recomputes next_run_at, so slots that
+        # fell while paused are not owed.
+        from .. import definitions
+
+        (definitions.resume if enabled else definitions.pause)(definition.name)
+    else:
+        definition.enabled = enabled
+        definition.updated_at = db.func.now()
     audit.record("resume" if enabled else "pause", "definition", definition_id)
     db.session.commit()
     flash(f"{definition.name} is {'enabled' if enabled else 'paused'}.")
@@ -95,7 +103,12 @@ def _set_enabled(definition_id, enabled):
 def run_now(definition_id):
     """Enqueue one run of this definition, due now, and open it."""
     definition = _definition_or_404(definition_id)
-    run_id = db.session.execute(RUN_NOW, {"id": definition_id}).scalar_one()
+    if has_schedules():
+        from .. import definitions
+
+        run_id = definitions.run_now(definition.name)  # also copies timeout, lease and backoff
+    else:
+        run_id = db.session.execute(RUN_NOW, {"id": definition_id}).scalar_one()
     audit.record("run_now", "definition", definition_id, run_id=run_id)
     db.session.commit()
     flash(f"Run {run_id} of {definition.name} enqueued.")
