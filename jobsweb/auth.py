@@ -79,7 +79,7 @@ def require_sign_in():
         return None
     if request.endpoint is None:
         return None  # a 404 stays a 404
-    sign_in = url_for("auth.sign_in", next=request.full_path if request.method == "GET" else None)
+    sign_in = url_for("auth.sign_in", next=request.full_path.rstrip("?") if request.method == "GET" else None)
     if request.htmx:
         # An htmx swap of a sign-in page into a table would be confusing: reload whole.
         return "", 401, {"HX-Redirect": sign_in}

@@ -75,6 +75,13 @@ def time_ago(moment, now=None):
     return f"in {amount}" if ahead else f"{amount} ago"
 
 
+def seconds_words(seconds):
+    """A number of seconds as '45 s', '12 min', '3 h'."""
+    for limit, size, unit in ((60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h"), (None, 86400, "d")):
+        if limit is None or seconds < limit:
+            return f"{int(seconds // size)} {unit}"
+
+
 def when(moment):
     """A time as UTC, with seconds, in a <time> element that says how long ago it was."""
     if moment is None:
@@ -178,6 +185,7 @@ def init_app(app):
     app.add_template_filter(when)
     app.add_template_filter(time_ago)
     app.add_template_filter(duration)
+    app.add_template_filter(seconds_words)
     app.add_template_global(STATUS_WORDS, "STATUS_WORDS")
     app.add_template_global(describe_schedule)
 

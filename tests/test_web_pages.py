@@ -15,7 +15,7 @@ def test_the_dashboard_shows_counts_the_queue_problems_and_the_chart(sign_in, sq
     response = client.get("/")
     html = response.get_data(as_text=True)
     assert response.status_code == 200
-    assert "3 runs due now" in html and "waited 9" in html
+    assert "3 runs due now" in html and "waited 1 min" in html
     assert "billing.charge" in html and "card &lt;b&gt;declined&lt;/b&gt;" in html
     assert "lost its worker" in html and "host:1:abc" in html
     assert "host:2:def" in html
