@@ -1,5 +1,7 @@
 """The `flask` commands: run-jobs (the worker), jobs enqueue/demo, the schedule commands
-(jobs define/pause/resume/run-now/schedules), and dev (web + worker)."""
+(jobs define/pause/resume/run-now/schedules), and dev (web + worker).
+
+`flask users` lives in users.py."""
 
 import json
 import logging
@@ -22,6 +24,7 @@ from .errors import InvalidInput
 from .models import MISFIRE_POLICIES, OVERLAP_POLICIES
 from .schedule import Schedule, parse_timezone
 from .link import DatabaseUnavailable, describe
+from .users import ensure_demo_operator
 from .worker import Worker
 
 jobs = AppGroup("jobs", help="Enqueue and inspect jobs.")
@@ -191,6 +194,7 @@ def dev_command(host, port, demo):
 
     with plain_errors():
         upgrade()
+        demo_user = ensure_demo_operator()
         if demo:
             for job_type, payload in DEMO_RUNS:
                 enqueue(job_type, payload)
@@ -204,6 +208,9 @@ def dev_command(host, port, demo):
         subprocess.Popen(flask + ["run-jobs", "--forever", "--poll-interval", "1"], env=env),
     ]
     click.echo(f"jobsweb is running: web on http://{host}:{port}/ and a worker. Ctrl-C stops both.")
+    if demo_user:
+        click.echo(f"Sign in as {demo_user[0]} with password {demo_user[1]} (a demo operator; "
+                   "`flask --app wsgi users create EMAIL --role admin` makes more users).")
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         while all(child.poll() is None for child in children):

@@ -42,6 +42,10 @@ def _module_list(name, raw):
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def _word_list(name, raw):
+    return [part.strip().lower() for part in raw.split(",") if part.strip()]
+
+
 # name -> (default, parser). Every JOBSWEB_* variable the app reads is listed here.
 SETTINGS = {
     "JOBSWEB_HANDLERS": ([], _module_list),
@@ -56,6 +60,8 @@ SETTINGS = {
     "JOBSWEB_DEFAULT_TIMEOUT": (None, _optional_seconds),
     "JOBSWEB_ERROR_MAX_CHARS": (2000, _positive_int),
     "JOBSWEB_STACK_MAX_CHARS": (20000, _positive_int),
+    # Payload keys containing any of these words are masked on every admin page.
+    "JOBSWEB_MASK_KEYS": (["password", "passwd", "token", "secret", "api_key", "apikey"], _word_list),
 }
 
 

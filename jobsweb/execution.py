@@ -17,7 +17,7 @@ class Outcome:
     job_type: str
     attempt: int
     worker: str
-    outcome: str  # succeeded | failed | interrupted
+    outcome: str  # succeeded | failed | interrupted | cancelled
     result: object = None
     error_type: str | None = None
     error: str | None = None

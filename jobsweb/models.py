@@ -6,6 +6,7 @@ classes but the named SQL in queries.py.
 
 from datetime import datetime
 
+from flask_login import UserMixin
 from sqlalchemy import BigInteger, DateTime, Double, ForeignKey, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
@@ -77,6 +78,7 @@ class JobRun(db.Model):
     lease_seconds: Mapped[float | None] = mapped_column(Double)
     backoff_base: Mapped[float | None] = mapped_column(Double)
     backoff_cap: Mapped[float | None] = mapped_column(Double)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 
@@ -106,3 +108,34 @@ class JobWorker(db.Model):
     last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+
+
+ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
+
+
+class User(UserMixin, db.Model):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    email: Mapped[str] = mapped_column(Text)
+    password_hash: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(Text, server_default="viewer")
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_sign_in_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+
+    def can(self, role):
+        """Whether this user has `role` or a higher one."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+
+class AuditEntry(db.Model):
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    user_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="SET NULL"))
+    user_email: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    target_type: Mapped[str] = mapped_column(Text)
+    target_id: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[dict] = mapped_column(JSONB, server_default="{}")

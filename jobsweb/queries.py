@@ -53,6 +53,8 @@ RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_
 
 # Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
 # over (its lease had expired) or cancelled: the worker must stop treating it as its own.
+# cancel_requested says an operator asked a running run to stop (admin "cancel"): the worker
+# sets the handler's cancellation flag, and keeps the lease until the handler returns.
 EXTEND_LEASES = """
 UPDATE job_runs r
 SET locked_until = now() + make_interval(secs => o.lease), updated_at = now()
@@ -61,12 +63,14 @@ WHERE r.id = o.id
   AND r.attempts = o.attempt
   AND r.locked_by = %(worker)s
   AND r.status = 'running'
-RETURNING r.id
+RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
 """
 
 # Finish many attempts in one statement and record each in job_attempts. One row per attempt:
 # outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of
-# attempts, then dead) or 'interrupted' (back to queued, due now). `worker` is the holder the
+# attempts, then dead), 'interrupted' (back to queued, due now) or 'cancelled' (the handler
+# stopped because an operator cancelled it). A run whose cancellation was requested is never
+# retried or re-queued: whatever else its attempt came to, it ends cancelled. `worker` is the holder the
 # guard expects: this worker for its own runs, the dead holder when recovering a lease.
 # Runs of a definition also update that definition's state, in the same round trip.
 FINISH_RUNS = """
@@ -81,6 +85,7 @@ decided AS (
     SELECT o.*,
            CASE
                WHEN o.outcome = 'succeeded' THEN 'succeeded'
+               WHEN o.outcome = 'cancelled' OR r.cancel_requested_at IS NOT NULL THEN 'cancelled'
                WHEN o.outcome = 'interrupted' THEN 'queued'
                WHEN o.give_up OR r.attempts >= r.max_attempts THEN 'dead'
                ELSE 'failed'
@@ -95,7 +100,7 @@ finished AS (
                      WHEN 'queued' THEN now()
                      ELSE r.run_at
                  END,
-        finished_at = CASE WHEN d.new_status IN ('succeeded', 'dead') THEN now() END,
+        finished_at = CASE WHEN d.new_status IN ('succeeded', 'dead', 'cancelled') THEN now() END,
         result = CASE WHEN d.outcome = 'succeeded' THEN d.result ELSE r.result END,
         last_error = coalesce(d.error, r.last_error),
         error_type = coalesce(d.error_type, r.error_type),

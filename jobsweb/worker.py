@@ -41,6 +41,7 @@ class Held:
     deadline: float | None  # time.monotonic() at which it times out, if it has a timeout
     timeout: float | None = None  # seconds
     backoff: tuple = (None, None)  # the run's own (base, cap) in seconds, from its definition
+    cancel_requested: bool = False  # an operator cancelled it (seen by a heartbeat)
 
 
 def worker_id():
@@ -208,6 +209,9 @@ class Worker:
         if exc is None:
             self.pending.append(Outcome(ctx.run_id, ctx.job_type, ctx.attempt, self.id, "succeeded",
                                         result=finished.result))
+        elif was_cancelled(exc) and held.cancel_requested:
+            self.pending.append(Outcome(ctx.run_id, ctx.job_type, ctx.attempt, self.id, "cancelled",
+                                        error_type="cancelled", error="cancelled by an operator"))
         elif was_cancelled(exc) and self.stop_requested:
             self.pending.append(self._interrupted(ctx, "stopped by worker shutdown"))
         else:
@@ -284,8 +288,13 @@ class Worker:
             rows = self.link.fetch(queries.EXTEND_LEASES, {
                 "worker": self.id, "ids": [h.ctx.run_id for h in held],
                 "attempts": [h.ctx.attempt for h in held], "leases": [h.lease for h in held]})
-            kept = {row[0] for row in rows}
+            kept = {run_id: cancel_requested for run_id, cancel_requested in rows}
             for h in held:
+                if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
+                    h.cancel_requested = True
+                    h.ctx.cancel_event.set()
+                    log.info("run %d %s: cancelled by an operator; asking the handler to stop",
+                             h.ctx.run_id, h.ctx.job_type)
                 if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
                     del self.held[h.ctx.run_id]
                     h.ctx.cancel_event.set()
@@ -377,6 +386,8 @@ def log_finished(outcomes, rows):
         elif status == "dead":
             log.error("run %d %s is dead after attempt %d: %s: %s", run_id, o.job_type, o.attempt,
                       o.error_type, o.error)
+        elif status == "cancelled":
+            log.info("run %d %s cancelled (attempt %d)", run_id, o.job_type, o.attempt)
         else:
             log.info("run %d %s released back to the queue (attempt %d interrupted)", run_id,
                      o.job_type, o.attempt)

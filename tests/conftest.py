@@ -15,7 +15,7 @@ from jobsweb.config import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
-TABLES = "job_attempts, job_runs, job_definitions, job_workers, test_executions"
+TABLES = "job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users"
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -142,3 +142,44 @@ def wait_for(check, timeout=30.0, interval=0.05, message="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+# -- the admin screen ---------------------------------------------------------------------
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def make_user(app):
+    """Create a user with a role: make_user("viewer") -> email."""
+    from jobsweb.auth import create_user
+
+    def make(role="operator", email=None):
+        email = email or f"{role}@example.com"
+        with app.app_context():
+            create_user(email, PASSWORD, role)
+        return email
+
+    return make
+
+
+def csrf_token(client, path="/sign-in"):
+    """The CSRF token of the client's session, read from a page's meta tag."""
+    import re
+
+    html = client.get(path).get_data(as_text=True)
+    return re.search(r'name="csrf-token" content="([^"]+)"', html).group(1)
+
+
+@pytest.fixture
+def sign_in(client, make_user):
+    """Sign the test client in as a new user with `role`; returns the client."""
+
+    def sign(role="operator"):
+        email = make_user(role)
+        response = client.post("/sign-in", data={"email": email, "password": PASSWORD,
+                                                  "csrf_token": csrf_token(client)})
+        assert response.status_code == 302, response.get_data(as_text=True)
+        return client
+
+    return sign

@@ -126,7 +126,7 @@ def test_heartbeats_only_extend_leases_the_worker_still_holds(app, sql):
         "locked_until = now() WHERE id = %s", [taken])
     rows = sql(queries.EXTEND_LEASES, {"worker": "me", "ids": [mine, taken], "attempts": [1, 1],
                                        "leases": [60, 60]})
-    assert rows == [(mine,)]
+    assert rows == [(mine, False)]  # (id, cancellation requested)
     assert sql("SELECT id FROM job_runs WHERE locked_until > now() + interval '50 seconds'") == [(mine,)]
 
 

@@ -1,0 +1,95 @@
+"""What the dashboard shows, each from a query an index keeps small on a million-run table."""
+
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import text
+
+from .db import db
+
+# Below this many rows an exact count is cheap; above it, finished statuses are estimated.
+EXACT_COUNT_LIMIT = 100_000
+
+# Active runs are a small set; index job_runs_status_id answers this with an index-only scan.
+ACTIVE_COUNTS = text("""
+SELECT status, count(*) FROM job_runs WHERE status IN ('queued', 'running', 'failed') GROUP BY status
+""")
+
+ALL_COUNTS = text("SELECT status, count(*) FROM job_runs GROUP BY status")
+
+# Finished runs are most of a big table: estimated from the planner's statistics (ANALYZE,
+# autovacuum) instead of counted.
+ESTIMATED_COUNTS = text("""
+SELECT v.status, round(c.reltuples * v.freq)::bigint
+FROM pg_class c
+JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = 'job_runs' AND s.attname = 'status'
+CROSS JOIN unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
+WHERE c.oid = 'job_runs'::regclass
+""")
+
+TABLE_ESTIMATE = text("SELECT reltuples::bigint FROM pg_class WHERE oid = 'job_runs'::regclass")
+
+# Uses index job_runs_claimable: due runs waiting for a worker, and how long the oldest waited.
+DUE_NOW = text("""
+SELECT count(*), extract(epoch FROM now() - min(run_at))
+FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()
+""")
+
+# Uses index job_runs_running_lease.
+EXPIRED_LEASES = text("""
+SELECT id, job_type, locked_by, locked_until FROM job_runs
+WHERE status = 'running' AND locked_until < now() ORDER BY locked_until LIMIT 10
+""")
+
+# Uses index job_runs_status_id.
+RECENT_DEAD = text("""
+SELECT id, job_type, error_type, last_error, finished_at FROM job_runs
+WHERE status = 'dead' ORDER BY id DESC LIMIT 8
+""")
+
+RECENT_WORKERS = text("""
+SELECT id, host, pid, last_seen_at, runs_done FROM job_workers
+WHERE stopped_at IS NULL AND last_seen_at > now() - interval '5 minutes' ORDER BY last_seen_at DESC
+""")
+
+# Uses index job_attempts_finished_at.
+HOURLY_OUTCOMES = text("""
+SELECT date_trunc('hour', finished_at) AS hour,
+       count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE outcome = 'failed') AS failed
+FROM job_attempts
+WHERE finished_at >= date_trunc('hour', now()) - interval '23 hours'
+GROUP BY 1
+""")
+
+
+def status_counts():
+    """{status: (count, exact?)}: exact for active runs, estimated for finished ones on big tables."""
+    if db.session.execute(TABLE_ESTIMATE).scalar() < EXACT_COUNT_LIMIT:
+        return {status: (n, True) for status, n in db.session.execute(ALL_COUNTS)}
+    counts = {status: (n, False) for status, n in db.session.execute(ESTIMATED_COUNTS)
+              if status not in ("queued", "running", "failed")}
+    counts.update({status: (n, True) for status, n in db.session.execute(ACTIVE_COUNTS)})
+    return counts
+
+
+def hourly_chart(now=None):
+    """24 hourly buckets, oldest first: (hour, succeeded, failed), empty hours included."""
+    now = now or datetime.now(timezone.utc)
+    rows = {hour: (ok, bad) for hour, ok, bad in db.session.execute(HOURLY_OUTCOMES)}
+    current = now.replace(minute=0, second=0, microsecond=0)
+    hours = [current - timedelta(hours=n) for n in range(23, -1, -1)]
+    return [(hour, *rows.get(hour, (0, 0))) for hour in hours]
+
+
+def overview():
+    """Everything on the dashboard, as one dict for the template."""
+    due, oldest = db.session.execute(DUE_NOW).one()
+    return {
+        "counts": status_counts(),
+        "due": due,
+        "oldest_due_seconds": float(oldest) if oldest is not None else None,
+        "expired": db.session.execute(EXPIRED_LEASES).all(),
+        "dead": db.session.execute(RECENT_DEAD).all(),
+        "workers": db.session.execute(RECENT_WORKERS).all(),
+        "chart": hourly_chart(),
+    }

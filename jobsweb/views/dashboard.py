@@ -1,0 +1,27 @@
+"""The dashboard: what needs attention first, then the state of the queue."""
+
+from flask import Blueprint, url_for
+
+from .. import definitions, stats
+from ..web import render, time_ago
+
+bp = Blueprint("dashboard", __name__)
+
+
+def attention():
+    """Overdue and failing definitions, in words a person can act on."""
+    items = []
+    for d in definitions.overdue():
+        items.append({"url": url_for("definitions.detail", definition_id=d.id), "name": d.name,
+                      "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "
+                               "or running: is cron or a worker running?"})
+    for d in definitions.failing():
+        items.append({"url": url_for("runs.index", definition=d.id, status="dead"), "name": d.name,
+                      "words": f"has failed its last {d.failure_count} runs: open them to see why."})
+    return items
+
+
+@bp.get("/")
+def index():
+    """Counts, queue depth, problems and the last 24 hours; htmx refreshes the body."""
+    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(), attention=attention())

@@ -1,0 +1,163 @@
+"""End to end in a real headless Chromium (Debian's package) against a real server and worker.
+
+Screenshots of every page, laptop and phone sized, go to tests/artifacts/ for a person to look at.
+"""
+
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from playwright import sync_api
+from werkzeug.serving import make_server
+
+from tests.conftest import PASSWORD
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+SIZES = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+if not os.path.exists(CHROMIUM):
+    raise RuntimeError(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+
+expect = sync_api.expect
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def server(app):
+    """The app on a real HTTP server on 127.0.0.1, for this test."""
+    httpd = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    thread.join()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport=SIZES["laptop"], base_url=server)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    expect.set_options(timeout=15_000)
+    yield page
+    context.close()
+
+
+def shoot(page, name):
+    """Save the page at laptop and phone size (the phone shot is the full page)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    for size, viewport in SIZES.items():
+        page.set_viewport_size(viewport)
+        page.screenshot(path=ARTIFACTS / f"{name}-{size}.png", full_page=(size == "phone"))
+    page.set_viewport_size(SIZES["laptop"])
+
+
+def sign_in(page, email):
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/sign-in"))
+    shoot(page, "sign-in")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+
+def test_an_operator_runs_a_definition_watches_it_live_and_retries_a_dead_run(page, make_user, sql, spawn_worker):
+    sql("""INSERT INTO job_definitions (name, job_type, payload, schedule)
+           VALUES ('nightly invoices', 'jobsweb.sleep', '{"seconds": 1, "api_token": "tok-secret"}', '0 3 * * *')""")
+    sign_in(page, make_user("operator"))
+    shoot(page, "dashboard-empty")
+
+    # Run a definition now, then watch the run reach succeeded in the live runs list.
+    page.get_by_role("link", name="Definitions").click()
+    page.get_by_role("link", name="nightly invoices").click()
+    shoot(page, "definition")
+    page.get_by_role("button", name="Run now").click()
+    expect(page.get_by_text("enqueued")).to_be_visible()
+    run_id = int(re.search(r"/runs/(\d+)", page.url).group(1))
+    expect(page.locator(".json").first).to_contain_text("••••••")
+    page.get_by_role("link", name="Runs").first.click()
+    page.get_by_label("Live").check()
+    row = page.locator("#runs-table tr", has=page.locator(f'a[href="/runs/{run_id}"]'))
+    expect(row).to_contain_text("Queued")
+    page.evaluate("window.notReloaded = true")
+    spawn_worker("--forever", "--poll-interval", "0.2")
+    expect(row).to_contain_text("Succeeded")
+    assert page.evaluate("window.notReloaded") is True  # htmx swapped the table; no reload
+    shoot(page, "runs-live")
+
+    # Enqueue a run that fails for good, open it from the dead filter, see its stack, retry it.
+    page.get_by_role("link", name="Enqueue").click()
+    page.locator("select[name=job_type]").select_option("jobsweb.fail")
+    page.locator("textarea[name=payload]").fill("{nope")
+    page.get_by_role("button", name="Enqueue").click()
+    expect(page.get_by_text("is not valid JSON")).to_be_visible()
+    shoot(page, "enqueue-error")
+    page.locator("textarea[name=payload]").fill('{"permanent": true, "password": "hunter2"}')
+    page.get_by_role("button", name="Enqueue").click()
+    expect(page.get_by_role("heading", name=re.compile(r"Run #\d+"))).to_be_visible()
+    expect(page.locator("h1 .badge")).to_have_text("Dead")  # the run page refreshes itself while active
+    page.get_by_role("link", name="Runs").first.click()
+    page.get_by_text("dead", exact=True).click()  # the status chip: filters in place
+    expect(page).to_have_url(re.compile(r"status=dead"))
+    page.locator("#runs-table a[href^='/runs/']").first.click()
+    expect(page.locator("details.stack pre")).to_contain_text("PermanentError")
+    assert "hunter2" not in page.content()
+    shoot(page, "run-dead")
+    page.get_by_role("button", name="Retry now").click()
+    expect(page.get_by_text("is queued again")).to_be_visible()
+    expect(page.locator(".audit")).to_contain_text("retry")
+    expect(page.get_by_text("Attempt 2")).to_be_visible()  # the worker ran it again
+
+    page.get_by_role("link", name="Dashboard").click()
+    expect(page.get_by_text("Recent dead runs")).to_be_visible()
+    shoot(page, "dashboard")
+    page.get_by_role("link", name="Workers").click()
+    expect(page.get_by_text("alive")).to_be_visible()
+    shoot(page, "workers")
+    page.get_by_role("link", name="Definitions").click()
+    shoot(page, "definitions")
+
+
+def test_a_viewer_sees_no_action_buttons(page, make_user, sql):
+    sql("INSERT INTO job_runs (job_type, status, last_error, error_type) VALUES ('jobsweb.fail', 'dead', 'boom', 'RuntimeError')")
+    sign_in(page, make_user("viewer"))
+    page.goto("/runs/1")
+    expect(page.get_by_role("heading", name=re.compile("Run #1"))).to_be_visible()
+    expect(page.get_by_role("button", name="Retry now")).to_have_count(0)
+    expect(page.get_by_role("link", name="Enqueue")).to_have_count(0)
+
+
+def test_an_admin_creates_a_definition_watching_the_preview_then_runs_it(page, make_user, spawn_worker):
+    sign_in(page, make_user("admin"))
+    page.get_by_role("link", name="Definitions").click()
+    page.get_by_role("link", name="New definition").click()
+    page.locator("input[name=name]").fill("weekday report")
+    page.locator("select[name=job_type]").select_option("jobsweb.noop")
+    page.locator("select[name=timezone]").select_option("Europe/Madrid")
+    schedule = page.locator("input[name=schedule]")
+    preview = page.locator("#schedule-preview")
+    schedule.press_sequentially("0 6 * *", delay=20)
+    expect(preview).to_contain_text("has 4 fields")  # the error while the expression is incomplete
+    schedule.press_sequentially(" 1-5", delay=20)
+    expect(preview).to_contain_text("06:00")
+    expect(preview).to_contain_text("Europe/Madrid")
+    expect(preview.locator("li")).to_have_count(5)
+    shoot(page, "definition-form")
+    page.get_by_role("button", name="Create definition").click()
+    expect(page.get_by_role("heading", name=re.compile("weekday report"))).to_be_visible()
+    page.get_by_role("button", name="Run now").click()
+    spawn_worker("--forever", "--poll-interval", "0.2")
+    expect(page.locator("h1 .badge")).to_have_text("Succeeded")  # the run page refreshes itself

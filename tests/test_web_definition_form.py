@@ -1,0 +1,110 @@
+"""The definition form and its schedule preview: they need the schedules work (issue 3)."""
+
+import pytest
+
+from tests.conftest import csrf_token
+
+
+FORM = {"name": "nightly invoices", "job_type": "jobsweb.noop", "schedule": "0 6 * * 1-5",
+        "timezone": "Europe/Madrid", "payload": '{"batch": 5}', "overlap": "skip", "misfire": "latest",
+        "grace_seconds": "300"}
+
+
+def test_the_preview_shows_the_schedule_in_words_and_the_next_five_times(sign_in):
+    client = sign_in("viewer")
+    response = client.get("/definitions/preview", query_string={"schedule": "0 6 * * 1-5", "timezone": "Europe/Madrid"},
+                          headers={"HX-Request": "true"})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 200 and "HX-Request" in response.headers["Vary"]
+    assert "06:00" in html and "Europe/Madrid" in html
+    assert html.count("<li>") == 5 and ("CET" in html or "CEST" in html)
+
+
+def test_the_preview_shows_the_error_escaped(sign_in):
+    client = sign_in("viewer")
+    html = client.get("/definitions/preview", query_string={"schedule": "<script>x</script> * * *"}).get_data(as_text=True)
+    assert "field-error" in html and "<script>x" not in html
+    html = client.get("/definitions/preview", query_string={"schedule": "@daily", "timezone": "Mars/Base"}).get_data(as_text=True)
+    assert "not an IANA timezone" in html
+
+
+def test_an_admin_creates_a_definition(sign_in, sql):
+    client = sign_in("admin")
+    assert "Europe/Madrid" in client.get("/definitions/new").get_data(as_text=True)
+    response = client.post("/definitions/new", data={**FORM, "csrf_token": csrf_token(client, "/")})
+    assert response.status_code == 302
+    [(d, schedule, tz, payload, due)] = sql("SELECT id, schedule, timezone, payload, next_run_at > now() FROM job_definitions")
+    assert (schedule, tz, payload, due) == ("0 6 * * 1-5", "Europe/Madrid", {"batch": 5}, True)
+    assert response.headers["Location"] == f"/definitions/{d}"
+    assert sql("SELECT action, target_id FROM audit_log") == [("create", d)]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"schedule": "61 * * * *"}, "not a valid cron expression"),
+    ({"schedule": "* *"}, "has 2 fields"),
+    ({"payload": "[]"}, "must be a JSON object"),
+    ({"backoff_base": "10", "backoff_cap": "5"}, "must be at least backoff_base"),
+])
+def test_the_form_shows_errors_in_place(sign_in, sql, fields, message):
+    client = sign_in("admin")
+    response = client.post("/definitions/new", headers={"HX-Request": "true"},
+                           data={**FORM, **fields, "csrf_token": csrf_token(client, "/")})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422 and html.lstrip().startswith('<form id="definition-form"')
+    assert message in html
+    assert sql("SELECT count(*) FROM job_definitions") == [(0,)]
+
+
+def test_a_taken_name_is_refused(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    client.post("/definitions/new", data={**FORM, "csrf_token": token})
+    response = client.post("/definitions/new", data={**FORM, "schedule": "@hourly", "csrf_token": token})
+    assert response.status_code == 422 and "is taken" in response.get_data(as_text=True)
+    assert sql("SELECT schedule FROM job_definitions") == [("0 6 * * 1-5",)]
+
+
+def test_an_admin_edits_a_definition_and_operators_cannot(sign_in, sql, client):
+    admin = sign_in("admin")
+    admin.post("/definitions/new", data={**FORM, "csrf_token": csrf_token(admin, "/")})
+    [(d,)] = sql("SELECT id FROM job_definitions")
+    assert "0 6 * * 1-5" in admin.get(f"/definitions/{d}/edit").get_data(as_text=True)
+    response = admin.post(f"/definitions/{d}/edit", data={**FORM, "schedule": "@every 10m", "name": "renamed",
+                                                           "csrf_token": csrf_token(admin, "/")})
+    assert response.status_code == 302
+    assert sql("SELECT name, schedule FROM job_definitions") == [("nightly invoices", "@every 10m")]
+    assert sql("SELECT action FROM audit_log ORDER BY id") == [("create",), ("edit",)]
+    admin.post("/sign-out", data={"csrf_token": csrf_token(admin, "/")})
+    operator = sign_in("operator")
+    assert operator.get(f"/definitions/{d}/edit").status_code == 403
+    assert operator.get("/definitions/new").status_code == 403
+
+
+def test_the_dashboard_names_failing_and_overdue_definitions(sign_in, sql):
+    client = sign_in("viewer")
+    sql("""INSERT INTO job_definitions (name, job_type, schedule, failure_count, next_run_at)
+           VALUES ('flaky export', 'jobsweb.noop', '@hourly', 3, now() + interval '1 hour'),
+                  ('stuck backup', 'jobsweb.noop', '@hourly', 0, now() - interval '2 hours')""")
+    html = client.get("/").get_data(as_text=True)
+    assert "flaky export" in html and "has failed its last 3 runs" in html
+    assert "stuck backup" in html and "should have run 2 h ago" in html
+
+
+def test_resume_from_the_screen_does_not_owe_the_slots_missed_while_paused(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    client.post("/definitions/new", data={**FORM, "schedule": "@every 1m", "csrf_token": token})
+    [(d,)] = sql("SELECT id FROM job_definitions")
+    client.post(f"/definitions/{d}/pause", data={"csrf_token": token})
+    sql("UPDATE job_definitions SET next_run_at = now() - interval '1 day'")
+    client.post(f"/definitions/{d}/resume", data={"csrf_token": token})
+    assert sql("SELECT enabled, next_run_at > now() FROM job_definitions") == [(True, True)]
+
+
+def test_run_now_from_the_screen_copies_the_definitions_timeout(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    client.post("/definitions/new", data={**FORM, "timeout": "42", "csrf_token": token})
+    [(d,)] = sql("SELECT id FROM job_definitions")
+    client.post(f"/definitions/{d}/run-now", data={"csrf_token": token})
+    assert sql("SELECT definition_id, timeout_seconds FROM job_runs") == [(d, 42.0)]

@@ -1,0 +1,226 @@
+import re
+
+import pytest
+
+from tests.conftest import csrf_token
+
+
+def add_run(sql, status="queued", job_type="jobsweb.noop", error=None, stack=None, payload="{}",
+            definition_id=None, attempts=0, created="now()"):
+    return sql(f"""INSERT INTO job_runs (job_type, status, last_error, error_type, last_stack, payload,
+                                        definition_id, attempts, created_at)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {created}) RETURNING id""",
+               [job_type, status, error, "RuntimeError" if error else None, stack, payload,
+                definition_id, attempts])[0][0]
+
+
+def run_ids(html):
+    return [int(n) for n in re.findall(r'href="/runs/(\d+)"', html)]
+
+
+def test_the_list_shows_newest_first_and_filters_by_several_statuses(sign_in, sql):
+    client = sign_in("viewer")
+    queued, dead, done, failed = (add_run(sql, s) for s in ("queued", "dead", "succeeded", "failed"))
+    assert run_ids(client.get("/runs").get_data(as_text=True)) == [failed, done, dead, queued]
+    html = client.get("/runs?status=dead&status=failed").get_data(as_text=True)
+    assert run_ids(html) == [failed, dead]
+
+
+def test_it_filters_by_job_type_definition_error_text_and_time(sign_in, sql):
+    client = sign_in("viewer")
+    [(definition,)] = sql("INSERT INTO job_definitions (name, job_type) VALUES ('nightly', 'jobsweb.noop') RETURNING id")
+    typed = add_run(sql, job_type="jobsweb.sleep")
+    defined = add_run(sql, definition_id=definition)
+    errored = add_run(sql, "failed", error="KeyError: 'invoice_100%'")
+    old = add_run(sql, created="now() - interval '3 days'")
+    assert run_ids(client.get("/runs?job_type=jobsweb.sleep").get_data(as_text=True)) == [typed]
+    assert run_ids(client.get(f"/runs?definition={definition}").get_data(as_text=True)) == [defined]
+    assert run_ids(client.get("/runs?q=invoice_100%25").get_data(as_text=True)) == [errored]
+    assert run_ids(client.get("/runs?q=invoice_1000").get_data(as_text=True)) == []
+    assert run_ids(client.get("/runs?until=2000-01-01T00:00").get_data(as_text=True)) == []
+    recent = client.get("/runs", query_string={"since": "2001-01-01T00:00"}).get_data(as_text=True)
+    assert old in run_ids(recent)
+    [(day,)] = sql("SELECT to_char(now() - interval '1 day', 'YYYY-MM-DD\"T\"HH24:MI') ")
+    assert old not in run_ids(client.get("/runs", query_string={"since": day}).get_data(as_text=True))
+
+
+@pytest.mark.parametrize("query, words", [
+    ("status=bogus", "status"), ("definition=abc", "definition"), ("since=yesterday", "since"),
+    ("before=-1", "before"), ("q=" + "x" * 201, "longer than"),
+    ("status=%3Cscript%3Ealert(1)%3C/script%3E", "status"),
+])
+def test_bad_filter_values_are_a_400_with_a_message(sign_in, query, words):
+    client = sign_in("viewer")
+    response = client.get(f"/runs?{query}")
+    assert response.status_code == 400
+    html = response.get_data(as_text=True)
+    assert words in html and "<script>alert" not in html
+    htmx = client.get(f"/runs?{query}", headers={"HX-Request": "true"})
+    assert htmx.status_code == 400 and "<html" not in htmx.get_data(as_text=True)
+
+
+def test_keyset_pages_cover_every_run_once(sign_in, sql):
+    client = sign_in("viewer")
+    sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', 'dead' FROM generate_series(1, 120)")
+    seen, url = [], "/runs?status=dead"
+    while url:
+        html = client.get(url).get_data(as_text=True)
+        seen += run_ids(html)
+        older = re.search(r'href="([^"]+)" rel="next"', html)
+        url = older.group(1).replace("&amp;", "&") if older else None
+    assert seen == list(range(120, 0, -1))
+    assert "status=dead" in client.get("/runs?status=dead&before=71").get_data(as_text=True)
+
+
+def test_htmx_gets_only_the_table_and_live_mode_polls(sign_in, sql):
+    client = sign_in("viewer")
+    add_run(sql)
+    response = client.get("/runs?live=1", headers={"HX-Request": "true"})
+    html = response.get_data(as_text=True)
+    assert "HX-Request" in response.headers["Vary"]
+    assert html.lstrip().startswith("<section") and "<html" not in html
+    assert 'hx-trigger="every 3s"' in html
+    assert 'hx-trigger="every 3s"' not in client.get("/runs", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert "<html" in client.get("/runs?live=1").get_data(as_text=True)
+
+
+def test_hostile_errors_and_payloads_are_escaped(sign_in, sql):
+    client = sign_in("viewer")
+    run = add_run(sql, "dead", error="<script>alert('e')</script>", stack="Traceback <script>x()</script>",
+                  payload='{"note": "<script>alert(1)</script>", "<img src=x onerror=y>": 1}')
+    for path in ("/runs", f"/runs/{run}", "/"):
+        html = client.get(path).get_data(as_text=True)
+        assert "<script>alert" not in html and "<script>x()" not in html and "<img src=x" not in html
+    detail = client.get(f"/runs/{run}").get_data(as_text=True)
+    assert "&lt;script&gt;alert" in detail and "Traceback &lt;script&gt;x()" in detail
+
+
+def test_secret_looking_payload_keys_are_masked(sign_in, sql):
+    client = sign_in("viewer")
+    run = add_run(sql, payload='{"user": "ann", "password": "hunter2", "stripe": {"api_key": "sk_live_1"},'
+                               ' "items": [{"access_token": "tok"}]}')
+    html = client.get(f"/runs/{run}").get_data(as_text=True)
+    assert "ann" in html
+    assert "hunter2" not in html and "sk_live_1" not in html and "tok\"" not in html
+    assert html.count("••••••") == 3
+
+
+def test_the_run_page_shows_the_attempts_timeline_and_the_last_stack(sign_in, sql):
+    client = sign_in("viewer")
+    run = add_run(sql, "dead", error="boom", stack="Traceback: line 1 boom", attempts=2)
+    sql("""INSERT INTO job_attempts (run_id, attempt, worker, started_at, outcome, error_type, error, stack)
+           VALUES (%(r)s, 1, 'w1', now(), 'failed', 'RuntimeError', 'first boom', 's1'),
+                  (%(r)s, 2, 'w2', now(), 'failed', 'RuntimeError', 'boom', 'Traceback: line 1 boom')""", {"r": run})
+    html = client.get(f"/runs/{run}").get_data(as_text=True)
+    assert "Attempt 2" in html and "Attempt 1" in html and "first boom" in html and "w2" in html
+    assert "<details class=\"stack\" open>" in html and "Traceback: line 1 boom" in html
+    assert client.get("/runs/999999").status_code == 404
+
+
+def test_an_operator_retries_a_dead_run_keeping_its_history(sign_in, sql):
+    client = sign_in("operator")
+    run = add_run(sql, "dead", error="boom", attempts=5)
+    sql("UPDATE job_runs SET run_at = now() - interval '1 day', finished_at = now(), locked_by = 'w' WHERE id = %s", [run])
+    response = client.post(f"/runs/{run}/retry", data={"csrf_token": csrf_token(client, "/")})
+    assert response.status_code == 302
+    [(status, due, locked_by, finished, attempts, error)] = sql(
+        "SELECT status, run_at > now() - interval '1 minute', locked_by, finished_at, attempts, last_error "
+        "FROM job_runs WHERE id = %s", [run])
+    assert (status, due, locked_by, finished, attempts, error) == ("queued", True, None, None, 5, "boom")
+    html = client.get(f"/runs/{run}").get_data(as_text=True)
+    assert "is queued again" in html and "operator@example.com" in html and "retry" in html
+
+
+def test_retry_of_a_queued_run_changes_nothing(sign_in, sql):
+    client = sign_in("operator")
+    run = add_run(sql, "running")
+    client.post(f"/runs/{run}/retry", data={"csrf_token": csrf_token(client, "/")})
+    assert sql("SELECT status FROM job_runs WHERE id = %s", [run]) == [("running",)]
+
+
+def test_cancel_ends_a_queued_run_and_asks_a_running_one_to_stop(sign_in, sql):
+    client = sign_in("operator")
+    queued, running = add_run(sql, "queued"), add_run(sql, "running")
+    token = csrf_token(client, "/")
+    client.post(f"/runs/{queued}/cancel", data={"csrf_token": token})
+    client.post(f"/runs/{running}/cancel", data={"csrf_token": token})
+    rows = sql("SELECT id, status, cancel_requested_at IS NOT NULL, finished_at IS NOT NULL FROM job_runs ORDER BY id")
+    assert rows == [(queued, "cancelled", False, True), (running, "running", True, False)]
+    assert "stopping" in client.get(f"/runs/{running}").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("path", ["/runs/1/retry", "/runs/1/cancel", "/runs/bulk"])
+def test_viewers_cannot_act_and_posts_need_the_csrf_token(sign_in, sql, path):
+    add_run(sql, "dead")
+    client = sign_in("viewer")
+    token = csrf_token(client, "/")
+    assert client.post(path, data={"csrf_token": token, "action": "retry", "ids": "1"}).status_code == 403
+    client.get("/sign-out")
+    operator = sign_in("operator")
+    assert operator.post(path, data={"action": "retry", "ids": "1"}).status_code == 400
+    assert operator.post(path, data={"action": "retry", "ids": "1"},
+                         headers={"X-CSRFToken": "forged"}).status_code == 400
+    assert sql("SELECT status FROM job_runs") == [("dead",)]
+
+
+def test_htmx_posts_carry_the_token_in_a_header(sign_in, sql):
+    client = sign_in("operator")
+    run = add_run(sql, "dead")
+    response = client.post(f"/runs/{run}/retry", headers={"X-CSRFToken": csrf_token(client, "/"),
+                                                          "HX-Request": "true"})
+    assert response.status_code == 204 or response.status_code == 302
+    assert sql("SELECT status FROM job_runs") == [("queued",)]
+
+
+def test_bulk_retry_of_selected_rows(sign_in, sql):
+    client = sign_in("operator")
+    a, b, c = add_run(sql, "dead"), add_run(sql, "dead"), add_run(sql, "succeeded")
+    response = client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "retry",
+                                               "ids": [str(a), str(c)]})
+    assert response.status_code == 302
+    assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(a, "queued"), (b, "dead"), (c, "succeeded")]
+    assert "Retried 1 run." in client.get(response.headers["Location"]).get_data(as_text=True)
+
+
+def test_bulk_retry_of_everything_matching_works_in_batches(app, sign_in, sql):
+    app.config["JOBSWEB_BULK_BATCH"] = 7
+    client = sign_in("operator")
+    sql("INSERT INTO job_runs (job_type, status, last_error) SELECT 'jobsweb.noop', 'dead', 'timeout talking to bank' FROM generate_series(1, 30)")
+    sql("INSERT INTO job_runs (job_type, status, last_error) SELECT 'jobsweb.noop', 'dead', 'other' FROM generate_series(1, 4)")
+    add_run(sql, "succeeded", error="timeout talking to bank")
+    response = client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "retry-all",
+                                               "q": "bank"})
+    assert response.status_code == 302 and "q=bank" in response.headers["Location"]
+    assert dict(sql("SELECT last_error || ' ' || status, count(*) FROM job_runs GROUP BY 1")) == {
+        "timeout talking to bank queued": 30, "other dead": 4, "timeout talking to bank succeeded": 1}
+    [(detail,)] = sql("SELECT detail FROM audit_log WHERE action = 'bulk_retry'")
+    assert detail["changed"] == 30 and detail["scope"] == "matching"
+
+
+def test_matching_ids_come_in_batches(app, sql):
+    from jobsweb.runlist import RunFilter, matching_ids_in_batches
+
+    sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', 'failed' FROM generate_series(1, 16)")
+    with app.app_context():
+        sizes = [len(ids) for ids in matching_ids_in_batches(RunFilter(), ("failed",), 5)]
+    assert sizes == [5, 5, 5, 1]
+
+
+def test_bulk_cancel_of_a_filter_cancels_waiting_runs_and_requests_running_ones(sign_in, sql):
+    client = sign_in("operator")
+    for status in ("queued", "failed", "running", "succeeded"):
+        add_run(sql, status, job_type="jobsweb.sleep")
+    add_run(sql, "queued", job_type="jobsweb.noop")
+    client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "cancel-all",
+                                    "job_type": "jobsweb.sleep"})
+    assert sql("SELECT status, cancel_requested_at IS NOT NULL FROM job_runs ORDER BY id") == [
+        ("cancelled", False), ("cancelled", False), ("running", True), ("succeeded", False), ("queued", False)]
+
+
+def test_bulk_refuses_a_bad_action_or_selection(sign_in):
+    client = sign_in("operator")
+    token = csrf_token(client, "/")
+    assert client.post("/runs/bulk", data={"csrf_token": token, "action": "drop"}).status_code == 400
+    assert client.post("/runs/bulk", data={"csrf_token": token, "action": "retry"}).status_code == 400
+    assert client.post("/runs/bulk", data={"csrf_token": token, "action": "retry",
+                                           "ids": "1;drop"}).status_code == 400
