@@ -42,10 +42,7 @@ def index():
 
 
 def _definition_or_404(definition_id):
-    definition = db.session.get(JobDefinition, definition_id)
-    if definition is None:
-        abort(404, f"There is no definition {definition_id}.")
-    return definition
+    return db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
 
 
 @bp.get("/<int:definition_id>")

@@ -70,10 +70,7 @@ def bulk():
 
 
 def _run_or_404(run_id):
-    run = db.session.get(JobRun, run_id)
-    if run is None:
-        abort(404, f"There is no run {run_id}.")
-    return run
+    return db.get_or_404(JobRun, run_id, description=f"There is no run {run_id}.")
 
 
 @bp.get("/<int:run_id>")
