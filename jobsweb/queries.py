@@ -125,19 +125,28 @@ definitions_locked AS (
     FOR NO KEY UPDATE
 ),
 -- A definition's state follows its newest finished run; failure_count counts consecutive
--- dead runs and a success resets it.
+-- dead runs and a success resets it. One batch may hold several runs of a definition, so
+-- only the dead runs newer than the batch's newest success count (successes_after = 0),
+-- added to the old count only when the batch holds no success at all.
 definition_state AS (
     UPDATE job_definitions d
     SET last_run_at = s.started_at,
         last_status = s.status,
         last_duration_ms = s.duration_ms,
-        failure_count = CASE WHEN s.status = 'succeeded' THEN 0 ELSE d.failure_count + s.deaths END
+        failure_count = CASE WHEN s.any_success THEN 0 ELSE d.failure_count END + s.deaths
     FROM (
         SELECT DISTINCT ON (definition_id) definition_id, status, started_at,
                (extract(epoch FROM now() - started_at) * 1000)::bigint AS duration_ms,
-               count(*) FILTER (WHERE status = 'dead') OVER (PARTITION BY definition_id) AS deaths
-        FROM finished
-        WHERE definition_id IS NOT NULL AND status IN ('succeeded', 'dead')
+               count(*) FILTER (WHERE status = 'dead' AND successes_after = 0)
+                   OVER (PARTITION BY definition_id) AS deaths,
+               bool_or(status = 'succeeded') OVER (PARTITION BY definition_id) AS any_success
+        FROM (
+            SELECT definition_id, id, status, started_at,
+                   count(*) FILTER (WHERE status = 'succeeded')
+                       OVER (PARTITION BY definition_id ORDER BY id DESC) AS successes_after
+            FROM finished
+            WHERE definition_id IS NOT NULL AND status IN ('succeeded', 'dead')
+        ) newest_first
         ORDER BY definition_id, id DESC
     ) s
     JOIN definitions_locked l ON l.id = s.definition_id

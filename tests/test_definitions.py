@@ -92,6 +92,35 @@ def test_consecutive_dead_runs_make_a_definition_failing(app, sql):
         assert [d.name for d in definitions.failing()] == ["always-fails"]
 
 
+def _finish_in_one_batch(sql, outcomes):
+    """Write (run_id, outcome, give_up) attempts of running runs with one FINISH_RUNS call."""
+    from jobsweb.execution import Outcome
+    from jobsweb.worker import finish_params
+
+    sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'w', started_at = now()")
+    sql(queries.FINISH_RUNS, finish_params([
+        Outcome(run_id, "jobsweb.noop", 1, "w", outcome, error="boom" if give_up else None, give_up=give_up)
+        for run_id, outcome, give_up in outcomes]))
+
+
+def test_only_dead_runs_after_the_newest_success_in_a_batch_count_as_consecutive_failures(app, sql):
+    define(app)
+    sql("UPDATE job_definitions SET failure_count = 3")
+    with app.app_context():
+        succeeded, died = definitions.run_now("nightly-report"), definitions.run_now("nightly-report")
+    _finish_in_one_batch(sql, [(succeeded, "succeeded", False), (died, "failed", True)])
+    assert sql("SELECT last_status, failure_count FROM job_definitions") == [("dead", 1)]
+
+
+def test_dead_runs_in_a_batch_without_a_success_add_to_the_failure_count(app, sql):
+    define(app)
+    sql("UPDATE job_definitions SET failure_count = 3")
+    with app.app_context():
+        first, second = definitions.run_now("nightly-report"), definitions.run_now("nightly-report")
+    _finish_in_one_batch(sql, [(first, "failed", True), (second, "failed", True)])
+    assert sql("SELECT last_status, failure_count FROM job_definitions") == [("dead", 5)]
+
+
 def test_a_definition_is_overdue_when_its_slot_is_past_grace_and_nothing_is_queued(app, sql):
     define(app, "late")
     define(app, "within-grace")
