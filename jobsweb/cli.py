@@ -113,6 +113,7 @@ def define_command(name, job_type, schedule, timezone, payload, max_attempts, ov
         payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
                                         max_attempts=max_attempts, overlap=overlap, misfire=misfire)
+        db.session.commit()
         words = Schedule(definition.schedule, definition.timezone).describe()
     click.echo(f"{definition.name}: {words}; next run {_when(definition.next_run_at, definition.timezone)}")
 
@@ -123,6 +124,7 @@ def pause_command(name):
     """Stop creating runs for NAME (runs already queued still run)."""
     with plain_errors():
         definitions.pause(name)
+        db.session.commit()
     click.echo(f"{name}: paused")
 
 
@@ -132,6 +134,7 @@ def resume_command(name):
     """Create runs for NAME again, from its next slot."""
     with plain_errors():
         definition = definitions.resume(name)
+        db.session.commit()
     click.echo(f"{name}: resumed; next run {_when(definition.next_run_at, definition.timezone)}")
 
 
@@ -141,6 +144,7 @@ def run_now_command(name):
     """Create a run of NAME due now, outside its schedule, and print its id."""
     with plain_errors():
         run_id = definitions.run_now(name)
+        db.session.commit()
     click.echo(run_id)
 
 

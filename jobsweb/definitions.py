@@ -3,6 +3,9 @@ overdue and failing lists that the admin screen and alerts read.
 
 Every input is checked before anything is written, and each error names its field. Slot
 times come from the database clock (`now()` of the same transaction).
+
+define, pause, resume and run_now write in the caller's db.session and leave the commit to
+the caller, so that a change and what goes with it (the admin's audit entry) commit together.
 """
 
 from flask import current_app
@@ -65,8 +68,8 @@ def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attemp
         "updated_at": func.now(),
     }).returning(table.c.id)
     definition_id = db.session.execute(stmt).scalar_one()
-    db.session.commit()
-    return db.session.get(JobDefinition, definition_id)
+    # populate_existing: the caller may hold this definition already, loaded before the upsert.
+    return db.session.get(JobDefinition, definition_id, populate_existing=True)
 
 
 def get(name):
@@ -87,7 +90,6 @@ def pause(name):
     definition = _locked(name)
     definition.enabled = False
     definition.updated_at = func.now()
-    db.session.commit()
     return definition
 
 
@@ -99,7 +101,6 @@ def resume(name):
         definition.next_run_at = Schedule(definition.schedule, definition.timezone).next_after(now)
         definition.enabled = True
         definition.updated_at = func.now()
-    db.session.commit()
     return definition
 
 
@@ -111,7 +112,7 @@ def run_now(name):
                  timeout_seconds=definition.timeout_seconds, lease_seconds=definition.lease_seconds,
                  backoff_base=definition.backoff_base, backoff_cap=definition.backoff_cap)
     db.session.add(run)
-    db.session.commit()
+    db.session.flush()  # assigns run.id
     return run.id
 
 

@@ -1,6 +1,7 @@
 """Fixtures: a real PostgreSQL started by the suite, migrated once; each test on empty tables."""
 
 import os
+from contextlib import contextmanager
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,16 @@ def spawn_worker(database_url_for_tests):
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@contextmanager
+def committed(app):
+    """An app context whose session is committed at the end, as a CLI command or a view does."""
+    from jobsweb.db import db
+
+    with app.app_context():
+        yield
+        db.session.commit()
 
 
 def wait_for(check, timeout=30.0, interval=0.05, message="condition"):

@@ -3,18 +3,19 @@ import pytest
 from jobsweb import InvalidInput, definitions, queries
 from jobsweb.db import conninfo, db
 from jobsweb.worker import Worker
+from tests.conftest import committed
 
 
 def define(app, name="nightly-report", **kwargs):
     kwargs.setdefault("job_type", "jobsweb.noop")
     kwargs.setdefault("schedule", "0 6 * * *")
-    with app.app_context():
+    with committed(app):
         return definitions.define(name, **kwargs).id
 
 
 def run_worker(app):
     """One cron tick in this process: run until nothing is due."""
-    with app.app_context():
+    with committed(app):
         Worker(app, conninfo(db.engine), concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
 
 
@@ -47,12 +48,12 @@ def test_defining_a_new_schedule_moves_the_next_slot(app, sql):
 
 def test_pause_stops_a_definition_and_resume_restarts_it_from_the_next_future_slot(app, sql):
     define(app, schedule="@every 1h")
-    with app.app_context():
+    with committed(app):
         definitions.pause("nightly-report")
     sql("UPDATE job_definitions SET next_run_at = now() - interval '1 hour'")
     run_worker(app)
     assert sql("SELECT count(*) FROM job_runs") == [(0,)]
-    with app.app_context():
+    with committed(app):
         definitions.resume("nightly-report")
     assert sql("SELECT enabled, next_run_at > now() FROM job_definitions") == [(True, True)]
 
@@ -60,7 +61,7 @@ def test_pause_stops_a_definition_and_resume_restarts_it_from_the_next_future_sl
 def test_run_now_creates_a_run_due_now_without_moving_the_schedule(app, sql):
     define(app, max_attempts=7)
     [(before,)] = sql("SELECT next_run_at FROM job_definitions")
-    with app.app_context():
+    with committed(app):
         run_id = definitions.run_now("nightly-report")
     assert sql("SELECT status, max_attempts, scheduled_for, run_at <= now() FROM job_runs WHERE id = %s",
                [run_id]) == [("queued", 7, None, True)]
@@ -70,7 +71,7 @@ def test_run_now_creates_a_run_due_now_without_moving_the_schedule(app, sql):
 def test_a_finished_run_updates_the_definition_state(app, sql):
     define(app)
     sql("UPDATE job_definitions SET failure_count = 3")
-    with app.app_context():
+    with committed(app):
         definitions.run_now("nightly-report")
     run_worker(app)
     [(status, failures, has_last_run, duration)] = sql(
@@ -83,12 +84,12 @@ def test_consecutive_dead_runs_make_a_definition_failing(app, sql):
     define(app, "always-fails", job_type="jobsweb.fail", payload={"permanent": True})
     define(app, "fine")
     for expected in (1, 2):
-        with app.app_context():
+        with committed(app):
             definitions.run_now("always-fails")
         run_worker(app)
         assert sql("SELECT last_status, failure_count FROM job_definitions WHERE name = 'always-fails'") == [
             ("dead", expected)]
-    with app.app_context():
+    with committed(app):
         assert [d.name for d in definitions.failing()] == ["always-fails"]
 
 
@@ -106,7 +107,7 @@ def _finish_in_one_batch(sql, outcomes):
 def test_only_dead_runs_after_the_newest_success_in_a_batch_count_as_consecutive_failures(app, sql):
     define(app)
     sql("UPDATE job_definitions SET failure_count = 3")
-    with app.app_context():
+    with committed(app):
         succeeded, died = definitions.run_now("nightly-report"), definitions.run_now("nightly-report")
     _finish_in_one_batch(sql, [(succeeded, "succeeded", False), (died, "failed", True)])
     assert sql("SELECT last_status, failure_count FROM job_definitions") == [("dead", 1)]
@@ -115,7 +116,7 @@ def test_only_dead_runs_after_the_newest_success_in_a_batch_count_as_consecutive
 def test_dead_runs_in_a_batch_without_a_success_add_to_the_failure_count(app, sql):
     define(app)
     sql("UPDATE job_definitions SET failure_count = 3")
-    with app.app_context():
+    with committed(app):
         first, second = definitions.run_now("nightly-report"), definitions.run_now("nightly-report")
     _finish_in_one_batch(sql, [(first, "failed", True), (second, "failed", True)])
     assert sql("SELECT last_status, failure_count FROM job_definitions") == [("dead", 5)]
@@ -128,7 +129,7 @@ def test_a_definition_is_overdue_when_its_slot_is_past_grace_and_nothing_is_queu
     define(app, "paused")
     sql("UPDATE job_definitions SET next_run_at = now() - interval '10 minutes' WHERE name <> 'within-grace'")
     sql("UPDATE job_definitions SET next_run_at = now() - interval '1 minute' WHERE name = 'within-grace'")
-    with app.app_context():
+    with committed(app):
         definitions.run_now("running-late")
         definitions.pause("paused")
         assert [d.name for d in definitions.overdue()] == ["late"]
@@ -136,7 +137,7 @@ def test_a_definition_is_overdue_when_its_slot_is_past_grace_and_nothing_is_queu
 
 def test_per_definition_settings_reach_the_runs_it_creates(app, sql):
     define(app, timeout=30, lease=90, backoff_base=2, backoff_cap=20, max_attempts=4)
-    with app.app_context():
+    with committed(app):
         definitions.run_now("nightly-report")
     assert sql("SELECT max_attempts, timeout_seconds, lease_seconds, backoff_base, backoff_cap FROM job_runs") == [
         (4, 30, 90, 2, 20)]
@@ -165,14 +166,14 @@ def test_define_refuses_invalid_input_naming_the_field_and_writes_nothing(app, s
 
 @pytest.mark.parametrize("action", [definitions.pause, definitions.resume, definitions.run_now])
 def test_actions_on_an_unknown_name_say_so(app, action):
-    with app.app_context(), pytest.raises(InvalidInput) as caught:
+    with committed(app), pytest.raises(InvalidInput) as caught:
         action("nope")
     assert caught.value.field == "name"
 
 
 def test_a_definitions_timeout_ends_its_runs_even_when_the_job_type_has_none(app, sql):
     define(app, job_type="test.stubborn", payload={"seconds": 1}, timeout=0.2, max_attempts=1)
-    with app.app_context():
+    with committed(app):
         definitions.run_now("nightly-report")
     run_worker(app)
     assert sql("SELECT status, error_type FROM job_runs") == [("dead", "timeout")]
@@ -180,7 +181,7 @@ def test_a_definitions_timeout_ends_its_runs_even_when_the_job_type_has_none(app
 
 def test_a_definitions_lease_is_what_the_claim_holds_its_runs_for(app, sql):
     define(app, lease=600)
-    with app.app_context():
+    with committed(app):
         definitions.run_now("nightly-report")
     sql(queries.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1})
     assert sql("SELECT extract(epoch FROM locked_until - started_at)::int FROM job_runs") == [(600,)]

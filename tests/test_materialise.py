@@ -4,19 +4,20 @@ from jobsweb import definitions, queries
 from jobsweb.db import conninfo, db
 from jobsweb.link import Link
 from jobsweb.materialise import CATCH_UP_LIMIT, materialise_due
+from tests.conftest import committed
 
 
 @pytest.fixture
 def materialise(app):
     """Run the materialising step of a tick, as a worker does, on its own connection."""
-    with app.app_context():
+    with committed(app):
         link = Link(conninfo(db.engine))
     yield lambda: materialise_due(link)
     link.close()
 
 
 def define(app, name="hourly", schedule="@every 1h", **kwargs):
-    with app.app_context():
+    with committed(app):
         return definitions.define(name, "jobsweb.noop", schedule, **kwargs).id
 
 
@@ -108,7 +109,7 @@ def test_a_long_outage_of_a_frequent_schedule_writes_a_bounded_number_of_rows(ap
 
 def test_overlap_skip_records_a_skipped_slot_while_the_previous_run_is_queued(app, sql, materialise):
     define(app)
-    with app.app_context():
+    with committed(app):
         previous = definitions.run_now("hourly")
     outage(sql, 0)
     materialise()
@@ -118,7 +119,7 @@ def test_overlap_skip_records_a_skipped_slot_while_the_previous_run_is_queued(ap
 
 def test_overlap_allow_runs_alongside_the_previous_run(app, sql, materialise):
     define(app, overlap="allow")
-    with app.app_context():
+    with committed(app):
         definitions.run_now("hourly")
     outage(sql, 0)
     materialise()
@@ -127,7 +128,7 @@ def test_overlap_allow_runs_alongside_the_previous_run(app, sql, materialise):
 
 def test_overlap_queue_creates_a_run_that_is_claimed_only_after_the_previous_finishes(app, sql, materialise):
     define(app, overlap="queue")
-    with app.app_context():
+    with committed(app):
         previous = definitions.run_now("hourly")
     outage(sql, 0)
     materialise()
@@ -164,7 +165,7 @@ def test_the_unique_slot_refuses_a_second_run_for_one_slot(app, sql, materialise
 
 def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(app, sql, spawn_worker):
     """Every second, ten definitions fall due while four real workers race for them."""
-    with app.app_context():
+    with committed(app):
         for n in range(10):
             definitions.define(f"every-second-{n}", "test.record", "@every 1s", misfire="all",
                                overlap="allow")
