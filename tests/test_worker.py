@@ -1,7 +1,5 @@
 """The worker loop, run in this process: outcomes, retries, timeouts, guards, leases."""
 
-import pytest
-
 from jobsweb import enqueue, queries
 from jobsweb.db import conninfo, db
 from jobsweb.worker import Worker, finish_params

@@ -8,7 +8,7 @@ import json
 import zoneinfo
 from functools import cache
 
-from flask import Blueprint, abort, current_app, flash, request, url_for
+from flask import Blueprint, current_app, flash, request, url_for
 
 from .. import audit, handlers
 from ..auth import role_required
@@ -113,9 +113,7 @@ def create():
 @role_required("admin")
 def edit(definition_id):
     """Change a definition (not its name); an unchanged schedule keeps its pending slot."""
-    definition = db.session.get(JobDefinition, definition_id)
-    if definition is None:
-        abort(404, f"There is no definition {definition_id}.")
+    definition = db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
     form = _form(definition)
     form.name.data = definition.name
     if form.validate_on_submit() and (saved := _save(form, definition)) is not None:
