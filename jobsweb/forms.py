@@ -4,6 +4,9 @@ from flask_wtf import FlaskForm
 from wtforms import EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
 from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
+from .definitions import DEFAULT_GRACE
+from .models import MISFIRE_POLICIES, OVERLAP_POLICIES, ROLES
+
 
 class SignInForm(FlaskForm):
     email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
@@ -23,7 +26,7 @@ class EnqueueForm(FlaskForm):
 
 class UserForm(FlaskForm):
     email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
-    role = SelectField("Role", choices=["viewer", "operator", "admin"],
+    role = SelectField("Role", choices=list(ROLES),
                        description="Viewers read; operators also act on runs; admins also manage "
                                    "definitions and users.")
     password = PasswordField("Password", validators=[DataRequired(), Length(min=8, max=200)],
@@ -46,9 +49,9 @@ class DefinitionForm(FlaskForm):
     backoff_cap = FloatField("Retry delay cap (s)", validators=[Optional(), NumberRange(min=0.001)])
     timeout = FloatField("Timeout (s)", validators=[Optional(), NumberRange(min=0.001)],
                          description="Empty: the job type's timeout, if any.")
-    overlap = SelectField("If the previous run is still going", default="skip", choices=[
-        "skip", "queue", "allow"], description="skip this slot · queue it after · allow both")
-    misfire = SelectField("After downtime", default="latest", choices=["latest", "all", "skip"],
+    overlap = SelectField("If the previous run is still going", default="skip", choices=list(OVERLAP_POLICIES),
+                          description="skip this slot · queue it after · allow both")
+    misfire = SelectField("After downtime", default="latest", choices=list(MISFIRE_POLICIES),
                           description="run the latest missed slot · run all · skip them")
-    grace_seconds = IntegerField("Grace (s)", default=300, validators=[Optional(), NumberRange(min=0)],
+    grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0)],
                                  description="How late a slot may be before it counts as overdue.")

@@ -11,7 +11,9 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from htmx_flask import Htmx
 from markupsafe import Markup
 
+from .errors import InvalidInput
 from .runlist import BadFilter
+from .schedule import Schedule
 
 csrf = CSRFProtect()
 htmx = Htmx()
@@ -103,9 +105,6 @@ def duration(start, end):
 
 def describe_schedule(definition):
     """A definition's schedule in words, or None when it has none (or one written invalid in SQL)."""
-    from .errors import InvalidInput
-    from .schedule import Schedule
-
     try:
         return Schedule(definition.schedule, definition.timezone).describe()
     except InvalidInput:

@@ -10,12 +10,15 @@ from functools import cache
 
 from flask import Blueprint, current_app, flash, request, url_for
 
-from .. import audit, handlers
+from .. import audit, definitions, handlers
 from ..auth import role_required
 from ..db import db
+from ..definitions import DEFAULT_GRACE
+from ..enqueuing import parse_payload
 from ..errors import InvalidInput
 from ..forms import DefinitionForm
 from ..models import JobDefinition
+from ..schedule import Schedule, next_fire_times
 from ..web import redirect_to, render
 
 bp = Blueprint("definition_form", __name__, url_prefix="/definitions")
@@ -46,8 +49,6 @@ def _form(definition=None):
 
 def preview(schedule, timezone):
     """(words, next fire times, error) for the schedule preview."""
-    from ..schedule import Schedule, next_fire_times
-
     try:
         words = Schedule(schedule, timezone).describe()
         return words, next_fire_times(schedule, timezone, PREVIEW_FIRE_TIMES), None
@@ -67,16 +68,13 @@ def schedule_preview():
 
 def _save(form, definition=None):
     """define() from the form; InvalidInput goes onto the field it names. Returns the definition."""
-    from .. import definitions
-    from ..enqueuing import parse_payload
-
     try:
         payload = parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         return definitions.define(
             definition.name if definition else form.name.data, form.job_type.data, form.schedule.data,
             timezone=form.timezone.data, payload=payload, max_attempts=form.max_attempts.data,
             overlap=form.overlap.data, misfire=form.misfire.data,
-            grace_seconds=300 if form.grace_seconds.data is None else form.grace_seconds.data,
+            grace_seconds=DEFAULT_GRACE if form.grace_seconds.data is None else form.grace_seconds.data,
             timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data)
     except InvalidInput as exc:
         field = {"n": "schedule"}.get(exc.field, exc.field)
