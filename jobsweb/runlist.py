@@ -78,8 +78,7 @@ class RunFilter:
         if self.until:
             where.append(JobRun.created_at < self.until)
         if self.text:
-            pattern = "%" + self.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            where.append(JobRun.last_error.ilike(pattern, escape="\\"))
+            where.append(JobRun.last_error.icontains(self.text, autoescape=True))
         return where
 
 
