@@ -24,6 +24,20 @@ def test_the_dashboard_shows_counts_the_queue_problems_and_the_chart(sign_in, sq
     assert fragment.lstrip().startswith('<div id="dashboard"')
 
 
+def test_the_hourly_chart_has_24_buckets_ending_in_the_database_clocks_current_hour(app, sql):
+    from jobsweb import stats
+
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop'), ('jobsweb.noop'), ('jobsweb.noop')")
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, finished_at) VALUES "
+        "(1, 1, 'succeeded', now()), (2, 1, 'failed', now() - interval '3 hours'), "
+        "(3, 1, 'succeeded', now() - interval '2 days')")
+    with app.app_context():
+        chart = stats.hourly_chart()
+    [(current_hour,)] = sql("SELECT date_trunc('hour', now())")
+    assert len(chart) == 24 and chart[-1][0] == current_hour
+    assert [tuple(bucket[1:]) for bucket in chart] == [(0, 0)] * 20 + [(0, 1), (0, 0), (0, 0), (1, 0)]
+
+
 def test_status_counts_are_estimated_on_a_big_table(app, sql, monkeypatch):
     from jobsweb import stats
 
