@@ -68,13 +68,8 @@ def time_ago(moment, now=None):
         return "—"
     now = now or datetime.now(timezone.utc)
     seconds = (now - moment).total_seconds()
-    ahead = seconds < 0
-    seconds = abs(seconds)
-    for limit, size, unit in ((60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h"), (None, 86400, "d")):
-        if limit is None or seconds < limit:
-            amount = f"{int(seconds // size)} {unit}"
-            break
-    return f"in {amount}" if ahead else f"{amount} ago"
+    amount = seconds_words(abs(seconds))
+    return f"in {amount}" if seconds < 0 else f"{amount} ago"
 
 
 def seconds_words(seconds):

@@ -170,3 +170,16 @@ def test_viewers_cannot_pause_or_run_definitions(sign_in, definition, sql):
     assert client.post(f"/definitions/{d}/pause", data={"csrf_token": token}).status_code == 403
     assert client.post(f"/definitions/{d}/run-now", data={"csrf_token": token}).status_code == 403
     assert sql("SELECT count(*) FROM job_runs") == [(0,)]
+
+
+def test_times_read_as_words_before_and_after_now():
+    from datetime import datetime, timedelta, timezone
+
+    from jobsweb.web import time_ago
+
+    now = datetime(2026, 11, 21, 12, tzinfo=timezone.utc)
+    assert time_ago(now - timedelta(seconds=45), now) == "45 s ago"
+    assert time_ago(now - timedelta(minutes=3, seconds=10), now) == "3 min ago"
+    assert time_ago(now + timedelta(hours=2, minutes=5), now) == "in 2 h"
+    assert time_ago(now - timedelta(days=3), now) == "3 d ago"
+    assert time_ago(None, now) == "—"
