@@ -60,6 +60,8 @@ SETTINGS = {
     "JOBSWEB_DEFAULT_TIMEOUT": (None, _optional_seconds),
     "JOBSWEB_ERROR_MAX_CHARS": (2000, _positive_int),
     "JOBSWEB_STACK_MAX_CHARS": (20000, _positive_int),
+    # Runs per transaction when the admin retries or cancels everything matching a filter.
+    "JOBSWEB_BULK_BATCH": (1000, _positive_int),
     # Payload keys containing any of these words are masked on every admin page.
     "JOBSWEB_MASK_KEYS": (["password", "passwd", "token", "secret", "api_key", "apikey"], _word_list),
 }

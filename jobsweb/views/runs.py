@@ -6,13 +6,12 @@ from sqlalchemy import select
 from .. import audit, handlers, run_actions, runlist
 from ..auth import role_required
 from ..db import db
-from ..models import RUN_STATUSES, JobAttempt, JobDefinition, JobRun
+from ..models import ACTIVE_STATUSES, RUN_STATUSES, JobAttempt, JobDefinition, JobRun
 from ..web import render
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
 
 BULK_SELECTED_MAX = 1000  # ids one form may name; "everything matching" has no limit
-ACTIVE = ("queued", "running", "failed")  # a run page refreshes itself while its run is one of these
 
 
 @bp.get("")
@@ -40,7 +39,7 @@ def bulk():
     if scope == "all":
         statuses = run_actions.RETRYABLE if action == "retry" else run_actions.CANCELLABLE
         batches = runlist.matching_ids_in_batches(run_filter, statuses,
-                                                  current_app.config.get("JOBSWEB_BULK_BATCH", 1000))
+                                                  current_app.config["JOBSWEB_BULK_BATCH"])
         scope = "matching"
     else:
         raw = request.form.getlist("ids")
@@ -82,7 +81,8 @@ def detail(run_id):
     definition = db.session.get(JobDefinition, run.definition_id) if run.definition_id else None
     return render("run.html", "partials/_run.html", run=run, attempts=attempts, definition=definition,
                   audit_entries=audit.entries_for("run", run_id),
-                  active=run.status in ACTIVE, retryable=run_actions.RETRYABLE,
+                  # The page polls while its run may still change.
+                  active=run.status in ACTIVE_STATUSES, retryable=run_actions.RETRYABLE,
                   cancellable=run_actions.CANCELLABLE)
 
 
