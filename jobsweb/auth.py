@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from .db import db
+from .errors import InvalidInput
 from .models import ROLES, User
 
 login_manager = LoginManager()
@@ -41,19 +42,22 @@ def check_credentials(email, password):
 
 
 def create_user(email, password, role):
-    """Add a user; ValueError with a message when the email is taken or the input is unusable."""
+    """Add a user to the session (the caller commits, with its audit entry if any).
+
+    InvalidInput names the field when the email is taken or the input is unusable.
+    """
     email = email.strip()
     if "@" not in email or len(email) > 254:
-        raise ValueError(f"{email!r} is not an email address")
+        raise InvalidInput("email", f"{email!r} is not an email address")
     if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        raise InvalidInput("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
     if len(password) < 8:
-        raise ValueError("the password must have at least 8 characters")
+        raise InvalidInput("password", "must have at least 8 characters")
     if find_user(email) is not None:
-        raise ValueError(f"a user with email {email} already exists")
+        raise InvalidInput("email", f"a user with email {email} already exists")
     user = User(email=email, password_hash=generate_password_hash(password), role=role)
     db.session.add(user)
-    db.session.commit()
+    db.session.flush()  # assigns user.id
     return user
 
 

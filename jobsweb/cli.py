@@ -199,6 +199,7 @@ def dev_command(host, port, demo):
     with plain_errors():
         upgrade()
         demo_user = ensure_demo_operator()
+        db.session.commit()
         if demo:
             for job_type, payload in DEMO_RUNS:
                 enqueue(job_type, payload)

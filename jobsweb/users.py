@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 
 from .auth import create_user
 from .db import db
+from .errors import InvalidInput
 from .models import ROLES, User
 
 users = AppGroup("users", help="Manage who may sign in to the admin screen.")
@@ -23,13 +24,16 @@ def create_command(email, role, password):
     """Create a user who can sign in with EMAIL."""
     try:
         user = create_user(email, password, role)
-    except ValueError as exc:
+    except InvalidInput as exc:
         raise click.UsageError(str(exc)) from None
+    db.session.commit()
     click.echo(f"created {user.role} {user.email}")
 
 
 def ensure_demo_operator():
-    """With no user at all, create an operator with a random password; return (email, password)."""
+    """With no user at all, add an operator with a random password; return (email, password).
+
+    The caller commits."""
     if db.session.scalar(select(func.count()).select_from(User)):
         return None
     password = secrets.token_urlsafe(12)

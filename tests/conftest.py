@@ -167,7 +167,7 @@ def make_user(app):
 
     def make(role="operator", email=None):
         email = email or f"{role}@example.com"
-        with app.app_context():
+        with committed(app):
             create_user(email, PASSWORD, role)
         return email
 

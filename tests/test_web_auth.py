@@ -92,6 +92,14 @@ def test_users_create_makes_a_user_who_can_sign_in(runner, client):
     assert response.status_code == 302
 
 
+def test_users_create_names_the_field_it_refuses_and_writes_nothing(runner, sql):
+    short = runner.invoke(args=["users", "create", "c@example.com", "--password", "short"])
+    assert short.exit_code == 2 and "password: must have at least 8 characters" in short.output
+    not_email = runner.invoke(args=["users", "create", "nobody", "--password", PASSWORD])
+    assert not_email.exit_code == 2 and "email: 'nobody' is not an email address" in not_email.output
+    assert sql("SELECT count(*) FROM users") == [(0,)]
+
+
 def test_users_create_refuses_a_taken_email_and_a_bad_role(runner):
     runner.invoke(args=["users", "create", "a@example.com", "--password", PASSWORD])
     taken = runner.invoke(args=["users", "create", "A@example.com", "--password", PASSWORD])

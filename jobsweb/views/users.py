@@ -7,6 +7,7 @@ from sqlalchemy import select
 from .. import audit
 from ..auth import create_user, role_required
 from ..db import db
+from ..errors import InvalidInput
 from ..forms import UserForm
 from ..models import ROLES, User
 from ..web import redirect_to, render
@@ -22,8 +23,8 @@ def index():
     if form.validate_on_submit():
         try:
             user = create_user(form.email.data, form.password.data, form.role.data)
-        except ValueError as exc:
-            form.email.errors.append(str(exc))
+        except InvalidInput as exc:
+            getattr(form, exc.field).errors.append(exc.message)
         else:
             audit.record("create_user", "user", user.id, email=user.email, role=user.role)
             db.session.commit()
@@ -39,9 +40,7 @@ def index():
 @role_required("admin")
 def change_role(user_id):
     """Give a user another role; admins cannot demote themselves (someone must stay admin)."""
-    user = db.session.get(User, user_id)
-    if user is None:
-        abort(404, f"There is no user {user_id}.")
+    user = db.get_or_404(User, user_id, description=f"There is no user {user_id}.")
     role = request.form.get("role")
     if role not in ROLES:
         abort(400, f"Bad role: choose one of {', '.join(ROLES)}.")
