@@ -1,6 +1,6 @@
 """Who may see and do what: Flask-Login sessions, roles, and the sign-in gate on every page."""
 
-from functools import wraps
+from functools import cache, wraps
 
 from flask import abort, redirect, request, url_for
 from flask_login import LoginManager, current_user
@@ -18,9 +18,14 @@ login_manager.login_message = None  # the sign-in page says enough
 # Reachable without signing in; everything else redirects to the sign-in page.
 PUBLIC_ENDPOINTS = {"auth.sign_in", "health.healthz", "static", "htmx.static"}
 
-# Work a password check does for an unknown email too, so response time does not tell
-# which emails have accounts.
-_DUMMY_HASH = generate_password_hash("not a real password")
+@cache
+def _dummy_hash():
+    """Hashed on first use, not at import: every worker and CLI command imports this module.
+
+    A password check for an unknown email verifies against it, so response time does not
+    tell which emails have accounts.
+    """
+    return generate_password_hash("not a real password")
 
 
 @login_manager.user_loader
@@ -36,7 +41,7 @@ def check_credentials(email, password):
     """The user with this email and password, or None."""
     user = find_user(email)
     if user is None:
-        check_password_hash(_DUMMY_HASH, password)
+        check_password_hash(_dummy_hash(), password)
         return None
     return user if check_password_hash(user.password_hash, password) else None
 
