@@ -26,6 +26,11 @@ from .materialise import materialise_due
 log = logging.getLogger("jobsweb.worker")
 
 RECOVER_BATCH = 100  # expired leases recovered per statement
+# After a pass that found no due slot, the next one waits this long: a worker draining its
+# queue loops every few milliseconds and need not look for due slots each time, while a slot
+# (whole seconds, schedule.MIN_EVERY) is still materialised within a quarter second. A pass
+# that found work repeats at once, so a backlog of due definitions is not slowed down.
+MATERIALISE_IDLE_INTERVAL = 0.25  # seconds
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
 _WAKE = object()  # put on the finished queue to wake the loop (a signal arrived)
@@ -76,6 +81,7 @@ class Worker:
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.more_due = False  # the last claim filled every free slot: more may be waiting
         self.next_recover = 0.0
+        self.next_materialise = 0.0
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.pool = None
 
@@ -138,8 +144,11 @@ class Worker:
             did_work = self.recover_expired_leases() > 0
             self.next_recover = now + self.heartbeat_every
         # Before claiming, so that a slot that fell due is claimed in this same tick.
-        if materialise_due(self.link) > 0:
-            did_work = True
+        if now >= self.next_materialise:
+            if materialise_due(self.link) > 0:
+                did_work = True
+            else:
+                self.next_materialise = now + MATERIALISE_IDLE_INTERVAL
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work

@@ -187,3 +187,39 @@ def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(ap
     executed = sql("SELECT count(*), count(DISTINCT run_id) FROM test_executions")
     finished = sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
     assert executed[0][0] == executed[0][1] == finished[0][0]
+
+
+def _tick_only_worker(app):
+    from jobsweb.worker import Worker
+
+    with committed(app):
+        return Worker(app, conninfo(db.engine), concurrency=1, poll_interval=0.05, shutdown_timeout=1)
+
+
+def test_after_an_idle_pass_the_worker_waits_before_materialising_again(app, sql):
+    from jobsweb.worker import MATERIALISE_IDLE_INTERVAL
+
+    worker = _tick_only_worker(app)
+    worker.concurrency = 0  # no free slot: tick() only recovers and materialises
+    assert worker.tick() is False
+    define(app)
+    outage(sql, 0)
+    worker.tick()  # within the idle interval: skipped
+    assert runs(sql) == []
+    worker.next_materialise -= MATERIALISE_IDLE_INTERVAL  # the interval has passed
+    assert worker.tick() is True
+    assert runs(sql) == [("queued", 1)]
+    worker.link.close()
+
+
+def test_a_backlog_bigger_than_one_pass_is_materialised_in_back_to_back_passes(app, sql):
+    from jobsweb.materialise import DEFINITIONS_PER_TICK
+
+    for n in range(DEFINITIONS_PER_TICK + 20):
+        define(app, f"hourly-{n}")
+    outage(sql, 0)
+    worker = _tick_only_worker(app)
+    worker.concurrency = 0
+    assert worker.tick() is True and worker.tick() is True
+    assert runs(sql) == [("queued", DEFINITIONS_PER_TICK + 20)]
+    worker.link.close()
