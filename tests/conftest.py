@@ -32,7 +32,7 @@ def _admin_url():
     if os.environ.get("TEST_DATABASE_URL"):
         return os.environ["TEST_DATABASE_URL"], None
     data_dir = Path(tempfile.mkdtemp(prefix="jobsweb-test-")) / "pgdata"
-    server = embedded._server(data_dir, cleanup_mode="delete")
+    server = embedded.server(data_dir, cleanup_mode="delete")
     return server.get_uri("postgres"), server
 
 
