@@ -194,3 +194,29 @@ def sign_in(client, make_user):
         return client
 
     return sign
+
+
+@pytest.fixture
+def scratch_database(postgres_server):
+    """make(name, revision="head"): a new database migrated to `revision` (None: not migrated),
+    as a SQLAlchemy URL; dropped at teardown. For tests about the schema itself."""
+    from flask_migrate import upgrade
+
+    admin, _ = postgres_server
+    made = []
+
+    def make(name, revision="head"):
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+        made.append(name)
+        url = database_url(make_url(admin).set(database=name).render_as_string(hide_password=False))
+        if revision is not None:
+            with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"}).app_context():
+                upgrade(revision=revision)
+        return url
+
+    yield make
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
