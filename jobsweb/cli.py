@@ -4,7 +4,6 @@
 `flask users` lives in users.py."""
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from . import definitions
+from . import definitions, logs
 from .db import conninfo, db
 from .enqueuing import enqueue, parse_payload, parse_run_at
 from .errors import InvalidInput
@@ -49,8 +48,7 @@ def plain_errors():
 
 
 def setup_logging():
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(current_app.config["JOBSWEB_LOG_FORMAT"])
 
 
 @click.command("run-jobs")
