@@ -1,0 +1,53 @@
+"""Retention and operations: the built-in jobsweb.prune definition and the indexes pruning and
+the workers page need.
+
+Revision ID: 0007_retention
+Revises: 0003_admin
+Create Date: 2026-11-21
+"""
+
+from alembic import op
+
+revision = "0007_retention"
+down_revision = "0003_admin"
+branch_labels = None
+depends_on = None
+
+UPGRADE = """
+-- Serves PRUNE_BATCH in jobsweb/prune.py: the oldest finished runs of one status, a batch at a
+-- time. Without it each batch would walk job_runs_status_id past every younger run.
+CREATE INDEX job_runs_prunable ON job_runs (status, finished_at) WHERE finished_at IS NOT NULL;
+
+-- Serves ON DELETE SET NULL of job_runs.after_run_id when pruning deletes a run: without it
+-- every deleted run costs a scan of job_runs for runs queued behind it.
+CREATE INDEX job_runs_after_run ON job_runs (after_run_id) WHERE after_run_id IS NOT NULL;
+
+-- Serves the runs list filtered by worker (runlist.RunFilter.worker): the runs a worker
+-- process executed, from the attempts it recorded.
+CREATE INDEX job_attempts_worker ON job_attempts (worker, run_id);
+
+-- The built-in retention job, daily at 03:17 UTC (off the hour, when most cron jobs start).
+-- Created here rather than at worker start: it exists as soon as the schema does, an operator
+-- may edit, pause or delete it like any definition, and a deleted one stays deleted (a worker
+-- start that re-created it would undo the operator's choice).
+INSERT INTO job_definitions (name, job_type, schedule, timezone, max_attempts, next_run_at)
+VALUES ('jobsweb.prune', 'jobsweb.prune', '17 3 * * *', 'UTC', 3,
+        date_trunc('day', now() - interval '3 hours 17 minutes', 'UTC')
+            + interval '1 day 3 hours 17 minutes')
+ON CONFLICT (name) DO NOTHING;
+"""
+
+DOWNGRADE = """
+DELETE FROM job_definitions WHERE name = 'jobsweb.prune' AND job_type = 'jobsweb.prune';
+DROP INDEX job_attempts_worker;
+DROP INDEX job_runs_after_run;
+DROP INDEX job_runs_prunable;
+"""
+
+
+def upgrade():
+    op.execute(UPGRADE)
+
+
+def downgrade():
+    op.execute(DOWNGRADE)
