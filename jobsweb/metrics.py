@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 from sqlalchemy import text
 
-from . import definitions, handlers, stats
+from . import definitions, stats
 from .db import db
 
 bp = Blueprint("metrics", __name__)
@@ -43,25 +43,10 @@ SELECT id, extract(epoch FROM now() - last_seen_at)::float8 FROM job_workers
 WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(days => :days)
 """)
 
-# Due runs by job type (index job_runs_claimable): those of types this app has no handler for
-# wait silently, since no worker with the same JOBSWEB_HANDLERS will ever claim them.
-DUE_BY_TYPE = text("""
-SELECT job_type, count(*) FROM job_runs
-WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type
-""")
-
-
-
 def add_gauge(app, name, documentation, query, label=None):
     """Report `query` (SQL) as gauge `name` at every scrape: one number, or with `label` one
     sample per (label value, number) row. For other modules' init_app (alerts: open incidents)."""
     app.extensions.setdefault("jobsweb_metrics_gauges", {})[name] = (documentation, text(query), label)
-
-
-def unknown_due_types():
-    """{job_type: due runs} for due runs of job types this app has no handler for."""
-    known = set(handlers.names())
-    return {job_type: n for job_type, n in db.session.execute(DUE_BY_TYPE) if job_type not in known}
 
 
 class DatabaseCollector:
@@ -86,7 +71,7 @@ class DatabaseCollector:
         unknown = GaugeMetricFamily("jobsweb_due_runs_unknown_type", "Due runs of job types this app "
                                     "has no handler for: no worker sharing its JOBSWEB_HANDLERS will run "
                                     "them.", labels=["job_type"])
-        for job_type, n in sorted(unknown_due_types().items()):
+        for job_type, n in sorted(stats.unknown_due_types().items()):
             unknown.add_metric([job_type], n)
         yield unknown
 
