@@ -33,3 +33,6 @@ access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
 # is not fixed, which is safe only if nothing else can reach $PORT). The app itself reads the
 # X-Forwarded-* headers through ProxyFix when JOBSWEB_PROXY_HOPS is set (see docs/DEPLOY.md).
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# gunicorn 24+ opens a control socket in ~/.gunicorn, one path per user: two apps on one host
+# would share it. jobsweb does not use it. (Older gunicorns ignore the setting.)
+control_socket_disable = True

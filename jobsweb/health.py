@@ -17,15 +17,16 @@ HAS_VERSION_TABLE = text("SELECT to_regclass('alembic_version') IS NOT NULL")
 SCHEMA_VERSION = text("SELECT version_num FROM alembic_version")
 
 
-def expected_heads(app):
-    """The migration head(s) of the code this process runs, read from the scripts once per app."""
-    heads = app.extensions.get("jobsweb_schema_heads")
-    if heads is None:
+def migrations(app):
+    """(heads, every revision) of the code this process runs, read from the scripts once per app."""
+    known = app.extensions.get("jobsweb_migrations")
+    if known is None:
         config = Config()
         config.set_main_option("script_location", app.extensions["migrate"].directory)
-        heads = app.extensions["jobsweb_schema_heads"] = frozenset(
-            ScriptDirectory.from_config(config).get_heads())
-    return heads
+        script = ScriptDirectory.from_config(config)
+        known = app.extensions["jobsweb_migrations"] = (
+            frozenset(script.get_heads()), frozenset(r.revision for r in script.walk_revisions()))
+    return known
 
 
 def problem():
@@ -36,18 +37,24 @@ def problem():
     except SQLAlchemyError:
         db.session.rollback()
         return "database unreachable"
-    expected = expected_heads(current_app)
+    heads, revisions = migrations(current_app)
     if not current:
         return "database schema is not migrated: run `flask db upgrade`"
-    if current != expected:
-        return (f"database schema is at {', '.join(sorted(current))}, the code expects "
-                f"{', '.join(sorted(expected))}: run `flask db upgrade`")
-    return None
+    if current == heads:
+        return None
+    if not current & revisions:
+        # Newer than this code: the release phase of a deploy migrated before this (old)
+        # process was replaced. Migrations are additive, so it still serves; a 503 here would
+        # take every old process out of the router before the new ones are up.
+        return None
+    return (f"database schema is at {', '.join(sorted(current))}, the code expects "
+            f"{', '.join(sorted(heads))}: run `flask db upgrade`")
 
 
 @bp.get("/healthz")
 def healthz():
-    """200 when the database answers and its schema is at the migration head, 503 with the reason otherwise."""
+    """200 when the database answers and its schema is at the migration head (or newer than this
+    code, mid-deploy), 503 with the reason otherwise."""
     reason = problem()
     if reason is not None:
         return {"status": "unavailable", "reason": reason}, 503

@@ -1,5 +1,4 @@
-"""Retention and operations: the built-in jobsweb.prune definition and the indexes pruning and
-the workers page need.
+"""Retention: the built-in jobsweb.prune definition, and indexes for pruning and the workers page.
 
 Revision ID: 0007_retention
 Revises: 0003_admin
