@@ -16,26 +16,12 @@ from sqlalchemy import text
 
 from . import definitions, stats
 from .db import db
+from .durations import BOUNDS
+from .durations import histogram as durations_histogram
 
 bp = Blueprint("metrics", __name__)
 
-# Upper bounds (seconds) of the attempt duration histogram; +Inf is added.
-DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 WORKERS_SHOWN_DAYS = 1  # stopped or gone worker processes drop out of the gauges after this
-
-# Cumulative bucket counts computed by the database, one FILTER per bound: attempts that ran
-# (succeeded or failed, including timeouts and lost leases), by job type. It reads every
-# attempt still kept, so its counts fall when retention prunes (Prometheus treats that as a
-# counter reset); job_attempts stays small because of that same pruning.
-DURATIONS = text(f"""
-SELECT r.job_type, count(*), coalesce(sum(d.seconds), 0),
-       {", ".join(f"count(*) FILTER (WHERE d.seconds <= {bound})" for bound in DURATION_BUCKETS)}
-FROM job_attempts a
-JOIN job_runs r ON r.id = a.run_id
-CROSS JOIN LATERAL (SELECT extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds) d
-WHERE a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL
-GROUP BY r.job_type
-""")
 
 # Worker processes still running (not stopped cleanly) and seen lately; age of the last heartbeat.
 WORKER_HEARTBEATS = text("""
@@ -81,11 +67,10 @@ class DatabaseCollector:
                                 f"({definitions.FAILING_AFTER} or more in a row).",
                                 value=len(definitions.failing()))
 
-        durations = HistogramMetricFamily("jobsweb_attempt_duration_seconds", "How long attempts ran, "
-                                          "by job type (attempts still kept by retention).",
-                                          labels=["job_type"])
-        for job_type, count, total, *cumulative in db.session.execute(DURATIONS):
-            buckets = [(floatToGoString(bound), n) for bound, n in zip(DURATION_BUCKETS, cumulative)]
+        durations = HistogramMetricFamily("jobsweb_attempt_duration_seconds", "How long attempts ran "
+                                          "(succeeded or failed), by job type.", labels=["job_type"])
+        for job_type, (count, total, cumulative) in sorted(durations_histogram().items()):
+            buckets = [(floatToGoString(bound), n) for bound, n in zip(BOUNDS, cumulative)]
             durations.add_metric([job_type], buckets + [("+Inf", count)], float(total))
         yield durations
 

@@ -105,3 +105,24 @@ def test_a_short_metrics_token_stops_start_up():
 
     with pytest.raises(ConfigError, match="JOBSWEB_METRICS_TOKEN must be at least 16 characters"):
         from_environment({"JOBSWEB_METRICS_TOKEN": "short"})
+
+
+def test_the_duration_histogram_keeps_counting_attempts_that_were_pruned(metrics_app, sql):
+    sql("INSERT INTO job_runs (job_type, status, finished_at) SELECT 'jobsweb.noop', 'succeeded', now() "
+        "FROM generate_series(1, 3)")
+    # Two attempts old enough to be added to the stored totals, one still recent.
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at, finished_at) VALUES "
+        "(1, 1, 'succeeded', now() - interval '10 minutes 1 second', now() - interval '10 minutes'), "
+        "(2, 1, 'failed', now() - interval '10 minutes 3 seconds', now() - interval '10 minutes'), "
+        "(3, 1, 'succeeded', now() - interval '0.5 seconds', now())")
+    noop = (("job_type", "jobsweb.noop"),)
+    before = scrape(metrics_app)
+    sql("DELETE FROM job_runs WHERE id IN (1, 2)")  # as retention would
+    after = scrape(metrics_app)
+    for m in (before, after):
+        assert m[("jobsweb_attempt_duration_seconds_count", noop)] == 3
+        assert m[("jobsweb_attempt_duration_seconds_bucket", noop + (("le", "0.5"),))] == 1
+        assert m[("jobsweb_attempt_duration_seconds_bucket", noop + (("le", "1.0"),))] == 2
+        assert m[("jobsweb_attempt_duration_seconds_bucket", noop + (("le", "5.0"),))] == 3
+        assert 4.4 < m[("jobsweb_attempt_duration_seconds_sum", noop)] < 4.6
+    assert sql("SELECT job_type, count FROM job_duration_totals") == [("jobsweb.noop", 2)]

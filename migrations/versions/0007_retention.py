@@ -1,4 +1,4 @@
-"""Retention: the built-in jobsweb.prune definition, and indexes for pruning and the workers page.
+"""Retention and metrics: the built-in jobsweb.prune definition, indexes, duration totals.
 
 Revision ID: 0007_retention
 Revises: 0003_admin
@@ -25,6 +25,24 @@ CREATE INDEX job_runs_after_run ON job_runs (after_run_id) WHERE after_run_id IS
 -- process executed, from the attempts it recorded.
 CREATE INDEX job_attempts_worker ON job_attempts (worker, run_id);
 
+-- The attempt duration histogram of /metrics (jobsweb/durations.py): cumulative counts of
+-- attempts finished before sealed_until, so that a scrape reads only the attempts since then,
+-- and pruning old attempts does not lower a Prometheus counter. One row of state, locked by
+-- the scrape that advances it.
+CREATE TABLE job_metrics_state (
+    id            integer PRIMARY KEY CHECK (id = 1),
+    sealed_until  timestamptz,  -- NULL: nothing counted yet
+    bounds        double precision[]  -- the bucket bounds the totals were counted with
+);
+INSERT INTO job_metrics_state (id) VALUES (1);
+
+CREATE TABLE job_duration_totals (
+    job_type     text PRIMARY KEY,
+    buckets      bigint[] NOT NULL,  -- cumulative: attempts that took at most each bound
+    count        bigint NOT NULL,
+    sum_seconds  double precision NOT NULL
+);
+
 -- The built-in retention job, daily at 03:17 UTC (off the hour, when most cron jobs start).
 -- Created here rather than at worker start: it exists as soon as the schema does, an operator
 -- may edit, pause or delete it like any definition, and a deleted one stays deleted (a worker
@@ -37,6 +55,8 @@ ON CONFLICT (name) DO NOTHING;
 """
 
 DOWNGRADE = """
+DROP TABLE job_duration_totals;
+DROP TABLE job_metrics_state;
 DELETE FROM job_definitions WHERE name = 'jobsweb.prune' AND job_type = 'jobsweb.prune';
 DROP INDEX job_attempts_worker;
 DROP INDEX job_runs_after_run;
