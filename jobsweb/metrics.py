@@ -29,6 +29,7 @@ SELECT id, extract(epoch FROM now() - last_seen_at)::float8 FROM job_workers
 WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(days => :days)
 """)
 
+
 def add_gauge(app, name, documentation, query, label=None):
     """Report `query` (SQL) as gauge `name` at every scrape: one number, or with `label` one
     sample per (label value, number) row. For other modules' init_app (alerts: open incidents)."""
