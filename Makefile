@@ -5,19 +5,25 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The browser tests drive Debian's Chromium through Playwright (never a downloaded browser).
 CHROMIUM := /usr/bin/chromium
+# The crontab-mode test drives Debian's real cron daemon.
+CRON := /usr/sbin/cron
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(CRON)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
+
+$(CRON):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq cron >/dev/null
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def create_app(test_config=None):
     """Build the Flask app: settings, database, job handlers, CLI commands and pages."""
-    from . import auth, cli, config, embedded, handlers, health, users, views, web
+    from . import auth, cli, config, embedded, handlers, health, metrics, users, views, web
     from .db import db, migrate
 
     app = Flask(__name__, instance_relative_config=True,
@@ -38,6 +38,7 @@ def create_app(test_config=None):
     handlers.load(app.config["JOBSWEB_HANDLERS"])
     cli.init_app(app)
     health.init_app(app)
+    metrics.init_app(app)
     web.init_app(app)
     auth.init_app(app)
     views.init_app(app)

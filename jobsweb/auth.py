@@ -16,7 +16,8 @@ login_manager.login_view = "auth.sign_in"
 login_manager.login_message = None  # the sign-in page says enough
 
 # Reachable without signing in; everything else redirects to the sign-in page.
-PUBLIC_ENDPOINTS = {"auth.sign_in", "health.healthz", "static", "htmx.static"}
+# /metrics checks its own bearer token.
+PUBLIC_ENDPOINTS = {"auth.sign_in", "health.healthz", "metrics.metrics", "static", "htmx.static"}
 
 @cache
 def _dummy_hash():

@@ -1,5 +1,6 @@
 """Job types every jobsweb ships, for demos, smoke tests and benchmarks."""
 
+from . import prune as retention
 from .handlers import PermanentError, job
 
 
@@ -25,3 +26,11 @@ def fail(ctx):
     if times is None or ctx.attempt <= int(times):
         raise RuntimeError(f"jobsweb.fail failing on purpose (attempt {ctx.attempt})")
     return {"succeeded_on_attempt": ctx.attempt}
+
+
+@job("jobsweb.prune", max_attempts=3)
+def prune(ctx):
+    """Delete finished runs past their retention (JOBSWEB_RETAIN_*), a small batch at a time."""
+    pruned, workers = retention.prune(stop=ctx.raise_if_cancelled)
+    return {"deleted": {p.status: p.runs for p in pruned},
+            "attempts": sum(p.attempts for p in pruned), "workers": workers}

@@ -4,7 +4,6 @@
 `flask users` lives in users.py."""
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from . import definitions
+from . import definitions, logs, prune
 from .db import conninfo, db
 from .enqueuing import enqueue, parse_payload, parse_run_at
 from .errors import InvalidInput
@@ -49,8 +48,7 @@ def plain_errors():
 
 
 def setup_logging():
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(current_app.config["JOBSWEB_LOG_FORMAT"])
 
 
 @click.command("run-jobs")
@@ -168,6 +166,23 @@ def _when(moment, tz_name):
     if moment is None:
         return "-"
     return moment.astimezone(parse_timezone(tz_name)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+@jobs.command("prune")
+@click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
+def prune_command(dry_run):
+    """Delete finished runs older than their retention (JOBSWEB_RETAIN_*), in small batches."""
+    with plain_errors():
+        if dry_run:
+            for p in prune.dry_run():
+                span = f", finished {_when(p.oldest, 'UTC')} to {_when(p.newest, 'UTC')}" if p.runs else ""
+                click.echo(f"{p.status}: would delete {p.runs:,} runs and {p.attempts:,} attempts "
+                           f"older than {p.days} days{span}")
+            return
+        pruned, workers = prune.prune()
+    for p in pruned:
+        click.echo(f"{p.status}: deleted {p.runs:,} runs and {p.attempts:,} attempts older than {p.days} days")
+    click.echo(f"workers: deleted {workers:,} not seen for {prune.WORKER_RETAIN_DAYS} days")
 
 
 DEMO_RUNS = [

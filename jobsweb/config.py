@@ -38,6 +38,37 @@ def _optional_seconds(name, raw):
     return _positive_float(name, raw)
 
 
+def _days(name, raw):
+    """Whole days to keep something; 0 keeps it forever."""
+    if not raw.isdigit():
+        raise ConfigError(f"{name} must be a whole number of days (0 keeps forever), got {raw!r}")
+    return int(raw)
+
+
+def _hops(name, raw):
+    if not raw.isdigit():
+        raise ConfigError(f"{name} must be a whole number of proxies (0 trusts no forwarded header), got {raw!r}")
+    return int(raw)
+
+
+def _token(name, raw):
+    """A bearer token: empty means unset; a short one is refused, since it guards the endpoint."""
+    if raw == "":
+        return None
+    if len(raw) < 16:
+        raise ConfigError(f"{name} must be at least 16 characters long (e.g. from `openssl rand -hex 32`)")
+    return raw
+
+
+def _choice(*choices):
+    def parse(name, raw):
+        if raw.lower() not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+        return raw.lower()
+
+    return parse
+
+
 def _module_list(name, raw):
     return [part.strip() for part in raw.split(",") if part.strip()]
 
@@ -64,6 +95,22 @@ SETTINGS = {
     "JOBSWEB_BULK_BATCH": (1000, _positive_int),
     # Payload keys containing any of these words are masked on every admin page.
     "JOBSWEB_MASK_KEYS": (["password", "passwd", "token", "secret", "api_key", "apikey"], _word_list),
+    # GET /metrics answers only with `Authorization: Bearer <this>`; unset, /metrics is a 404.
+    "JOBSWEB_METRICS_TOKEN": (None, _token),
+    # text: one readable line per event; json: one JSON object per line, for log pipelines.
+    "JOBSWEB_LOG_FORMAT": ("text", _choice("text", "json")),
+    # Reverse proxies (a PaaS router, a load balancer) in front of the app whose
+    # X-Forwarded-For/-Proto/-Host headers are trusted; 0 trusts none.
+    "JOBSWEB_PROXY_HOPS": (0, _hops),
+    # Days the jobsweb.prune job keeps finished runs (and their attempts), by status; 0 keeps
+    # them forever. `failed` runs are still to be retried and are never pruned.
+    "JOBSWEB_RETAIN_SUCCEEDED": (14, _days),
+    "JOBSWEB_RETAIN_DEAD": (90, _days),
+    "JOBSWEB_RETAIN_CANCELLED": (30, _days),
+    "JOBSWEB_RETAIN_SKIPPED": (14, _days),
+    "JOBSWEB_RETAIN_MISSED": (30, _days),
+    # Runs deleted per transaction by the prune job: small, so no lock is held for long.
+    "JOBSWEB_PRUNE_BATCH": (500, _positive_int),
 }
 
 

@@ -158,7 +158,10 @@ recorded AS (
     SELECT id, attempt, worker, started_at, now(), outcome, error_type, error, stack
     FROM finished
 )
-SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in FROM finished
+-- seconds: how long the attempt took by the database clock, for the worker's log line.
+SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,
+       extract(epoch FROM now() - started_at) AS seconds
+FROM finished
 """
 
 # Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)

@@ -3,17 +3,17 @@
 Pages are keyset pages on id (newest first: WHERE id < :before ORDER BY id DESC LIMIT n), never
 OFFSET, and there is no COUNT(*) over the table: with a million runs both would read most of it.
 Indexes job_runs_status_id, job_runs_job_type_id, job_runs_definition and job_runs_created_at
-(migration 0003) serve the filters.
+(migration 0003) and job_attempts_worker (0007) serve the filters.
 """
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import load_only
 
 from .db import db
-from .models import RUN_STATUSES, JobDefinition, JobRun
+from .models import RUN_STATUSES, JobAttempt, JobDefinition, JobRun
 
 PAGE_SIZE = 50
 TEXT_MAX_CHARS = 200
@@ -31,6 +31,7 @@ class RunFilter:
     since: datetime | None = None
     until: datetime | None = None
     text: str = ""
+    worker: str = ""  # runs this worker process executed (an attempt) or holds now
 
     @classmethod
     def from_args(cls, args):
@@ -45,8 +46,11 @@ class RunFilter:
         text = args.get("q", "").strip()
         if len(text) > TEXT_MAX_CHARS:
             raise BadFilter(f"the error text to search for is longer than {TEXT_MAX_CHARS} characters")
+        worker = args.get("worker", "").strip()
+        if len(worker) > TEXT_MAX_CHARS:
+            raise BadFilter(f"worker is longer than {TEXT_MAX_CHARS} characters")
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), job_type,
-                   number(args, "definition"), _time(args, "since"), _time(args, "until"), text)
+                   number(args, "definition"), _time(args, "since"), _time(args, "until"), text, worker)
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -63,6 +67,8 @@ class RunFilter:
             out["until"] = self.until.strftime("%Y-%m-%dT%H:%M")
         if self.text:
             out["q"] = self.text
+        if self.worker:
+            out["worker"] = self.worker
         return out
 
     def conditions(self):
@@ -79,6 +85,12 @@ class RunFilter:
             where.append(JobRun.created_at < self.until)
         if self.text:
             where.append(JobRun.last_error.icontains(self.text, autoescape=True))
+        if self.worker:
+            # Finished attempts are recorded with their worker (index job_attempts_worker); the
+            # attempt a worker is running now is only in locked_by (few running runs).
+            executed = select(JobAttempt.run_id).where(JobAttempt.worker == self.worker)
+            where.append(or_(JobRun.id.in_(executed),
+                             and_(JobRun.status == "running", JobRun.locked_by == self.worker)))
         return where
 
 

@@ -2,6 +2,7 @@
 
 from sqlalchemy import text
 
+from . import handlers
 from .db import db
 from .models import ACTIVE_STATUSES
 
@@ -31,6 +32,14 @@ TABLE_ESTIMATE = text("SELECT reltuples::bigint FROM pg_class WHERE oid = 'job_r
 DUE_NOW = text("""
 SELECT count(*), extract(epoch FROM now() - min(run_at))
 FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()
+""")
+
+# Due runs by job type (index job_runs_claimable). Workers claim only the types they have a
+# handler for, so a run of a type none of them knows (a typo in an INSERT, a handler module
+# missing from JOBSWEB_HANDLERS) would otherwise wait silently forever.
+DUE_BY_TYPE = text("""
+SELECT job_type, count(*) FROM job_runs
+WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type
 """)
 
 # Uses index job_runs_running_lease.
@@ -74,6 +83,15 @@ def status_counts():
     return counts
 
 
+def unknown_due_types():
+    """{job_type: due runs} for due runs of job types this app has no handler for.
+
+    Judged by this process's registry: workers are expected to share its JOBSWEB_HANDLERS.
+    """
+    known = set(handlers.names())
+    return {job_type: n for job_type, n in db.session.execute(DUE_BY_TYPE) if job_type not in known}
+
+
 def hourly_chart():
     """24 hourly buckets, oldest first: (hour, succeeded, failed)."""
     return db.session.execute(HOURLY_OUTCOMES).all()
@@ -87,6 +105,7 @@ def overview():
         "due": due,
         "oldest_due_seconds": float(oldest) if oldest is not None else None,
         "expired": db.session.execute(EXPIRED_LEASES).all(),
+        "unknown_types": unknown_due_types(),
         "dead": db.session.execute(RECENT_DEAD).all(),
         "workers": db.session.execute(RECENT_WORKERS).all(),
         "chart": hourly_chart(),

@@ -10,6 +10,7 @@ from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from htmx_flask import Htmx
 from markupsafe import Markup
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from .errors import InvalidInput
 from .runlist import BadFilter
@@ -149,6 +150,11 @@ def forbidden(exc):
 
 
 def init_app(app):
+    hops = app.config["JOBSWEB_PROXY_HOPS"]
+    if hops:
+        # Behind a PaaS router: the client's address, scheme (https, for Secure cookies) and host
+        # come from the X-Forwarded-* headers the last `hops` proxies set, and only from them.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
     # Lax: the cookie is not sent on cross-site POSTs (CSRF tokens are the other half).
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
     app.config["SESSION_COOKIE_HTTPONLY"] = True

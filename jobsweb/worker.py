@@ -21,6 +21,7 @@ from . import handlers, queries, retry
 from .execution import Outcome, Pool, clip, describe_error, was_cancelled
 from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
+from .logs import run_event
 from .materialise import materialise_due
 
 log = logging.getLogger("jobsweb.worker")
@@ -186,7 +187,8 @@ class Worker:
         self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
                                  (backoff_base, backoff_cap))
         self.busy += 1
-        log.info("run %d %s started (attempt %d of %d)", run_id, job_type, attempt, max_attempts)
+        run_event(log, logging.INFO, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
+                  attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
         self.pool.submit(self.held[run_id])
 
     def _collect(self, wait):
@@ -385,22 +387,26 @@ def finish_params(outcomes):
 def log_finished(outcomes, rows):
     """One log line per written outcome; a warning for each the guard rejected. Returns count written."""
     by_id = {o.run_id: o for o in outcomes}
-    for run_id, status, retry_in in rows:
+    for run_id, status, retry_in, seconds in rows:
         o = by_id.pop(run_id)
+        fields = dict(run_id=run_id, job_type=o.job_type, attempt=o.attempt, duration=seconds, worker=o.worker)
         if status == "succeeded":
-            log.info("run %d %s succeeded (attempt %d)", run_id, o.job_type, o.attempt)
+            run_event(log, logging.INFO, "succeeded", "run %d %s succeeded (attempt %d)", run_id, o.job_type,
+                      o.attempt, **fields)
         elif status == "failed":
-            log.warning("run %d %s failed (attempt %d): %s: %s; retry in %.1fs", run_id, o.job_type,
-                        o.attempt, o.error_type, o.error, float(retry_in))
+            run_event(log, logging.WARNING, "failed", "run %d %s failed (attempt %d): %s: %s; retry in %.1fs",
+                      run_id, o.job_type, o.attempt, o.error_type, o.error, float(retry_in), **fields)
         elif status == "dead":
-            log.error("run %d %s is dead after attempt %d: %s: %s", run_id, o.job_type, o.attempt,
-                      o.error_type, o.error)
+            run_event(log, logging.ERROR, "dead", "run %d %s is dead after attempt %d: %s: %s", run_id,
+                      o.job_type, o.attempt, o.error_type, o.error, **fields)
         elif status == "cancelled":
-            log.info("run %d %s cancelled (attempt %d)", run_id, o.job_type, o.attempt)
+            run_event(log, logging.INFO, "cancelled", "run %d %s cancelled (attempt %d)", run_id, o.job_type,
+                      o.attempt, **fields)
         else:
-            log.info("run %d %s released back to the queue (attempt %d interrupted)", run_id,
-                     o.job_type, o.attempt)
+            run_event(log, logging.INFO, "released", "run %d %s released back to the queue (attempt %d "
+                      "interrupted)", run_id, o.job_type, o.attempt, **fields)
     for o in by_id.values():
-        log.warning("run %d %s: outcome of attempt %d rejected: the run is no longer held by %s",
-                    o.run_id, o.job_type, o.attempt, o.worker)
+        run_event(log, logging.WARNING, "rejected", "run %d %s: outcome of attempt %d rejected: the run is no "
+                  "longer held by %s", o.run_id, o.job_type, o.attempt, o.worker, run_id=o.run_id,
+                  job_type=o.job_type, attempt=o.attempt, worker=o.worker)
     return len(rows)

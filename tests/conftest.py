@@ -16,7 +16,8 @@ from jobsweb.config import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
-TABLES = "job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users"
+TABLES = ("job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users, "
+          "job_duration_totals, job_metrics_state")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -194,3 +195,29 @@ def sign_in(client, make_user):
         return client
 
     return sign
+
+
+@pytest.fixture
+def scratch_database(postgres_server):
+    """make(name, revision="head"): a new database migrated to `revision` (None: not migrated),
+    as a SQLAlchemy URL; dropped at teardown. For tests about the schema itself."""
+    from flask_migrate import upgrade
+
+    admin, _ = postgres_server
+    made = []
+
+    def make(name, revision="head"):
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+        made.append(name)
+        url = database_url(make_url(admin).set(database=name).render_as_string(hide_password=False))
+        if revision is not None:
+            with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"}).app_context():
+                upgrade(revision=revision)
+        return url
+
+    yield make
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -15,7 +15,10 @@ class NotFound(Exception):
 
 @job("test.record")
 def record(ctx):
-    """Record that this process executed the run, to count executions across processes."""
+    """Record that this process executed the run, to count executions across processes.
+
+    payload["seconds"]: work that long first, so that competing workers overlap."""
+    time.sleep(float(ctx.payload.get("seconds", 0)))
     db.session.execute(text("INSERT INTO test_executions (run_id, pid) VALUES (:r, :p)"),
                        {"r": ctx.run_id, "p": os.getpid()})
     db.session.commit()

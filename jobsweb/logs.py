@@ -1,0 +1,73 @@
+"""Log lines: text for people, or one JSON object per line for a log pipeline (JOBSWEB_LOG_FORMAT).
+
+Run events (started, succeeded, failed, dead, cancelled, released, rejected) carry their fields
+as attributes of the log record (`extra`), so the JSON formatter emits them as keys and a
+pipeline can count and graph them without parsing the sentence.
+"""
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+
+# The fields of a run event, in the order the JSON line lists them.
+RUN_FIELDS = ("event", "run_id", "job_type", "attempt", "duration", "worker")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def run_event(logger, level, event, message, *args, run_id, job_type, attempt, duration=None,
+              worker=None):
+    """Log one run event with its fields; nothing is built when `level` is disabled."""
+    if logger.isEnabledFor(level):
+        logger.log(level, message, *args, extra={
+            "event": event, "run_id": run_id, "job_type": job_type, "attempt": attempt,
+            "duration": None if duration is None else round(float(duration), 3), "worker": worker})
+
+
+class TextFormatter(logging.Formatter):
+    """The sentence, then the run event's duration and worker (already in the sentence: the rest)."""
+
+    def __init__(self):
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record):
+        line = super().format(record)
+        if getattr(record, "event", None) is None:
+            return line
+        tail = [f"duration={record.duration:g}s"] if record.duration is not None else []
+        tail += [f"worker={record.worker}"] if record.worker else []
+        return f"{line} [{' '.join(tail)}]" if tail else line
+
+
+class JsonFormatter(logging.Formatter):
+    """{"time", "level", "logger", "message", run event fields, "exception"} on one line."""
+
+    def format(self, record):
+        out = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in RUN_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                out[name] = value
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def formatter(log_format):
+    return JsonFormatter() if log_format == "json" else TextFormatter()
+
+
+def setup(log_format="text"):
+    """Log INFO and up to stderr in `log_format`, unless the host (a test runner) set logging up."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(log_format))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)

@@ -1,0 +1,95 @@
+"""Crontab mode with Debian's real cron daemon: two "servers" with the same crontab line, both
+firing `flask run-jobs --max-runtime 55` every minute against one database.
+
+Slow (one to three minutes: it waits for cron's minute boundaries) and run by `make test`,
+which installs the `cron` package like chromium. Needs root, as cron itself does.
+"""
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jobsweb import definitions, enqueue
+from tests.conftest import ROOT, TEST_SETTINGS, committed, libpq, wait_for
+
+CRON = shutil.which("cron") or "/usr/sbin/cron"
+RUNS = 40  # enqueued before the first firing; each works 0.2 s, so both servers get some
+
+
+@pytest.fixture
+def crontab(database_url_for_tests, tmp_path):
+    """Install /etc/cron.d/<name> with two identical lines (server a, server b) and start cron."""
+    if os.geteuid() != 0 or not os.path.exists(CRON):
+        pytest.fail("this test runs Debian's cron daemon as root: run it as root after "
+                    "`apt-get install cron` (make test does)")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # cron.d names may hold only letters, digits, - and _ (run-parts rules), or cron ignores them.
+    path = Path("/etc/cron.d") / f"jobsweb_test_{secrets.token_hex(4)}"
+    env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq(database_url_for_tests),
+           "SECRET_KEY": "test", **TEST_SETTINGS}
+    lines = [f"{name}={value}" for name, value in env.items()]
+    # The documented line, as each server's crontab has it; only the log file differs.
+    # "fired" is written the moment cron starts the line, before Python has even started.
+    lines += [f"* * * * * root cd {ROOT} && echo fired >> {logs}/{server}.log && "
+              f"flask run-jobs --max-runtime 55 >> {logs}/{server}.log 2>&1" for server in ("a", "b")]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o644)
+    daemon = subprocess.Popen([CRON, "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield logs, daemon
+    finally:
+        path.unlink(missing_ok=True)
+        if daemon.poll() is None:
+            daemon.terminate()
+        daemon.wait(timeout=10)
+
+
+def log_lines(logs, server, words):
+    path = logs / f"{server}.log"
+    return [line for line in path.read_text().splitlines() if words in line] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_two_servers_with_the_same_crontab_run_each_run_and_each_slot_once(app, sql, crontab):
+    logs, daemon = crontab
+    with committed(app):
+        runs = [enqueue("test.record", {"seconds": 0.2}) for _ in range(RUNS)]
+        definitions.define("every-minute", "test.record", "* * * * *")
+    started = time.monotonic()
+
+    # Two firings of both lines: the enqueued runs in the first, a new slot in each.
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE definition_id IS NOT NULL "
+                         "AND status = 'succeeded'")[0][0] >= 2
+             and sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND id = ANY(%s)",
+                     [runs])[0][0] == RUNS,
+             timeout=200, interval=1, message="two cron firings to finish their work")
+    daemon.terminate()  # no more firings; the processes already started finish on their own
+    daemon.wait(timeout=10)
+    # Cron starts lines at the minute boundary and this point comes seconds after one, so every
+    # line cron started has written "fired" by now; wait until each such process has stopped.
+    wait_for(lambda: all(len(log_lines(logs, s, "fired")) == len(log_lines(logs, s, " stopped"))
+                         for s in ("a", "b")),
+             timeout=70, interval=0.5, message="the cron-started workers to exit")
+
+    # Both servers fired every minute, and every process exited cleanly.
+    for server in ("a", "b"):
+        assert len(log_lines(logs, server, " started: ")) == len(log_lines(logs, server, "fired")) >= 2
+        assert log_lines(logs, server, "Traceback") == []
+    # Each enqueued run executed exactly once, whichever server claimed it.
+    executions = dict(sql("SELECT run_id, count(*) FROM test_executions GROUP BY run_id"))
+    assert all(executions.get(run_id) == 1 for run_id in runs), executions
+    # Each slot has one run; each slot run that ran executed once; slots are whole minutes in a row.
+    slots = sql("SELECT scheduled_for, status, count(*) OVER (PARTITION BY scheduled_for), id "
+                "FROM job_runs WHERE definition_id IS NOT NULL ORDER BY scheduled_for")
+    assert all(count == 1 for _, _, count, _ in slots)
+    # (A slot that fell due before cron's first firing is 'missed': misfire policy 'latest'.)
+    assert all(status in ("succeeded", "missed") for _, status, _, _ in slots), slots
+    assert all((b[0] - a[0]).total_seconds() == 60 for a, b in zip(slots, slots[1:])), slots
+    assert all(executions.get(run_id) == 1 for _, status, _, run_id in slots if status == "succeeded")
+    assert time.monotonic() - started < 200

@@ -1,0 +1,63 @@
+import socket
+
+from jobsweb import create_app
+
+
+def closed_port():
+    """A local port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_healthz_is_ok_without_sign_in_when_the_schema_is_at_the_head(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.get_json() == {"status": "ok"}
+
+
+def test_healthz_is_503_when_the_database_does_not_answer(database_url_for_tests):
+    app = create_app({"SQLALCHEMY_DATABASE_URI": f"postgresql+psycopg://jobsweb@127.0.0.1:{closed_port()}/x",
+                      "TESTING": True, "SECRET_KEY": "x"})
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 503
+    assert response.get_json() == {"status": "unavailable", "reason": "database unreachable"}
+
+
+def test_healthz_is_503_naming_both_revisions_when_the_schema_is_behind(scratch_database):
+    url = scratch_database("jobsweb_health_behind", revision="0002_schedules")
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 503
+    reason = response.get_json()["reason"]
+    assert reason.startswith("database schema is at 0002_schedules, the code expects ")
+    assert reason.endswith("run `flask db upgrade`")
+
+
+def test_healthz_is_503_when_the_database_was_never_migrated(scratch_database):
+    url = scratch_database("jobsweb_health_empty", revision=None)
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
+    response = app.test_client().get("/healthz")
+    assert response.status_code == 503
+    assert response.get_json()["reason"] == "database schema is not migrated: run `flask db upgrade`"
+
+
+def test_healthz_recovers_once_the_schema_is_upgraded(scratch_database):
+    from flask_migrate import upgrade
+
+    url = scratch_database("jobsweb_health_upgrade", revision="0003_admin")
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 503
+    with app.app_context():
+        upgrade()
+    assert client.get("/healthz").status_code == 200
+
+
+def test_healthz_stays_ok_when_a_deploy_migrated_past_this_older_code(app, sql):
+    [(head,)] = sql("SELECT version_num FROM alembic_version")
+    sql("UPDATE alembic_version SET version_num = '0099_from_newer_code'")
+    try:
+        assert app.test_client().get("/healthz").status_code == 200
+    finally:
+        sql("UPDATE alembic_version SET version_num = %s", [head])

@@ -1,0 +1,62 @@
+import json
+import logging
+
+from jobsweb import enqueue
+from jobsweb.logs import JsonFormatter, TextFormatter, run_event
+from tests.conftest import committed
+
+
+def record_of(message, *args, **fields):
+    """The LogRecord run_event would emit, captured."""
+    captured = []
+    logger = logging.getLogger("tests.logs.capture")
+    logger.propagate = False
+    handler = logging.Handler()
+    handler.emit = captured.append
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    run_event(logger, logging.INFO, "succeeded", message, *args, **fields)
+    return captured[0]
+
+
+def test_a_json_line_carries_the_run_event_fields():
+    record = record_of("run %d %s succeeded (attempt %d)", 7, "send_invoice", 2, run_id=7,
+                       job_type="send_invoice", attempt=2, duration=1.23456, worker="h:1:abc")
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "run 7 send_invoice succeeded (attempt 2)"
+    assert {k: line[k] for k in ("event", "run_id", "job_type", "attempt", "duration", "worker")} == {
+        "event": "succeeded", "run_id": 7, "job_type": "send_invoice", "attempt": 2, "duration": 1.235,
+        "worker": "h:1:abc"}
+    assert line["level"] == "INFO" and line["time"].endswith("+00:00")
+
+
+def test_a_text_line_ends_with_the_duration_and_worker():
+    record = record_of("run %d done", 7, run_id=7, job_type="t", attempt=1, duration=0.5, worker="h:1:abc")
+    assert TextFormatter().format(record).endswith("run 7 done [duration=0.5s worker=h:1:abc]")
+
+
+def test_run_events_cost_nothing_when_their_level_is_off():
+    class Explodes:
+        def __str__(self):
+            raise AssertionError("formatted although the level is off")
+
+    logger = logging.getLogger("tests.logs.quiet")
+    logger.setLevel(logging.WARNING)
+    run_event(logger, logging.INFO, "started", "run %s", Explodes(), run_id=1, job_type="t", attempt=1)
+
+
+def test_a_worker_logs_one_json_line_per_run_event(app, spawn_worker):
+    with committed(app):
+        ok = enqueue("jobsweb.noop")
+        dead = enqueue("jobsweb.fail", {"permanent": True})
+    worker = spawn_worker(JOBSWEB_LOG_FORMAT="json")
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
+    lines = [json.loads(line) for line in out.splitlines()]
+    events = {(line["run_id"], line["event"]): line for line in lines if "event" in line}
+    assert set(events) == {(ok, "started"), (ok, "succeeded"), (dead, "started"), (dead, "dead")}
+    succeeded = events[(ok, "succeeded")]
+    assert succeeded["job_type"] == "jobsweb.noop" and succeeded["attempt"] == 1
+    assert 0 <= succeeded["duration"] < 10 and succeeded["worker"].count(":") == 2
+    assert events[(dead, "dead")]["level"] == "ERROR"
+    assert any(line["message"].endswith("stopped") for line in lines)

@@ -1,0 +1,145 @@
+import pytest
+
+from jobsweb import prune
+from tests.conftest import committed
+
+
+def add_run(sql, status, days_ago, job_type="jobsweb.noop", attempts=1, **columns):
+    """A run that finished `days_ago` days ago (None: not finished), with `attempts` attempt rows."""
+    extra = "".join(f", {name}" for name in columns)
+    values = "".join(", %s" for _ in columns)
+    [(run_id,)] = sql(
+        f"INSERT INTO job_runs (job_type, status, finished_at{extra}) VALUES "
+        f"(%s, %s, CASE WHEN %s::int IS NULL THEN NULL ELSE now() - make_interval(days => %s::int) END{values}) "
+        "RETURNING id", [job_type, status, days_ago, days_ago, *columns.values()])
+    for n in range(1, attempts + 1):
+        sql("INSERT INTO job_attempts (run_id, attempt, outcome) VALUES (%s, %s, 'failed')", [run_id, n])
+    return run_id
+
+
+def remaining(sql):
+    return {row[0] for row in sql("SELECT id FROM job_runs")}
+
+
+def test_pruning_deletes_finished_runs_and_attempts_past_their_statuses_retention(app, sql):
+    old_ok = add_run(sql, "succeeded", 15, attempts=2)
+    young_ok = add_run(sql, "succeeded", 13)
+    old_dead = add_run(sql, "dead", 91, attempts=3)
+    young_dead = add_run(sql, "dead", 60)
+    old_cancelled = add_run(sql, "cancelled", 31)
+    old_skipped = add_run(sql, "skipped", 15, attempts=0)
+    young_missed = add_run(sql, "missed", 20, attempts=0)
+    # Still to run: never pruned, however old.
+    failed = add_run(sql, "failed", None)
+    sql("UPDATE job_runs SET created_at = now() - interval '1 year' WHERE id = %s", [failed])
+    queued = add_run(sql, "queued", None, attempts=0)
+
+    with committed(app):
+        pruned, _ = prune.prune()
+
+    assert remaining(sql) == {young_ok, young_dead, young_missed, failed, queued}
+    assert {p.status: p.runs for p in pruned} == {"succeeded": 1, "dead": 1, "cancelled": 1, "skipped": 1, "missed": 0}
+    assert sum(p.attempts for p in pruned) == 6
+    assert sql("SELECT count(*) FROM job_attempts WHERE run_id IN (%s, %s, %s)", [old_ok, old_dead, old_cancelled]) == [(0,)]
+    del old_skipped
+
+
+def test_pruning_commits_each_small_batch_on_its_own(app, sql):
+    for setting in ("JOBSWEB_RETAIN_DEAD", "JOBSWEB_RETAIN_CANCELLED", "JOBSWEB_RETAIN_SKIPPED",
+                    "JOBSWEB_RETAIN_MISSED"):
+        app.config[setting] = 0  # only succeeded runs are pruned here
+    doomed = [add_run(sql, "succeeded", 20) for _ in range(5)]
+    left_before_each_batch = []
+
+    def stop():
+        left_before_each_batch.append(sql("SELECT count(*) FROM job_runs")[0][0])  # another connection
+
+    with committed(app):
+        prune.prune(stop=stop, batch=2)
+
+    assert left_before_each_batch == [5, 3, 1]
+    assert remaining(sql) == set()
+    del doomed
+
+
+def test_a_stop_between_batches_keeps_what_was_already_deleted(app, sql):
+    for _ in range(4):
+        add_run(sql, "succeeded", 20)
+    calls = []
+
+    def stop():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("cancelled")
+
+    with app.app_context(), pytest.raises(RuntimeError):
+        prune.prune(stop=stop, batch=3)
+    assert len(remaining(sql)) == 1
+
+
+def test_a_retention_of_zero_days_keeps_runs_forever(app, sql):
+    app.config["JOBSWEB_RETAIN_SUCCEEDED"] = 0
+    kept = add_run(sql, "succeeded", 400)
+    add_run(sql, "dead", 400)
+    with committed(app):
+        pruned, _ = prune.prune()
+    assert remaining(sql) == {kept}
+    assert "succeeded" not in {p.status for p in pruned}
+
+
+def test_a_run_queued_behind_a_pruned_run_stays_and_loses_the_link(app, sql):
+    old = add_run(sql, "succeeded", 30)
+    behind = add_run(sql, "queued", None, attempts=0, after_run_id=old)
+    with committed(app):
+        prune.prune()
+    assert sql("SELECT id, after_run_id FROM job_runs") == [(behind, None)]
+
+
+def test_workers_unseen_for_a_month_are_forgotten(app, sql):
+    sql("INSERT INTO job_workers (id, host, pid, last_seen_at) VALUES ('old', 'h', 1, now() - interval '31 days'), "
+        "('recent', 'h', 2, now() - interval '29 days')")
+    with committed(app):
+        prune.prune()
+    assert sql("SELECT id FROM job_workers") == [("recent",)]
+
+
+def test_prune_dry_run_says_what_it_would_delete_and_deletes_nothing(runner, sql):
+    add_run(sql, "succeeded", 15, attempts=2)
+    add_run(sql, "succeeded", 16)
+    add_run(sql, "dead", 1)
+    result = runner.invoke(args=["jobs", "prune", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "succeeded: would delete 2 runs and 3 attempts older than 14 days, finished " in result.output
+    assert "dead: would delete 0 runs and 0 attempts older than 90 days\n" in result.output
+    assert len(remaining(sql)) == 3
+    result = runner.invoke(args=["jobs", "prune"])
+    assert "succeeded: deleted 2 runs and 3 attempts older than 14 days" in result.output
+    assert len(remaining(sql)) == 1
+
+
+def test_the_prune_job_runs_on_a_worker_and_reports_what_it_deleted(app, sql, spawn_worker):
+    from jobsweb import enqueue
+
+    add_run(sql, "succeeded", 15)
+    add_run(sql, "dead", 100, attempts=2)
+    with committed(app):
+        run_id = enqueue("jobsweb.prune")
+    worker = spawn_worker()
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
+    [(status, result)] = sql("SELECT status, result FROM job_runs WHERE id = %s", [run_id])
+    assert status == "succeeded", out
+    assert result["deleted"]["succeeded"] == 1 and result["deleted"]["dead"] == 1 and result["attempts"] == 3
+
+
+def test_the_migration_defines_a_daily_prune_that_is_an_ordinary_definition(scratch_database):
+    import psycopg
+    from tests.conftest import libpq
+
+    url = scratch_database("jobsweb_prune_definition")
+    with psycopg.connect(libpq(url)) as conn:
+        row = conn.execute("SELECT job_type, schedule, timezone, enabled, next_run_at > now(), "
+                           "next_run_at <= now() + interval '1 day', "
+                           "to_char(next_run_at AT TIME ZONE 'UTC', 'HH24:MI') "
+                           "FROM job_definitions WHERE name = 'jobsweb.prune'").fetchone()
+    assert row == ("jobsweb.prune", "17 3 * * *", "UTC", True, True, True, "03:17")
