@@ -2,7 +2,7 @@
 
 from flask import Blueprint, url_for
 
-from .. import definitions, stats
+from .. import alerts, definitions, stats
 from ..web import render, time_ago
 
 bp = Blueprint("dashboard", __name__)
@@ -24,4 +24,5 @@ def attention():
 @bp.get("/")
 def index():
     """Counts, queue depth, problems and the last 24 hours; htmx refreshes the body."""
-    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(), attention=attention())
+    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(), attention=attention(),
+                  open_incidents=alerts.open_incidents())

@@ -1,0 +1,291 @@
+"""Alerts: incidents open once and resolve once, notifications reach a real webhook receiver
+on loopback and a real SMTP server (aiosmtpd), failed sends are retried, and concurrent
+worker processes open one incident and send one notification."""
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from jobsweb import alerts, definitions, enqueue, notify
+from jobsweb.config import ConfigError, check, from_environment
+from jobsweb.db import conninfo, db
+from jobsweb.worker import Worker
+from tests.conftest import committed, wait_for
+
+
+class Receiver:
+    """A webhook endpoint on loopback that records each POST; it answers 500 to the first
+    `fail_first` requests."""
+
+    def __init__(self):
+        self.posts = []
+        self.fail_first = 0
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with receiver.lock:
+                    receiver.posts.append(body)
+                    failing = len(receiver.posts) <= receiver.fail_first
+                self.send_response(500 if failing else 200)
+                self.end_headers()
+                self.wfile.write(b"receiver is down" if failing else b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/secret-token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def texts(self):
+        with self.lock:
+            return [post["text"] for post in self.posts]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+class Mailbox:
+    """aiosmtpd handler: keeps every message it is given."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append((envelope.rcpt_tos, envelope.content.decode()))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp_sink():
+    mailbox = Mailbox()
+    with socket.socket() as probe:  # aiosmtpd's start() connects to its port, so it needs a real one
+        probe.bind(("127.0.0.1", 0))
+        mailbox.port = probe.getsockname()[1]
+    controller = Controller(mailbox, hostname="127.0.0.1", port=mailbox.port)
+    controller.start()
+    yield mailbox
+    controller.stop()
+
+
+@pytest.fixture
+def alerting(app, receiver):
+    """The app with the receiver as its default webhook."""
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = receiver.url
+    return app
+
+
+def define(app, name="nightly", **kwargs):
+    kwargs.setdefault("job_type", "jobsweb.noop")
+    kwargs.setdefault("schedule", "0 6 * * *")
+    with committed(app):
+        return definitions.define(name, **kwargs).id
+
+
+def evaluate(app):
+    with app.app_context():
+        return alerts.evaluate()
+
+
+def deliver(app):
+    with app.app_context():
+        return notify.deliver_due()
+
+
+def run_worker(app):
+    """One cron tick in this process: run until nothing is due."""
+    with committed(app):
+        Worker(app, conninfo(db.engine), concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
+
+
+def make_overdue(sql, name="nightly"):
+    sql("UPDATE job_definitions SET next_run_at = now() - interval '1 hour' WHERE name = %s", (name,))
+
+
+def test_an_overdue_definition_opens_one_incident_and_notifies_once_however_often_it_is_evaluated(alerting, receiver, sql):
+    define(alerting)
+    make_overdue(sql)
+    opened, _ = evaluate(alerting)
+    assert evaluate(alerting) == ([], [])
+    assert deliver(alerting) == 1
+    assert deliver(alerting) == 0
+    [text] = receiver.texts()
+    assert "nightly is overdue" in text and "Is cron or a worker running?" in text
+    assert receiver.posts[0]["jobsweb"]["kind"] == "overdue"
+    assert sql("SELECT id, kind, resolved_at FROM alert_incidents") == [(opened[0], "overdue", None)]
+
+
+def test_the_next_success_resolves_the_incident_with_one_recovery_notification(alerting, receiver, sql):
+    define(alerting)
+    make_overdue(sql)
+    evaluate(alerting)
+    run_worker(alerting)  # the tick comes back: materialises the overdue slot and runs it
+    _, resolved = evaluate(alerting)
+    assert len(resolved) == 1
+    assert evaluate(alerting) == ([], [])
+    deliver(alerting)
+    texts = receiver.texts()
+    assert len(texts) == 2
+    assert "overdue" in texts[0] and texts[1].startswith("Resolved: nightly is overdue")
+    [(resolution,)] = sql("SELECT resolution FROM alert_incidents WHERE resolved_at IS NOT NULL")
+    assert resolution.endswith("succeeded")
+
+
+def test_a_definition_alerts_when_its_dead_runs_in_a_row_reach_its_own_threshold(alerting, receiver, sql):
+    define(alerting, job_type="jobsweb.fail", payload={"permanent": True}, alert_after_failures=3)
+    for _ in range(2):
+        with committed(alerting):
+            definitions.run_now("nightly")
+        run_worker(alerting)
+    assert evaluate(alerting) == ([], [])
+    with committed(alerting):
+        definitions.run_now("nightly")
+    run_worker(alerting)
+    opened, _ = evaluate(alerting)
+    assert len(opened) == 1
+    deliver(alerting)
+    [text] = receiver.texts()
+    assert "nightly has failed its last 3 runs" in text and "PermanentError" in text
+    # A single dead run of a definition under its threshold opens nothing of kind 'dead'.
+    assert sql("SELECT kind FROM alert_incidents") == [("failing",)]
+
+
+def test_dead_runs_of_one_job_type_share_an_incident_until_a_run_of_that_type_succeeds(alerting, receiver, sql):
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"permanent": True})
+        enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    opened, _ = evaluate(alerting)
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    assert evaluate(alerting) == ([], [])  # counted into the open incident, not a new alert
+    assert sql("SELECT run_count FROM alert_incidents") == [(3,)]
+
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"times": 0})
+    run_worker(alerting)
+    _, resolved = evaluate(alerting)
+    assert resolved == opened
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    reopened, _ = evaluate(alerting)
+    assert len(reopened) == 1 and reopened != opened
+
+    deliver(alerting)
+    texts = receiver.texts()
+    assert [t.split(":")[0] for t in texts] == ["run 1 of jobsweb.fail is dead after 1 attempt", "Resolved",
+                                                "run 5 of jobsweb.fail is dead after 1 attempt"]
+    assert "(1 more jobsweb.fail run died with it)" in texts[0]
+
+
+def test_a_failed_delivery_is_retried_and_its_error_stays_visible(alerting, receiver, sql):
+    alerting.config["JOBSWEB_ALERT_RETRY_BASE"] = 0.01
+    receiver.fail_first = 1
+    with committed(alerting):
+        notify.queue_test("ann@example.com")
+    assert deliver(alerting) == 0
+    [(status, attempts, error)] = sql("SELECT status, attempts, last_error FROM alert_deliveries")
+    assert (status, attempts, error) == ("pending", 1, "HTTP 500 Internal Server Error: receiver is down")
+    wait_for(lambda: deliver(alerting), timeout=5, message="the retry")
+    assert sql("SELECT status, attempts FROM alert_deliveries") == [("sent", 2)]
+    assert len(receiver.posts) == 2
+
+
+def test_a_delivery_gives_up_after_its_last_attempt(alerting, receiver, sql):
+    alerting.config.update(JOBSWEB_ALERT_RETRY_BASE=0.01, JOBSWEB_ALERT_MAX_ATTEMPTS=2)
+    receiver.fail_first = 99
+    with committed(alerting):
+        notify.queue_test("ann@example.com")
+    wait_for(lambda: deliver(alerting) == 0 and sql("SELECT status FROM alert_deliveries") == [("failed",)],
+             timeout=5, message="the delivery to give up")
+    assert sql("SELECT attempts FROM alert_deliveries") == [(2,)]
+
+
+def test_an_unreachable_webhook_is_an_error_not_a_crash(app, sql):
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = "http://127.0.0.1:9/nothing-listens-here"
+    with committed(app):
+        notify.queue_test("ann@example.com")
+    assert deliver(app) == 0
+    [(error,)] = sql("SELECT last_error FROM alert_deliveries")
+    assert error.startswith("could not POST to http://127.0.0.1:9/…")
+
+
+def test_email_alerts_reach_an_smtp_server(app, smtp_sink, sql):
+    app.config.update(JOBSWEB_SMTP_HOST="127.0.0.1", JOBSWEB_SMTP_PORT=smtp_sink.port,
+                      JOBSWEB_SMTP_STARTTLS=False, JOBSWEB_ALERT_EMAIL_TO=["ops@example.com", "oncall@example.com"],
+                      JOBSWEB_SMTP_FROM="jobs@example.com")
+    define(app)
+    make_overdue(sql)
+    evaluate(app)
+    assert deliver(app) == 1
+    [(recipients, content)] = smtp_sink.messages
+    assert recipients == ["ops@example.com", "oncall@example.com"]
+    assert "Subject: jobsweb ALERT: nightly is overdue" in content and "From: jobs@example.com" in content
+
+
+def test_a_definition_with_its_own_webhook_alerts_there_instead_of_the_default(alerting, receiver, sql):
+    own = Receiver()
+    try:
+        define(alerting, alert_webhook_url=own.url)
+        make_overdue(sql)
+        evaluate(alerting)
+        deliver(alerting)
+        assert len(own.texts()) == 1 and receiver.texts() == []
+    finally:
+        own.close()
+
+
+def test_concurrent_worker_processes_open_one_incident_and_send_one_notification(app, receiver, sql, spawn_worker):
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error, error_type) "
+        "VALUES ('send_invoice', 'dead', 5, now(), 'SMTP refused', 'RuntimeError')")
+    workers = [spawn_worker(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url) for _ in range(4)]
+    for proc in workers:
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    assert sql("SELECT kind, job_type, run_count FROM alert_incidents") == [("dead", "send_invoice", 1)]
+    assert sql("SELECT status, attempts FROM alert_deliveries") == [("sent", 1)]
+    [text] = receiver.texts()
+    assert text.startswith("run 1 of send_invoice is dead after 5 attempts: RuntimeError: SMTP refused")
+
+
+def test_webhook_text_is_escaped_for_slack(alerting, receiver, sql):
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error) "
+        "VALUES ('x', 'dead', 1, now(), '<!channel> & more')")
+    evaluate(alerting)
+    deliver(alerting)
+    assert "&lt;!channel&gt; &amp; more" in receiver.texts()[0]
+    assert receiver.posts[0]["jobsweb"]["summary"].endswith("<!channel> & more.")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"JOBSWEB_SMTP_PORT": "smtp"}, "JOBSWEB_SMTP_PORT must be a whole number"),
+    ({"JOBSWEB_SMTP_PORT": "70000"}, "JOBSWEB_SMTP_PORT must be a port number"),
+    ({"JOBSWEB_SMTP_STARTTLS": "maybe"}, "JOBSWEB_SMTP_STARTTLS must be true or false"),
+    ({"JOBSWEB_ALERT_WEBHOOK_URL": "hooks.slack.com/x"}, "JOBSWEB_ALERT_WEBHOOK_URL must be an http"),
+    ({"JOBSWEB_ALERT_EMAIL_TO": "ops@example.com, nobody"}, "JOBSWEB_ALERT_EMAIL_TO must be comma-separated"),
+])
+def test_a_bad_alert_setting_stops_start_up_naming_the_variable(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        from_environment(settings)
+
+
+def test_email_recipients_without_an_smtp_server_are_refused():
+    with pytest.raises(ConfigError, match="JOBSWEB_ALERT_EMAIL_TO needs JOBSWEB_SMTP_HOST"):
+        check(from_environment({"JOBSWEB_ALERT_EMAIL_TO": "ops@example.com"}))
