@@ -289,3 +289,47 @@ def test_a_bad_alert_setting_stops_start_up_naming_the_variable(settings, messag
 def test_email_recipients_without_an_smtp_server_are_refused():
     with pytest.raises(ConfigError, match="JOBSWEB_ALERT_EMAIL_TO needs JOBSWEB_SMTP_HOST"):
         check(from_environment({"JOBSWEB_ALERT_EMAIL_TO": "ops@example.com"}))
+
+
+def test_the_database_refuses_a_second_open_incident_for_a_definition(app, sql):
+    import psycopg
+
+    define(app)
+    insert = ("INSERT INTO alert_incidents (kind, definition_id, subject, summary, since) "
+              "SELECT 'overdue', id, name, 'x', now() FROM job_definitions")
+    sql(insert)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        sql(insert)
+
+
+def test_an_evaluation_skips_its_turn_while_another_worker_evaluates(alerting, sql, database_url_for_tests):
+    import psycopg
+
+    from tests.conftest import libpq
+
+    define(alerting)
+    make_overdue(sql)
+    with psycopg.connect(libpq(database_url_for_tests)) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (alerts.LOCK_KEY,))
+        assert evaluate(alerting) is None
+    assert len(evaluate(alerting)[0]) == 1
+
+
+def test_deleting_a_definition_closes_its_incident_with_one_notification(alerting, receiver, sql):
+    define(alerting)
+    make_overdue(sql)
+    evaluate(alerting)
+    sql("DELETE FROM job_definitions")
+    assert len(evaluate(alerting)[1]) == 1
+    deliver(alerting)
+    assert receiver.texts()[1].startswith("Resolved: nightly is overdue") and "the definition was deleted" in receiver.texts()[1]
+
+
+def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
+    result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
+                                 "--alert-after", "1", "--alert-webhook", "https://hooks.example.com/x"])
+    assert result.exit_code == 0, result.output
+    assert sql("SELECT alert_after_failures, alert_webhook_url FROM job_definitions") == [(1, "https://hooks.example.com/x")]
+    result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
+                                 "--alert-after", "0"])
+    assert result.exit_code == 2 and "alert_after_failures: must be a whole number of at least 1" in result.output
