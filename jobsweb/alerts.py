@@ -158,12 +158,20 @@ def evaluate():
 
 
 def _open_definition_incidents():
+    # Definitions with an incident open already are left out before inserting: ON CONFLICT
+    # would refuse them anyway, but only after taking an id from the sequence each pass.
+    already = {tuple(row) for row in db.session.execute(text(
+        "SELECT definition_id, kind FROM alert_incidents WHERE resolved_at IS NULL AND definition_id IS NOT NULL"))}
     opened = []
     for d in definitions.overdue():
+        if (d.id, "overdue") in already:
+            continue
         summary = (f"{d.name} is overdue: its run due at {_utc(d.next_run_at)} has not started and "
                    "nothing of it is queued or running. Is cron or a worker running?")
         opened += _open_for_definition("overdue", d, summary, d.next_run_at)
     for d in definitions.failing():
+        if (d.id, "failing") in already:
+            continue
         error = db.session.execute(text(
             "SELECT id, error_type, last_error FROM job_runs WHERE definition_id = :id AND status = 'dead' "
             "ORDER BY id DESC LIMIT 1"), {"id": d.id}).first()
@@ -194,16 +202,15 @@ def _open_dead_incidents():
                    f"attempt{'s' if first.attempts != 1 else ''}: {_error(first.error_type, first.last_error)}")
         if len(runs) > 1:
             summary += f" ({len(runs) - 1} more {job_type} run{'s' if len(runs) > 2 else ''} died with it)"
-        row = db.session.execute(text(OPEN_DEAD_INCIDENT), {
-            "job_type": job_type, "summary": summary + ".", "since": first.finished_at,
-            "last_failure_at": last.finished_at, "run_id": first.id}).first()
-        if row is not None:
+        incident_id = db.session.scalar(text(OPEN_DEAD_INCIDENT_ID), {"job_type": job_type})
+        if incident_id is None:
+            row = db.session.execute(text(OPEN_DEAD_INCIDENT), {
+                "job_type": job_type, "summary": summary + ".", "since": first.finished_at,
+                "last_failure_at": last.finished_at, "run_id": first.id}).first()
+            if row is None:
+                continue  # another evaluator opened one just now: counted into it next pass
             incident_id = row[0]
             opened.append(incident_id)
-        else:
-            incident_id = db.session.scalar(text(OPEN_DEAD_INCIDENT_ID), {"job_type": job_type})
-            if incident_id is None:
-                continue  # resolved since the insert looked: counted next pass, in a new one
         db.session.execute(text(COUNT_DEAD_RUNS), {
             "run_ids": [r.id for r in runs], "incident_id": incident_id,
             "last_failure_at": last.finished_at})
@@ -234,7 +241,7 @@ def _queue(incident_id, event):
                                      subject=subject, body=body, data=data))
 
 
-_KIND_WORDS = {"overdue": "is overdue", "failing": "is failing", "dead": "runs are dying"}
+_KIND_WORDS = {"overdue": "is overdue", "failing": "is failing", "dead": "has dead runs"}
 
 
 def routes(webhook_url=None, email_to=None):
@@ -249,13 +256,15 @@ def routes(webhook_url=None, email_to=None):
     return out
 
 
-def incident_link(incident_id):
-    """The incidents page as an absolute URL, when JOBSWEB_BASE_URL says where the app is."""
+def incident_link(incident_id=None):
+    """The incidents page (at one incident) as an absolute URL, when JOBSWEB_BASE_URL says
+    where the admin screen is; None otherwise."""
     base = current_app.config["JOBSWEB_BASE_URL"]
     if not base:
         return None
+    anchor = f"incident-{incident_id}" if incident_id else None
     with current_app.test_request_context(base_url=base):
-        return url_for("incidents.index", _external=True, _anchor=f"incident-{incident_id}")
+        return url_for("incidents.index", _external=True, _anchor=anchor)
 
 
 def open_incidents(definition_id=None):

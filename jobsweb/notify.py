@@ -187,10 +187,10 @@ def queue_test(sent_by):
     """Queue a test notification on every default channel; returns how many were queued."""
     from .alerts import incident_link, routes
 
-    link = incident_link(0)
+    link = incident_link()
     body = f"Test alert from jobsweb, sent by {sent_by}. If you read this, alerts reach you."
     if link:
-        body += f"\n{link.split('#')[0]}"
+        body += f"\n{link}"
     queued = 0
     for channel, target in routes():
         db.session.add(AlertDelivery(event="test", channel=channel, target=target,

@@ -32,7 +32,9 @@ def test_the_incidents_page_shows_open_incidents_and_notification_errors_escaped
 def test_the_dashboard_and_the_definition_page_show_an_open_incident(app, sign_in, sql):
     incident_id = overdue_incident(app, sql)
     client = sign_in("viewer")
-    assert f'id="incident-{incident_id}"' in client.get("/").get_data(as_text=True)
+    dashboard = client.get("/").get_data(as_text=True)
+    assert f'id="incident-{incident_id}"' in dashboard
+    assert "should have run" not in dashboard  # said once, by the incident
     [(definition_id,)] = sql("SELECT id FROM job_definitions")
     html = client.get(f"/definitions/{definition_id}").get_data(as_text=True)
     assert "nightly is overdue" in html and "1 open incident" in html
