@@ -100,8 +100,8 @@ SELECT r.id, r.job_type, r.finished_at, r.attempts, r.error_type, r.last_error
 FROM job_runs r
 WHERE r.status = 'dead' AND r.definition_id IS NULL
   AND r.finished_at > now() - make_interval(secs => :lookback)
-  AND NOT EXISTS (SELECT 1 FROM alert_incident_runs l WHERE l.run_id = r.id)
-ORDER BY r.finished_at, r.id
+  AND NOT EXISTS (SELECT 1 FROM alert_incident_runs l WHERE l.run_id = r.id AND l.attempt = r.attempts)
+ORDER BY r.id
 LIMIT :limit
 """
 
@@ -117,12 +117,13 @@ OPEN_DEAD_INCIDENT_ID = """
 SELECT id FROM alert_incidents WHERE job_type = :job_type AND kind = 'dead' AND resolved_at IS NULL
 """
 
-# Count runs into an incident; a run already counted (primary key) is not counted again.
+# Count deaths into an incident; one already counted (primary key) is not counted again.
 COUNT_DEAD_RUNS = """
 WITH counted AS (
-    INSERT INTO alert_incident_runs (run_id, incident_id)
-    SELECT unnest(CAST(:run_ids AS bigint[])), :incident_id
-    ON CONFLICT (run_id) DO NOTHING
+    INSERT INTO alert_incident_runs (run_id, attempt, incident_id)
+    SELECT run_id, attempt, :incident_id
+    FROM unnest(CAST(:run_ids AS bigint[]), CAST(:attempts AS int[])) AS d(run_id, attempt)
+    ON CONFLICT (run_id, attempt) DO NOTHING
     RETURNING run_id
 )
 UPDATE alert_incidents
@@ -197,7 +198,9 @@ def _open_dead_incidents():
         by_type.setdefault(row.job_type, []).append(row)
     opened = []
     for job_type, runs in by_type.items():
-        first, last = runs[0], runs[-1]
+        first = runs[0]  # the oldest run: a success of any newer one clears the incident
+        since = min(r.finished_at for r in runs)
+        last_failure_at = max(r.finished_at for r in runs)
         summary = (f"run {first.id} of {job_type} is dead after {first.attempts} "
                    f"attempt{'s' if first.attempts != 1 else ''}: {_error(first.error_type, first.last_error)}")
         if len(runs) > 1:
@@ -205,15 +208,15 @@ def _open_dead_incidents():
         incident_id = db.session.scalar(text(OPEN_DEAD_INCIDENT_ID), {"job_type": job_type})
         if incident_id is None:
             row = db.session.execute(text(OPEN_DEAD_INCIDENT), {
-                "job_type": job_type, "summary": summary + ".", "since": first.finished_at,
-                "last_failure_at": last.finished_at, "run_id": first.id}).first()
+                "job_type": job_type, "summary": summary + ".", "since": since,
+                "last_failure_at": last_failure_at, "run_id": first.id}).first()
             if row is None:
                 continue  # another evaluator opened one just now: counted into it next pass
             incident_id = row[0]
             opened.append(incident_id)
         db.session.execute(text(COUNT_DEAD_RUNS), {
-            "run_ids": [r.id for r in runs], "incident_id": incident_id,
-            "last_failure_at": last.finished_at})
+            "run_ids": [r.id for r in runs], "attempts": [r.attempts for r in runs], "incident_id": incident_id,
+            "last_failure_at": last_failure_at})
     return opened
 
 

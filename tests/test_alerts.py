@@ -333,3 +333,22 @@ def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
     result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
                                  "--alert-after", "0"])
     assert result.exit_code == 2 and "alert_after_failures: must be a whole number of at least 1" in result.output
+
+
+def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting, receiver, sql):
+    from jobsweb import run_actions
+
+    with committed(alerting):
+        run_id = enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    evaluate(alerting)
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"times": 0})
+    run_worker(alerting)
+    assert len(evaluate(alerting)[1]) == 1  # a newer run of the type succeeded
+    with committed(alerting):
+        run_actions.retry([run_id])
+    run_worker(alerting)
+    reopened, _ = evaluate(alerting)
+    assert len(reopened) == 1
+    assert sql("SELECT run_id, attempt FROM alert_incident_runs ORDER BY attempt") == [(run_id, 1), (run_id, 2)]

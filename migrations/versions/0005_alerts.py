@@ -48,10 +48,13 @@ CREATE UNIQUE INDEX alert_incidents_open_job_type ON alert_incidents (job_type)
 CREATE INDEX alert_incidents_opened ON alert_incidents (id) WHERE resolved_at IS NULL;
 CREATE INDEX alert_incidents_definition ON alert_incidents (definition_id, id);
 
--- Which incident counted each dead run: a run is alerted about once, whichever worker looks.
+-- Which incident counted each death: a run is alerted about once per death, whichever worker
+-- looks. A dead run that an operator retries and that dies again dies at a higher attempt.
 CREATE TABLE alert_incident_runs (
-    run_id       bigint PRIMARY KEY,
-    incident_id  bigint NOT NULL REFERENCES alert_incidents (id) ON DELETE CASCADE
+    run_id       bigint NOT NULL,
+    attempt      integer NOT NULL,
+    incident_id  bigint NOT NULL REFERENCES alert_incidents (id) ON DELETE CASCADE,
+    PRIMARY KEY (run_id, attempt)
 );
 
 -- Serves alerts.NEW_DEAD_RUNS: runs that died in the last hour.
