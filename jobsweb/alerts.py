@@ -151,10 +151,6 @@ def evaluate():
     except BaseException:
         session.rollback()
         raise
-    for incident_id in opened:
-        log.warning("alert: incident %d opened", incident_id)
-    for incident_id in resolved:
-        log.info("alert: incident %d resolved", incident_id)
     return opened, resolved
 
 
@@ -228,10 +224,12 @@ def _queue(incident_id, event):
     if event == "opened":
         subject = f"jobsweb ALERT: {incident.subject} {_KIND_WORDS[incident.kind]}"
         body = incident.summary
+        log.warning("incident %d opened: %s", incident.id, incident.summary)
     else:
         subject = f"jobsweb RESOLVED: {incident.subject} {_KIND_WORDS[incident.kind]}"
         body = (f"Resolved: {incident.subject} {_KIND_WORDS[incident.kind]} since {_utc(incident.since)}; "
                 f"{incident.resolution}.")
+        log.info("incident %d resolved: %s", incident.id, incident.resolution)
     link = incident_link(incident_id)
     if link:
         body += f"\n{link}"

@@ -165,7 +165,7 @@ def test_an_admin_creates_a_definition_watching_the_preview_then_runs_it(page, m
 
 def test_an_operator_sees_an_incident_and_watches_a_test_alert_get_delivered(page, app, make_user, sql, spawn_worker):
     from tests.conftest import wait_for
-    from tests.test_alerts import Receiver
+    from tests.alert_receivers import Receiver
 
     receiver = Receiver()
     try:
