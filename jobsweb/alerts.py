@@ -41,6 +41,9 @@ EVALUATE_EVERY = 5.0  # seconds between evaluations in one worker process
 # hour shows up as overdue definitions).
 DEAD_LOOKBACK_SECONDS = 3600
 DEAD_RUNS_PER_PASS = 1000
+# A finished attempt becomes visible when its transaction commits, stamped with the time the
+# transaction began: FINISH_RUNS is one statement, so a minute is far more than it takes.
+COMMIT_MARGIN_SECONDS = 60
 ERROR_CHARS = 300  # of a run's error, quoted in a notification
 LOCK_KEY = 0x6A6F6273  # pg advisory lock id of the alerts evaluation ('jobs')
 
@@ -77,21 +80,27 @@ RETURNING i.id
 """
 
 # Close dead incidents: a run of the job type at least as new as the first dead one (or
-# that one, retried) succeeded after the newest death counted. Uses index job_runs_job_type_id.
+# that one, retried) succeeded after the newest death counted. Successes are found through
+# the attempts that finished since the previous pass (index job_attempts_finished_at), so a
+# pass reads about a minute of attempts however long the incident has been open, rather than
+# every run of the type since it began. It looks back COMMIT_MARGIN past the previous pass: an
+# attempt's finished_at is its transaction's start, and it becomes visible only at commit.
 RESOLVE_DEAD_INCIDENTS = """
 UPDATE alert_incidents i
-SET resolved_at = now(), resolution = 'run ' || ok.id || ' succeeded'
+SET resolved_at = now(), resolution = 'run ' || ok.run_id || ' succeeded'
 FROM alert_incidents o
 CROSS JOIN LATERAL (
-    SELECT s.id FROM job_runs s
-    WHERE s.job_type = o.job_type AND s.id >= o.run_id AND s.status = 'succeeded'
-      AND s.finished_at > o.last_failure_at
-    ORDER BY s.id
+    SELECT a.run_id FROM job_attempts a JOIN job_runs s ON s.id = a.run_id
+    WHERE a.finished_at > greatest(o.last_failure_at, o.checked_at - make_interval(secs => :margin))
+      AND a.outcome = 'succeeded' AND s.job_type = o.job_type AND s.id >= o.run_id
+    ORDER BY a.finished_at
     LIMIT 1
 ) ok
 WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind = 'dead'
 RETURNING i.id
 """
+
+DEAD_INCIDENTS_CHECKED = "UPDATE alert_incidents SET checked_at = now() WHERE kind = 'dead' AND resolved_at IS NULL"
 
 # Runs outside any definition that died recently and that no incident has counted yet.
 # Uses index job_runs_dead_finished and alert_incident_runs' primary key.
@@ -141,7 +150,9 @@ def evaluate():
         if not session.scalar(text(TAKE_TURN), {"key": LOCK_KEY}):
             return None
         resolved = [row[0] for row in session.execute(text(RESOLVE_DEFINITION_INCIDENTS))]
-        resolved += [row[0] for row in session.execute(text(RESOLVE_DEAD_INCIDENTS))]
+        resolved += [row[0] for row in session.execute(text(RESOLVE_DEAD_INCIDENTS),
+                                                       {"margin": COMMIT_MARGIN_SECONDS})]
+        session.execute(text(DEAD_INCIDENTS_CHECKED))
         opened = _open_definition_incidents() + _open_dead_incidents()
         for incident_id in resolved:
             _queue(incident_id, "resolved")

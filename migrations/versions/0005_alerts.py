@@ -33,6 +33,7 @@ CREATE TABLE alert_incidents (
     last_failure_at  timestamptz,  -- dead: the newest death counted in this incident
     run_id           bigint,  -- dead: the first run that died (no FK: retention may prune it)
     run_count        integer NOT NULL DEFAULT 0,  -- dead: runs counted while it was open
+    checked_at       timestamptz,  -- dead: when a pass last looked for a success
     opened_at        timestamptz NOT NULL DEFAULT now(),
     resolved_at      timestamptz,
     resolution       text
