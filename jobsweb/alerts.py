@@ -2,7 +2,8 @@
 
 An incident is one problem, notified once when it opens and once when it clears:
 - overdue: a definition's slot is past its grace and nothing of it is queued or running
-  (definitions.overdue(): the ticks stopped);
+  (definitions.overdue(): the ticks stopped), or its run has waited queued past the grace
+  (definitions.stuck(): no worker takes it, or none handles its job type);
 - failing: a definition's dead runs in a row reached its alert_after_failures
   (definitions.failing()); runs of definitions alert only through this threshold, so set it
   to 1 to hear about every dead run;
@@ -177,6 +178,13 @@ def _open_definition_incidents():
         summary = (f"{d.name} is overdue: its run due at {_utc(d.next_run_at)} has not started and "
                    "nothing of it is queued or running. Is cron or a worker running?")
         opened += _open_for_definition("overdue", d, summary, d.next_run_at)
+    for d, run in definitions.stuck():
+        if (d.id, "overdue") in already:
+            continue
+        summary = (f"{d.name} is overdue: its run {run.id}, due at {_utc(run.run_at)}, is still queued and "
+                   f"no worker has taken it. Is a worker running that handles job type {d.job_type}?")
+        already.add((d.id, "overdue"))
+        opened += _open_for_definition("overdue", d, summary, run.run_at)
     for d in definitions.failing():
         if (d.id, "failing") in already:
             continue

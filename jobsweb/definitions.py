@@ -11,6 +11,7 @@ the caller, so that a change and what goes with it (the admin's audit entry) com
 from flask import current_app
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import aliased
 
 from .config import ConfigError, check_emails, check_url
 from .db import db
@@ -135,6 +136,21 @@ def overdue():
     return db.session.scalars(
         select(JobDefinition).where(JobDefinition.enabled, late, ~_in_flight())
         .order_by(JobDefinition.next_run_at)).all()
+
+
+def stuck():
+    """[(definition, run)]: enabled definitions whose oldest queued run has been due for more
+    than the grace and no worker took it (none is running, or none handles its job type).
+    A run queued behind its predecessor (overlap 'queue') is waiting on purpose and left out.
+    Uses index job_runs_definition_active."""
+    grace = func.make_interval(0, 0, 0, 0, 0, 0, JobDefinition.grace_seconds)
+    waiting = aliased(JobRun)
+    oldest = (select(waiting.id).where(waiting.definition_id == JobDefinition.id, waiting.status == "queued",
+                                       waiting.after_run_id.is_(None), waiting.run_at < func.now() - grace)
+              .order_by(waiting.id).limit(1).correlate(JobDefinition).scalar_subquery())
+    return db.session.execute(
+        select(JobDefinition, JobRun).join(JobRun, JobRun.id == oldest).where(JobDefinition.enabled)
+        .order_by(JobRun.run_at)).all()
 
 
 def failing():

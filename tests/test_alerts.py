@@ -302,3 +302,26 @@ def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting
     reopened, _ = evaluate(alerting)
     assert len(reopened) == 1
     assert sql("SELECT run_id, attempt FROM alert_incident_runs ORDER BY attempt") == [(run_id, 1), (run_id, 2)]
+
+
+def test_a_run_that_waits_queued_past_its_grace_makes_its_definition_overdue_until_it_succeeds(alerting, receiver, sql):
+    definition_id = define(alerting, grace_seconds=60)
+    sql("INSERT INTO job_runs (definition_id, job_type, run_at) VALUES (%s, 'jobsweb.noop', now() - interval '2 minutes')",
+        (definition_id,))
+    opened, _ = evaluate(alerting)
+    assert len(opened) == 1
+    run_worker(alerting)  # a worker that handles the job type comes along
+    assert evaluate(alerting)[1] == opened
+    deliver(alerting)
+    first, second = receiver.texts()
+    assert "its run 1" in first and "no worker has taken it" in first and "handles job type jobsweb.noop" in first
+    assert second.startswith("Resolved: nightly is overdue")
+
+
+def test_a_run_queued_behind_its_running_predecessor_is_not_stuck(alerting, sql):
+    definition_id = define(alerting, grace_seconds=60)
+    sql("INSERT INTO job_runs (definition_id, job_type, status, run_at) VALUES (%s, 'jobsweb.sleep', 'running', now())",
+        (definition_id,))
+    sql("INSERT INTO job_runs (definition_id, job_type, run_at, after_run_id) "
+        "VALUES (%s, 'jobsweb.noop', now() - interval '2 minutes', 1)", (definition_id,))
+    assert evaluate(alerting) == ([], [])

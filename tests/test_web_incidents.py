@@ -91,3 +91,12 @@ def test_bad_alert_routing_is_shown_on_its_field(app, sign_in, sql):
     response = client.post("/definitions/new", data={**FORM, "alert_email_to": "ops, x@y", "csrf_token": token})
     assert response.status_code == 422 and "must be comma-separated email addresses" in response.get_data(as_text=True)
     assert sql("SELECT count(*) FROM job_definitions") == [(0,)]
+
+
+def test_the_dashboard_says_when_a_definitions_run_waits_for_a_worker_that_never_comes(app, sign_in, sql):
+    with committed(app):
+        definitions.define("nightly", "jobsweb.noop", "0 6 * * *", grace_seconds=60)
+    sql("INSERT INTO job_runs (definition_id, job_type, run_at) SELECT id, job_type, now() - interval '5 minutes' "
+        "FROM job_definitions")
+    html = sign_in("viewer").get("/").get_data(as_text=True)
+    assert "has a run due 5 min ago that no worker has taken" in html and "handles jobsweb.noop" in html

@@ -19,6 +19,12 @@ def attention(incidents=()):
         items.append({"url": url_for("definitions.detail", definition_id=d.id), "name": d.name,
                       "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "
                                "or running: is cron or a worker running?"})
+    for d, run in definitions.stuck():
+        if (d.id, "overdue") in shown:
+            continue
+        items.append({"url": url_for("runs.detail", run_id=run.id), "name": d.name,
+                      "words": f"has a run due {time_ago(run.run_at)} that no worker has taken: is a worker "
+                               f"running that handles {d.job_type}?"})
     for d in definitions.failing():
         if (d.id, "failing") in shown:
             continue
