@@ -348,10 +348,15 @@ class Alerter:
             log.exception("alerts: sending failed; pending notifications are tried again later")
 
     def stop(self):
-        """Let a send in progress finish (bounded by JOBSWEB_ALERT_TIMEOUT), send no more."""
+        """At worker exit: give the sender JOBSWEB_ALERT_TIMEOUT to send what is due (a cron
+        tick exits right after it opened an incident, and should not leave its notification
+        to the next tick), then let a send in progress finish and start no other."""
+        if self.sender is None:
+            return
+        timeout = self.app.config["JOBSWEB_ALERT_TIMEOUT"]
+        self.sender.join(timeout)
         self.stopping.set()
-        if self.sender is not None:
-            self.sender.join(notify.send_lease(self.app.config))
+        self.sender.join(timeout)
 
 
 def definition_routing(definition: JobDefinition):

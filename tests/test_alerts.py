@@ -325,3 +325,11 @@ def test_a_run_queued_behind_its_running_predecessor_is_not_stuck(alerting, sql)
     sql("INSERT INTO job_runs (definition_id, job_type, run_at, after_run_id) "
         "VALUES (%s, 'jobsweb.noop', now() - interval '2 minutes', 1)", (definition_id,))
     assert evaluate(alerting) == ([], [])
+
+
+def test_a_one_shot_worker_sends_the_notification_of_the_incident_it_opened_before_it_exits(app, receiver, sql, spawn_worker):
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at) VALUES ('send_invoice', 'dead', 1, now())")
+    proc = spawn_worker(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url)
+    assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    assert len(receiver.texts()) == 1
+    assert sql("SELECT status FROM alert_deliveries") == [("sent",)]
