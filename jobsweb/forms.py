@@ -55,7 +55,7 @@ class DefinitionForm(FlaskForm):
                           description="run the latest missed slot · run all · skip them")
     grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0)],
                                  description="How late a slot may be before it counts as overdue.")
-    alert_after_failures = IntegerField("Alert after (dead runs in a row)", default=FAILING_AFTER,
+    alert_after_failures = IntegerField("Alert after (dead runs)", default=FAILING_AFTER,
                                         validators=[Optional(), NumberRange(min=1, max=1000)],
                                         description="1: alert on every dead run.")
     alert_webhook_url = StringField("Alert webhook URL", validators=[Optional(), Length(max=2000)],
