@@ -45,8 +45,9 @@ CREATE UNIQUE INDEX alert_incidents_open_definition ON alert_incidents (definiti
     WHERE resolved_at IS NULL AND definition_id IS NOT NULL;
 CREATE UNIQUE INDEX alert_incidents_open_job_type ON alert_incidents (job_type)
     WHERE resolved_at IS NULL AND kind = 'dead';
--- Serves the incidents page's history (newest first) and a definition's incident state.
+-- Serves alerts.open_incidents() (incidents page, dashboard) and the RESOLVE_* passes.
 CREATE INDEX alert_incidents_opened ON alert_incidents (id) WHERE resolved_at IS NULL;
+-- Serves a definition's open incidents on its page, and ON DELETE SET NULL.
 CREATE INDEX alert_incidents_definition ON alert_incidents (definition_id, id);
 
 -- Which incident counted each death: a run is alerted about once per death, whichever worker
