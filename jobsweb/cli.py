@@ -105,12 +105,19 @@ def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts):
               "while a run of this definition is queued or running, skip the slot, queue it, or allow it.")
 @click.option("--misfire", default="latest", show_default=True, help=f"{'|'.join(MISFIRE_POLICIES)}: "
               "after an outage, run the latest missed slot, all of them, or none.")
-def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire):
+@click.option("--alert-after", type=int, default=definitions.FAILING_AFTER, show_default=True,
+              help="Dead runs in a row that raise a 'failing' alert.")
+@click.option("--alert-webhook", help="This definition's alert webhook [JOBSWEB_ALERT_WEBHOOK_URL].")
+@click.option("--alert-email", help="This definition's alert recipients, comma-separated [JOBSWEB_ALERT_EMAIL_TO].")
+def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire,
+                   alert_after, alert_webhook, alert_email):
     """Create or update the job definition NAME."""
     with plain_errors():
         payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
-                                        max_attempts=max_attempts, overlap=overlap, misfire=misfire)
+                                        max_attempts=max_attempts, overlap=overlap, misfire=misfire,
+                                        alert_after_failures=alert_after, alert_webhook_url=alert_webhook,
+                                        alert_email_to=alert_email)
         db.session.commit()
         words = Schedule(definition.schedule, definition.timezone).describe()
     click.echo(f"{definition.name}: {words}; next run {_when(definition.next_run_at, definition.timezone)}")

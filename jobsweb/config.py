@@ -1,6 +1,7 @@
 """Settings: defaults, then the environment, then test overrides; a bad value stops start-up."""
 
 import os
+from urllib.parse import urlsplit
 
 import click
 
@@ -77,6 +78,49 @@ def _word_list(name, raw):
     return [part.strip().lower() for part in raw.split(",") if part.strip()]
 
 
+def check_url(name, raw):
+    """An http(s) URL with a host, or ConfigError naming `name`. Empty means none."""
+    if raw == "":
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in raw):
+        raise ConfigError(f"{name} must be an http:// or https:// URL, got {raw!r}")
+    return raw
+
+
+def check_emails(name, raw):
+    """Comma-separated email addresses as a list, or ConfigError naming `name`."""
+    emails = [part.strip() for part in raw.split(",") if part.strip()]
+    for email in emails:
+        # No spaces or line breaks: a recipient must never add headers to a message.
+        if email.count("@") != 1 or any(c.isspace() or c in "<>,;" for c in email) or len(email) > 254:
+            raise ConfigError(f"{name} must be comma-separated email addresses, got {email!r}")
+    return emails
+
+
+def _optional_text(name, raw):
+    return raw or None
+
+
+def _boolean(name, raw):
+    words = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}
+    if raw.lower() not in words:
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+    return words[raw.lower()]
+
+
+def _port(name, raw):
+    value = _positive_int(name, raw)
+    if value > 65535:
+        raise ConfigError(f"{name} must be a port number (1-65535), got {raw!r}")
+    return value
+
+
+def _email(name, raw):
+    return check_emails(name, raw)[0] if raw else None
+
+
 # name -> (default, parser). Every JOBSWEB_* variable the app reads is listed here.
 SETTINGS = {
     "JOBSWEB_HANDLERS": ([], _module_list),
@@ -111,6 +155,20 @@ SETTINGS = {
     "JOBSWEB_RETAIN_MISSED": (30, _days),
     # Runs deleted per transaction by the prune job: small, so no lock is held for long.
     "JOBSWEB_PRUNE_BATCH": (500, _positive_int),
+    # Alerts (alerts.py, notify.py): where notifications go unless a definition names its own.
+    "JOBSWEB_ALERT_WEBHOOK_URL": (None, check_url),
+    "JOBSWEB_ALERT_EMAIL_TO": ([], check_emails),
+    "JOBSWEB_ALERT_TIMEOUT": (10.0, _positive_float),  # seconds per HTTP request or SMTP session
+    "JOBSWEB_ALERT_MAX_ATTEMPTS": (10, _positive_int),  # sends of one notification before giving up
+    "JOBSWEB_ALERT_RETRY_BASE": (30.0, _positive_float),  # seconds; doubles per failure, capped at 1 h
+    # Links in notifications point here (e.g. https://jobs.example.com); none without it.
+    "JOBSWEB_BASE_URL": (None, check_url),
+    "JOBSWEB_SMTP_HOST": (None, _optional_text),
+    "JOBSWEB_SMTP_PORT": (587, _port),
+    "JOBSWEB_SMTP_USER": (None, _optional_text),
+    "JOBSWEB_SMTP_PASSWORD": (None, _optional_text),
+    "JOBSWEB_SMTP_FROM": ("jobsweb@localhost", _email),
+    "JOBSWEB_SMTP_STARTTLS": (True, _boolean),
 }
 
 
@@ -146,3 +204,7 @@ def check(config):
     """Cross-setting rules that no single variable can enforce."""
     if config["JOBSWEB_BACKOFF_CAP"] < config["JOBSWEB_BACKOFF_BASE"]:
         raise ConfigError("JOBSWEB_BACKOFF_CAP must be at least JOBSWEB_BACKOFF_BASE")
+    if config["JOBSWEB_ALERT_EMAIL_TO"] and not config["JOBSWEB_SMTP_HOST"]:
+        raise ConfigError("JOBSWEB_ALERT_EMAIL_TO needs JOBSWEB_SMTP_HOST (the server that sends the email)")
+    if not config["JOBSWEB_SMTP_FROM"]:
+        raise ConfigError("JOBSWEB_SMTP_FROM must be an email address")

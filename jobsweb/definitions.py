@@ -11,7 +11,9 @@ the caller, so that a change and what goes with it (the admin's audit entry) com
 from flask import current_app
 from sqlalchemy import case, exists, func, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import aliased
 
+from .config import ConfigError, check_emails, check_url
 from .db import db
 from .enqueuing import check_job_type, check_payload
 from .errors import InvalidInput
@@ -20,12 +22,14 @@ from .schedule import Schedule
 
 NAME_MAX_CHARS = 200
 DEFAULT_GRACE = 300  # seconds a slot may be late before the definition counts as overdue
-FAILING_AFTER = 2  # consecutive dead runs that make a definition "failing"
+FAILING_AFTER = 2  # default consecutive dead runs that make a definition "failing" (and alert)
+URL_MAX_CHARS = 2000
 
 
 def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
            overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
-           lease=None, backoff_base=None, backoff_cap=None):
+           lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
+           alert_webhook_url=None, alert_email_to=None):
     """Create the definition `name`, or update it; return it.
 
     next_run_at is recomputed when the schedule or timezone changes (or the definition is
@@ -47,13 +51,16 @@ def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attemp
         _check_seconds(field, value)
     if backoff_base and backoff_cap and backoff_cap < backoff_base:
         raise InvalidInput("backoff_cap", "must be at least backoff_base")
+    _check_whole("alert_after_failures", alert_after_failures, minimum=1)
+    alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
 
     now = db.session.scalar(select(func.now()))
     values = dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
                   timezone=parsed.tz.key, max_attempts=max_attempts, overlap_policy=overlap,
                   misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
                   lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
-                  next_run_at=parsed.next_after(now))
+                  alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
+                  alert_email_to=alert_email_to, next_run_at=parsed.next_after(now))
     table = JobDefinition.__table__
     stmt = insert(table).values(**values)
     # An unchanged schedule keeps its pending slot: re-running a deploy script that defines
@@ -131,10 +138,26 @@ def overdue():
         .order_by(JobDefinition.next_run_at)).all()
 
 
+def stuck():
+    """[(definition, run)]: enabled definitions whose oldest queued run has been due for more
+    than the grace and no worker took it (none is running, or none handles its job type).
+    A run queued behind its predecessor (overlap 'queue') is waiting on purpose and left out.
+    Uses index job_runs_definition_active."""
+    grace = func.make_interval(0, 0, 0, 0, 0, 0, JobDefinition.grace_seconds)
+    waiting = aliased(JobRun)
+    oldest = (select(waiting.id).where(waiting.definition_id == JobDefinition.id, waiting.status == "queued",
+                                       waiting.after_run_id.is_(None), waiting.run_at < func.now() - grace)
+              .order_by(waiting.id).limit(1).correlate(JobDefinition).scalar_subquery())
+    return db.session.execute(
+        select(JobDefinition, JobRun).join(JobRun, JobRun.id == oldest).where(JobDefinition.enabled)
+        .order_by(JobRun.run_at)).all()
+
+
 def failing():
-    """Definitions whose last FAILING_AFTER or more runs all ended dead."""
+    """Definitions whose last alert_after_failures (default FAILING_AFTER) or more runs all
+    ended dead."""
     return db.session.scalars(
-        select(JobDefinition).where(JobDefinition.failure_count >= FAILING_AFTER)
+        select(JobDefinition).where(JobDefinition.failure_count >= JobDefinition.alert_after_failures)
         .order_by(JobDefinition.failure_count.desc(), JobDefinition.name)).all()
 
 
@@ -162,6 +185,21 @@ def _check_choice(field, value, choices):
 def _check_whole(field, value, minimum):
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidInput(field, f"must be a whole number of at least {minimum}, got {value!r}")
+
+
+def _check_routing(webhook_url, email_to):
+    """(URL or None, 'a@x, b@y' or None): a definition's own alert channels, checked."""
+    try:
+        webhook_url = check_url("alert_webhook_url", (webhook_url or "").strip())
+        emails = check_emails("alert_email_to", email_to or "")
+    except ConfigError as exc:
+        field, _, message = exc.message.partition(" ")
+        raise InvalidInput(field, message) from None
+    if webhook_url and len(webhook_url) > URL_MAX_CHARS:
+        raise InvalidInput("alert_webhook_url", f"must be at most {URL_MAX_CHARS} characters")
+    if emails and not current_app.config["JOBSWEB_SMTP_HOST"]:
+        raise InvalidInput("alert_email_to", "needs JOBSWEB_SMTP_HOST set on the server to send email")
+    return webhook_url, ", ".join(emails) or None
 
 
 def _check_seconds(field, value):

@@ -4,7 +4,7 @@ from flask_wtf import FlaskForm
 from wtforms import EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
 from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
-from .definitions import DEFAULT_GRACE
+from .definitions import DEFAULT_GRACE, FAILING_AFTER
 from .models import MISFIRE_POLICIES, OVERLAP_POLICIES, ROLES
 
 
@@ -55,3 +55,10 @@ class DefinitionForm(FlaskForm):
                           description="run the latest missed slot · run all · skip them")
     grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0)],
                                  description="How late a slot may be before it counts as overdue.")
+    alert_after_failures = IntegerField("Alert after (dead runs)", default=FAILING_AFTER,
+                                        validators=[Optional(), NumberRange(min=1, max=1000)],
+                                        description="1: alert on every dead run.")
+    alert_webhook_url = StringField("Alert webhook URL", validators=[Optional(), Length(max=2000)],
+                                    description="Empty: the default (JOBSWEB_ALERT_WEBHOOK_URL).")
+    alert_email_to = StringField("Alert emails", validators=[Optional(), Length(max=2000)],
+                                 description="Comma-separated. Empty: the default (JOBSWEB_ALERT_EMAIL_TO).")

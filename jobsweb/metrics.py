@@ -30,18 +30,15 @@ WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(days => :days)
 """)
 
 
-def add_gauge(app, name, documentation, query, label=None):
-    """Report `query` (SQL) as gauge `name` at every scrape: one number, or with `label` one
-    sample per (label value, number) row. For other modules' init_app (alerts: open incidents)."""
-    app.extensions.setdefault("jobsweb_metrics_gauges", {})[name] = (documentation, text(query), label)
+# Incidents (alerts.py) not yet resolved, by kind: overdue, failing, dead.
+OPEN_INCIDENTS = text("SELECT kind, count(*) FROM alert_incidents WHERE resolved_at IS NULL GROUP BY kind")
 
 
 class DatabaseCollector:
     """Reads every metric from the database when Prometheus scrapes."""
 
-    def __init__(self, lease_seconds, extra_gauges):
+    def __init__(self, lease_seconds):
         self.gone_after = 2 * lease_seconds
-        self.extra_gauges = extra_gauges
 
     def collect(self):
         runs = GaugeMetricFamily("jobsweb_runs", "Runs by status (finished statuses estimated on "
@@ -65,7 +62,8 @@ class DatabaseCollector:
         yield GaugeMetricFamily("jobsweb_definitions_overdue", "Enabled definitions past their slot "
                                 "and grace with nothing queued or running.", value=len(definitions.overdue()))
         yield GaugeMetricFamily("jobsweb_definitions_failing", "Definitions whose last runs ended dead "
-                                f"({definitions.FAILING_AFTER} or more in a row).",
+                                "(their alert threshold, default "
+                                f"{definitions.FAILING_AFTER}, or more in a row).",
                                 value=len(definitions.failing()))
 
         durations = HistogramMetricFamily("jobsweb_attempt_duration_seconds", "How long attempts ran "
@@ -88,14 +86,12 @@ class DatabaseCollector:
         workers.add_metric(["gone"], gone)
         yield workers
 
-        for name, (documentation, query, label) in sorted(self.extra_gauges.items()):
-            if label is None:
-                yield GaugeMetricFamily(name, documentation, value=db.session.execute(query).scalar() or 0)
-            else:
-                gauge = GaugeMetricFamily(name, documentation, labels=[label])
-                for value, n in db.session.execute(query):
-                    gauge.add_metric([str(value)], n)
-                yield gauge
+        incidents = GaugeMetricFamily("jobsweb_incidents_open", "Open alert incidents, by kind.",
+                                      labels=["kind"])
+        open_by_kind = dict(db.session.execute(OPEN_INCIDENTS).all())
+        for kind in ("overdue", "failing", "dead"):
+            incidents.add_metric([kind], open_by_kind.get(kind, 0))
+        yield incidents
 
 
 def _authorised():
@@ -114,8 +110,7 @@ def metrics():
         return "A valid bearer token is needed.\n", 401, {"WWW-Authenticate": 'Bearer realm="metrics"',
                                                            "Content-Type": "text/plain"}
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(current_app.config["JOBSWEB_LEASE_SECONDS"],
-                                        current_app.extensions.get("jobsweb_metrics_gauges", {})))
+    registry.register(DatabaseCollector(current_app.config["JOBSWEB_LEASE_SECONDS"]))
     try:
         body = generate_latest(registry)
     finally:

@@ -47,6 +47,10 @@ class JobDefinition(db.Model):
     last_duration_ms: Mapped[int | None] = mapped_column(BigInteger)
     failure_count: Mapped[int] = mapped_column(server_default="0")
     missed_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Alerts: dead runs in a row that open a 'failing' incident; own channels (NULL: defaults).
+    alert_after_failures: Mapped[int] = mapped_column(server_default="2")
+    alert_webhook_url: Mapped[str | None] = mapped_column(Text)
+    alert_email_to: Mapped[str | None] = mapped_column(Text)  # comma-separated
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 
@@ -139,3 +143,43 @@ class AuditEntry(db.Model):
     target_type: Mapped[str] = mapped_column(Text)
     target_id: Mapped[int | None] = mapped_column(BigInteger)
     detail: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+
+
+INCIDENT_KINDS = ("overdue", "failing", "dead")
+
+
+class AlertIncident(db.Model):
+    __tablename__ = "alert_incidents"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text)
+    definition_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_definitions.id"))
+    job_type: Mapped[str | None] = mapped_column(Text)
+    subject: Mapped[str] = mapped_column(Text)
+    summary: Mapped[str] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(TIMESTAMPTZ)
+    last_failure_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    run_id: Mapped[int | None] = mapped_column(BigInteger)
+    run_count: Mapped[int] = mapped_column(server_default="0")
+    opened_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    resolved_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    resolution: Mapped[str | None] = mapped_column(Text)
+
+
+class AlertDelivery(db.Model):
+    __tablename__ = "alert_deliveries"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    incident_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("alert_incidents.id"))
+    event: Mapped[str] = mapped_column(Text)
+    channel: Mapped[str] = mapped_column(Text)
+    target: Mapped[str] = mapped_column(Text)
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+    status: Mapped[str] = mapped_column(Text, server_default="pending")
+    attempts: Mapped[int] = mapped_column(server_default="0")
+    next_attempt_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    sent_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)

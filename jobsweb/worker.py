@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from psycopg.types.json import Jsonb
 
 from . import handlers, queries, retry
+from .alerts import Alerter
 from .execution import Outcome, Pool, clip, describe_error, was_cancelled
 from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
@@ -85,6 +86,7 @@ class Worker:
         self.next_materialise = 0.0
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.pool = None
+        self.alerts = Alerter(app)  # opens and notifies incidents; sends on its own thread
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -150,6 +152,7 @@ class Worker:
                 did_work = True
             else:
                 self.next_materialise = now + MATERIALISE_IDLE_INTERVAL
+        self.alerts.tick()  # at most every alerts.EVALUATE_EVERY seconds; never raises
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work
@@ -349,6 +352,7 @@ class Worker:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)
         self.link.close()
+        self.alerts.stop()
         log.info("worker %s stopped", self.id)
 
     def _install_signal_handlers(self):

@@ -17,7 +17,7 @@ from jobsweb.config import database_url
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
 TABLES = ("job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users, "
-          "job_duration_totals, job_metrics_state")
+          "job_duration_totals, job_metrics_state, alert_deliveries, alert_incident_runs, alert_incidents")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.

@@ -161,3 +161,29 @@ def test_an_admin_creates_a_definition_watching_the_preview_then_runs_it(page, m
     page.get_by_role("button", name="Run now").click()
     spawn_worker("--forever", "--poll-interval", "0.2")
     expect(page.locator("h1 .badge")).to_have_text("Succeeded")  # the run page refreshes itself
+
+
+def test_an_operator_sees_an_incident_and_watches_a_test_alert_get_delivered(page, app, make_user, sql, spawn_worker):
+    from tests.conftest import wait_for
+    from tests.alert_receivers import Receiver
+
+    receiver = Receiver()
+    try:
+        app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = receiver.url
+        sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error, error_type) "
+            "VALUES ('send_invoice', 'dead', 5, now(), 'SMTP refused', 'RuntimeError')")
+        spawn_worker("--forever", "--poll-interval", "0.2", JOBSWEB_ALERT_WEBHOOK_URL=receiver.url)
+        wait_for(lambda: receiver.texts(), message="the incident's notification")
+        sign_in(page, make_user("operator"))
+        expect(page.locator(".attention")).to_contain_text("send_invoice is dead after 5 attempts")
+        page.get_by_role("link", name="Incidents", exact=True).click()
+        page.get_by_role("button", name="Send test alert").click()
+        expect(page.get_by_text("Test alert queued on 1 channel")).to_be_visible()
+        page.evaluate("window.notReloaded = true")
+        test_row = page.locator("#incidents tr", has_text="test")
+        expect(test_row.locator(".badge")).to_have_text("sent")  # the page polls while one is pending
+        assert page.evaluate("window.notReloaded") is True
+        assert any(t.startswith("Test alert from jobsweb") for t in receiver.texts())
+        shoot(page, "incidents")
+    finally:
+        receiver.close()

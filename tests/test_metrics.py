@@ -2,7 +2,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobsweb import create_app
-from jobsweb.metrics import add_gauge
 
 TOKEN = "s3cret-metrics-token-0123456789"
 
@@ -89,15 +88,15 @@ def test_every_scrape_reads_the_database_so_processes_agree(metrics_app, databas
     assert scrape(metrics_app)[("jobsweb_due_runs", ())] == scrape(other_process)[("jobsweb_due_runs", ())] == 1
 
 
-def test_other_modules_add_gauges_with_their_own_query(metrics_app, sql):
-    sql("INSERT INTO job_runs (job_type, status, finished_at) VALUES ('a', 'dead', now()), ('b', 'dead', now()), "
-        "('b', 'dead', now())")
-    add_gauge(metrics_app, "jobsweb_test_total", "A number.", "SELECT 3")
-    add_gauge(metrics_app, "jobsweb_test_dead", "Dead runs by type.",
-              "SELECT job_type, count(*) FROM job_runs WHERE status = 'dead' GROUP BY job_type", label="job_type")
+def test_open_incidents_are_counted_by_kind(metrics_app, sql):
+    sql("INSERT INTO alert_incidents (kind, job_type, subject, summary, since) VALUES "
+        "('dead', 'a', 'a', 'a died', now()), ('dead', 'b', 'b', 'b died', now())")
+    sql("INSERT INTO alert_incidents (kind, job_type, subject, summary, since, resolved_at) VALUES "
+        "('overdue', 'c', 'c', 'c is late', now(), now())")
     m = scrape(metrics_app)
-    assert m[("jobsweb_test_total", ())] == 3
-    assert m[("jobsweb_test_dead", (("job_type", "b"),))] == 2
+    assert m[("jobsweb_incidents_open", (("kind", "dead"),))] == 2
+    assert m[("jobsweb_incidents_open", (("kind", "overdue"),))] == 0
+    assert m[("jobsweb_incidents_open", (("kind", "failing"),))] == 0
 
 
 def test_a_short_metrics_token_stops_start_up():

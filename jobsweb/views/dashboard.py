@@ -2,20 +2,32 @@
 
 from flask import Blueprint, url_for
 
-from .. import definitions, stats
+from .. import alerts, definitions, stats
 from ..web import render, time_ago
 
 bp = Blueprint("dashboard", __name__)
 
 
-def attention():
-    """Overdue and failing definitions, in words a person can act on."""
+def attention(incidents=()):
+    """Overdue and failing definitions, in words a person can act on; those with an open
+    incident of that kind are left out (the dashboard lists open incidents above)."""
+    shown = {(i.definition_id, i.kind) for i in incidents}
     items = []
     for d in definitions.overdue():
+        if (d.id, "overdue") in shown:
+            continue
         items.append({"url": url_for("definitions.detail", definition_id=d.id), "name": d.name,
                       "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "
                                "or running: is cron or a worker running?"})
+    for d, run in definitions.stuck():
+        if (d.id, "overdue") in shown:
+            continue
+        items.append({"url": url_for("runs.detail", run_id=run.id), "name": d.name,
+                      "words": f"has a run due {time_ago(run.run_at)} that no worker has taken: is a worker "
+                               f"running that handles {d.job_type}?"})
     for d in definitions.failing():
+        if (d.id, "failing") in shown:
+            continue
         items.append({"url": url_for("runs.index", definition=d.id, status="dead"), "name": d.name,
                       "words": f"has failed its last {d.failure_count} runs: open them to see why."})
     return items
@@ -24,4 +36,6 @@ def attention():
 @bp.get("/")
 def index():
     """Counts, queue depth, problems and the last 24 hours; htmx refreshes the body."""
-    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(), attention=attention())
+    incidents = alerts.open_incidents()
+    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(),
+                  attention=attention(incidents), open_incidents=incidents)

@@ -13,7 +13,7 @@ from flask import Blueprint, current_app, flash, request, url_for
 from .. import audit, definitions, handlers
 from ..auth import role_required
 from ..db import db
-from ..definitions import DEFAULT_GRACE
+from ..definitions import DEFAULT_GRACE, FAILING_AFTER
 from ..enqueuing import parse_payload
 from ..errors import InvalidInput
 from ..forms import DefinitionForm
@@ -38,7 +38,8 @@ def _form(definition=None):
     form.timezone.choices = timezones()
     if definition is not None and request.method == "GET":
         for field in ("name", "job_type", "schedule", "timezone", "max_attempts", "backoff_base",
-                      "backoff_cap", "grace_seconds"):
+                      "backoff_cap", "grace_seconds", "alert_after_failures", "alert_webhook_url",
+                      "alert_email_to"):
             getattr(form, field).data = getattr(definition, field)
         form.payload.data = json.dumps(definition.payload, indent=2, sort_keys=True)
         form.timeout.data = definition.timeout_seconds
@@ -75,7 +76,9 @@ def _save(form, definition=None):
             timezone=form.timezone.data, payload=payload, max_attempts=form.max_attempts.data,
             overlap=form.overlap.data, misfire=form.misfire.data,
             grace_seconds=DEFAULT_GRACE if form.grace_seconds.data is None else form.grace_seconds.data,
-            timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data)
+            timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data,
+            alert_after_failures=form.alert_after_failures.data or FAILING_AFTER,
+            alert_webhook_url=form.alert_webhook_url.data, alert_email_to=form.alert_email_to.data)
     except InvalidInput as exc:
         field = {"n": "schedule"}.get(exc.field, exc.field)
         getattr(form, field, form.name).errors.append(exc.message)

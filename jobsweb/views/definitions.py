@@ -6,7 +6,7 @@ The create/edit form and the schedule preview live in definition_form.py.
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 from sqlalchemy import select
 
-from .. import audit, handlers, runlist
+from .. import alerts, audit, handlers, notify, runlist
 from .. import definitions as definition_api
 from ..auth import role_required
 from ..db import db
@@ -53,7 +53,9 @@ def detail(definition_id):
     rows, next_before = runlist.page(runlist.RunFilter(definition_id=definition_id), before, size=25)
     return render("definition.html", "partials/_definition_runs.html", definition=definition,
                   rows=rows, next_before=next_before, before=before,
-                  audit_entries=audit.entries_for("definition", definition_id))
+                  audit_entries=audit.entries_for("definition", definition_id),
+                  open_incidents=alerts.open_incidents(definition_id),
+                  alert_routes=alerts.definition_routing(definition), redact=notify.redact)
 
 
 @bp.post("/<int:definition_id>/pause")

@@ -1,0 +1,53 @@
+"""Real receivers for alert tests: a webhook endpoint on loopback and an SMTP mailbox."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Receiver:
+    """A webhook endpoint on loopback that records each POST; it answers 500 to the first
+    `fail_first` requests."""
+
+    def __init__(self):
+        self.posts = []
+        self.fail_first = 0
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with receiver.lock:
+                    receiver.posts.append(body)
+                    failing = len(receiver.posts) <= receiver.fail_first
+                self.send_response(500 if failing else 200)
+                self.end_headers()
+                self.wfile.write(b"receiver is down" if failing else b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/secret-token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def texts(self):
+        with self.lock:
+            return [post["text"] for post in self.posts]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Mailbox:
+    """aiosmtpd handler: keeps every message it is given."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append((envelope.rcpt_tos, envelope.content.decode()))
+        return "250 OK"

@@ -1,0 +1,335 @@
+"""Alerts: incidents open once and resolve once, notifications reach a real webhook receiver
+on loopback and a real SMTP server (aiosmtpd), failed sends are retried, and concurrent
+worker processes open one incident and send one notification."""
+
+import socket
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from jobsweb import alerts, definitions, enqueue, notify
+from jobsweb.config import ConfigError, check, from_environment
+from jobsweb.db import conninfo, db
+from jobsweb.worker import Worker
+from tests.alert_receivers import Mailbox, Receiver
+from tests.conftest import committed, wait_for
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def smtp_sink():
+    mailbox = Mailbox()
+    with socket.socket() as probe:  # aiosmtpd's start() connects to its port, so it needs a real one
+        probe.bind(("127.0.0.1", 0))
+        mailbox.port = probe.getsockname()[1]
+    controller = Controller(mailbox, hostname="127.0.0.1", port=mailbox.port)
+    controller.start()
+    yield mailbox
+    controller.stop()
+
+
+@pytest.fixture
+def alerting(app, receiver):
+    """The app with the receiver as its default webhook."""
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = receiver.url
+    return app
+
+
+def define(app, name="nightly", **kwargs):
+    kwargs.setdefault("job_type", "jobsweb.noop")
+    kwargs.setdefault("schedule", "0 6 * * *")
+    with committed(app):
+        return definitions.define(name, **kwargs).id
+
+
+def evaluate(app):
+    with app.app_context():
+        return alerts.evaluate()
+
+
+def deliver(app):
+    with app.app_context():
+        return notify.deliver_due()
+
+
+def run_worker(app):
+    """One cron tick in this process: run until nothing is due."""
+    with committed(app):
+        Worker(app, conninfo(db.engine), concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
+
+
+def make_overdue(sql, name="nightly"):
+    sql("UPDATE job_definitions SET next_run_at = now() - interval '1 hour' WHERE name = %s", (name,))
+
+
+def test_an_overdue_definition_opens_one_incident_and_notifies_once_however_often_it_is_evaluated(alerting, receiver, sql):
+    define(alerting)
+    make_overdue(sql)
+    opened, _ = evaluate(alerting)
+    assert evaluate(alerting) == ([], [])
+    assert deliver(alerting) == 1
+    assert deliver(alerting) == 0
+    [text] = receiver.texts()
+    assert "nightly is overdue" in text and "Is cron or a worker running?" in text
+    assert receiver.posts[0]["jobsweb"]["kind"] == "overdue"
+    assert sql("SELECT id, kind, resolved_at FROM alert_incidents") == [(opened[0], "overdue", None)]
+
+
+def test_the_next_success_resolves_the_incident_with_one_recovery_notification(alerting, receiver, sql):
+    define(alerting)
+    make_overdue(sql)
+    evaluate(alerting)
+    run_worker(alerting)  # the tick comes back: materialises the overdue slot and runs it
+    _, resolved = evaluate(alerting)
+    assert len(resolved) == 1
+    assert evaluate(alerting) == ([], [])
+    deliver(alerting)
+    texts = receiver.texts()
+    assert len(texts) == 2
+    assert "overdue" in texts[0] and texts[1].startswith("Resolved: nightly is overdue")
+    [(resolution,)] = sql("SELECT resolution FROM alert_incidents WHERE resolved_at IS NOT NULL")
+    assert resolution.endswith("succeeded")
+
+
+def test_a_definition_alerts_when_its_dead_runs_in_a_row_reach_its_own_threshold(alerting, receiver, sql):
+    define(alerting, job_type="jobsweb.fail", payload={"permanent": True}, alert_after_failures=3)
+    for _ in range(2):
+        with committed(alerting):
+            definitions.run_now("nightly")
+        run_worker(alerting)
+    assert evaluate(alerting) == ([], [])
+    with committed(alerting):
+        definitions.run_now("nightly")
+    run_worker(alerting)
+    opened, _ = evaluate(alerting)
+    assert len(opened) == 1
+    deliver(alerting)
+    [text] = receiver.texts()
+    assert "nightly has failed its last 3 runs" in text and "PermanentError" in text
+    # A single dead run of a definition under its threshold opens nothing of kind 'dead'.
+    assert sql("SELECT kind FROM alert_incidents") == [("failing",)]
+
+
+def test_dead_runs_of_one_job_type_share_an_incident_until_a_run_of_that_type_succeeds(alerting, receiver, sql):
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"permanent": True})
+        enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    opened, _ = evaluate(alerting)
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    assert evaluate(alerting) == ([], [])  # counted into the open incident, not a new alert
+    assert sql("SELECT run_count FROM alert_incidents") == [(3,)]
+
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"times": 0})
+    run_worker(alerting)
+    _, resolved = evaluate(alerting)
+    assert resolved == opened
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    reopened, _ = evaluate(alerting)
+    assert len(reopened) == 1 and reopened != opened
+
+    deliver(alerting)
+    texts = receiver.texts()
+    assert [t.split(":")[0] for t in texts] == ["run 1 of jobsweb.fail is dead after 1 attempt", "Resolved",
+                                                "run 5 of jobsweb.fail is dead after 1 attempt"]
+    assert "(1 more jobsweb.fail run died with it)" in texts[0]
+
+
+def test_a_failed_delivery_is_retried_and_its_error_stays_visible(alerting, receiver, sql):
+    alerting.config["JOBSWEB_ALERT_RETRY_BASE"] = 0.01
+    receiver.fail_first = 1
+    with committed(alerting):
+        notify.queue_test("ann@example.com")
+    assert deliver(alerting) == 0
+    [(status, attempts, error)] = sql("SELECT status, attempts, last_error FROM alert_deliveries")
+    assert (status, attempts, error) == ("pending", 1, "HTTP 500 Internal Server Error: receiver is down")
+    wait_for(lambda: deliver(alerting), timeout=5, message="the retry")
+    assert sql("SELECT status, attempts FROM alert_deliveries") == [("sent", 2)]
+    assert len(receiver.posts) == 2
+
+
+def test_a_delivery_gives_up_after_its_last_attempt(alerting, receiver, sql):
+    alerting.config.update(JOBSWEB_ALERT_RETRY_BASE=0.01, JOBSWEB_ALERT_MAX_ATTEMPTS=2)
+    receiver.fail_first = 99
+    with committed(alerting):
+        notify.queue_test("ann@example.com")
+    wait_for(lambda: deliver(alerting) == 0 and sql("SELECT status FROM alert_deliveries") == [("failed",)],
+             timeout=5, message="the delivery to give up")
+    assert sql("SELECT attempts FROM alert_deliveries") == [(2,)]
+
+
+def test_an_unreachable_webhook_is_an_error_not_a_crash(app, sql):
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = "http://127.0.0.1:9/nothing-listens-here"
+    with committed(app):
+        notify.queue_test("ann@example.com")
+    assert deliver(app) == 0
+    [(error,)] = sql("SELECT last_error FROM alert_deliveries")
+    assert error.startswith("could not POST to http://127.0.0.1:9/…")
+
+
+def test_email_alerts_reach_an_smtp_server(app, smtp_sink, sql):
+    app.config.update(JOBSWEB_SMTP_HOST="127.0.0.1", JOBSWEB_SMTP_PORT=smtp_sink.port,
+                      JOBSWEB_SMTP_STARTTLS=False, JOBSWEB_ALERT_EMAIL_TO=["ops@example.com", "oncall@example.com"],
+                      JOBSWEB_SMTP_FROM="jobs@example.com")
+    define(app)
+    make_overdue(sql)
+    evaluate(app)
+    assert deliver(app) == 1
+    [(recipients, content)] = smtp_sink.messages
+    assert recipients == ["ops@example.com", "oncall@example.com"]
+    assert "Subject: jobsweb ALERT: nightly is overdue" in content and "From: jobs@example.com" in content
+
+
+def test_a_definition_with_its_own_webhook_alerts_there_instead_of_the_default(alerting, receiver, sql):
+    own = Receiver()
+    try:
+        define(alerting, alert_webhook_url=own.url)
+        make_overdue(sql)
+        evaluate(alerting)
+        deliver(alerting)
+        assert len(own.texts()) == 1 and receiver.texts() == []
+    finally:
+        own.close()
+
+
+def test_concurrent_worker_processes_open_one_incident_and_send_one_notification(app, receiver, sql, spawn_worker):
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error, error_type) "
+        "VALUES ('send_invoice', 'dead', 5, now(), 'SMTP refused', 'RuntimeError')")
+    workers = [spawn_worker(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url) for _ in range(4)]
+    for proc in workers:
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    assert sql("SELECT kind, job_type, run_count FROM alert_incidents") == [("dead", "send_invoice", 1)]
+    assert sql("SELECT status, attempts FROM alert_deliveries") == [("sent", 1)]
+    [text] = receiver.texts()
+    assert text.startswith("run 1 of send_invoice is dead after 5 attempts: RuntimeError: SMTP refused")
+
+
+def test_webhook_text_is_escaped_for_slack(alerting, receiver, sql):
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error) "
+        "VALUES ('x', 'dead', 1, now(), '<!channel> & more')")
+    evaluate(alerting)
+    deliver(alerting)
+    assert "&lt;!channel&gt; &amp; more" in receiver.texts()[0]
+    assert receiver.posts[0]["jobsweb"]["summary"].endswith("<!channel> & more.")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"JOBSWEB_SMTP_PORT": "smtp"}, "JOBSWEB_SMTP_PORT must be a whole number"),
+    ({"JOBSWEB_SMTP_PORT": "70000"}, "JOBSWEB_SMTP_PORT must be a port number"),
+    ({"JOBSWEB_SMTP_STARTTLS": "maybe"}, "JOBSWEB_SMTP_STARTTLS must be true or false"),
+    ({"JOBSWEB_ALERT_WEBHOOK_URL": "hooks.slack.com/x"}, "JOBSWEB_ALERT_WEBHOOK_URL must be an http"),
+    ({"JOBSWEB_ALERT_EMAIL_TO": "ops@example.com, nobody"}, "JOBSWEB_ALERT_EMAIL_TO must be comma-separated"),
+])
+def test_a_bad_alert_setting_stops_start_up_naming_the_variable(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        from_environment(settings)
+
+
+def test_email_recipients_without_an_smtp_server_are_refused():
+    with pytest.raises(ConfigError, match="JOBSWEB_ALERT_EMAIL_TO needs JOBSWEB_SMTP_HOST"):
+        check(from_environment({"JOBSWEB_ALERT_EMAIL_TO": "ops@example.com"}))
+
+
+def test_the_database_refuses_a_second_open_incident_for_a_definition(app, sql):
+    import psycopg
+
+    define(app)
+    insert = ("INSERT INTO alert_incidents (kind, definition_id, subject, summary, since) "
+              "SELECT 'overdue', id, name, 'x', now() FROM job_definitions")
+    sql(insert)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        sql(insert)
+
+
+def test_an_evaluation_skips_its_turn_while_another_worker_evaluates(alerting, sql, database_url_for_tests):
+    import psycopg
+
+    from tests.conftest import libpq
+
+    define(alerting)
+    make_overdue(sql)
+    with psycopg.connect(libpq(database_url_for_tests)) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (alerts.LOCK_KEY,))
+        assert evaluate(alerting) is None
+    assert len(evaluate(alerting)[0]) == 1
+
+
+def test_deleting_a_definition_closes_its_incident_with_one_notification(alerting, receiver, sql):
+    define(alerting)
+    make_overdue(sql)
+    evaluate(alerting)
+    sql("DELETE FROM job_definitions")
+    assert len(evaluate(alerting)[1]) == 1
+    deliver(alerting)
+    assert receiver.texts()[1].startswith("Resolved: nightly is overdue") and "the definition was deleted" in receiver.texts()[1]
+
+
+def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
+    result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
+                                 "--alert-after", "1", "--alert-webhook", "https://hooks.example.com/x"])
+    assert result.exit_code == 0, result.output
+    assert sql("SELECT alert_after_failures, alert_webhook_url FROM job_definitions") == [(1, "https://hooks.example.com/x")]
+    result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
+                                 "--alert-after", "0"])
+    assert result.exit_code == 2 and "alert_after_failures: must be a whole number of at least 1" in result.output
+
+
+def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting, receiver, sql):
+    from jobsweb import run_actions
+
+    with committed(alerting):
+        run_id = enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    evaluate(alerting)
+    with committed(alerting):
+        enqueue("jobsweb.fail", {"times": 0})
+    run_worker(alerting)
+    assert len(evaluate(alerting)[1]) == 1  # a newer run of the type succeeded
+    with committed(alerting):
+        run_actions.retry([run_id])
+    run_worker(alerting)
+    reopened, _ = evaluate(alerting)
+    assert len(reopened) == 1
+    assert sql("SELECT run_id, attempt FROM alert_incident_runs ORDER BY attempt") == [(run_id, 1), (run_id, 2)]
+
+
+def test_a_run_that_waits_queued_past_its_grace_makes_its_definition_overdue_until_it_succeeds(alerting, receiver, sql):
+    definition_id = define(alerting, grace_seconds=60)
+    sql("INSERT INTO job_runs (definition_id, job_type, run_at) VALUES (%s, 'jobsweb.noop', now() - interval '2 minutes')",
+        (definition_id,))
+    opened, _ = evaluate(alerting)
+    assert len(opened) == 1
+    run_worker(alerting)  # a worker that handles the job type comes along
+    assert evaluate(alerting)[1] == opened
+    deliver(alerting)
+    first, second = receiver.texts()
+    assert "its run 1" in first and "no worker has taken it" in first and "handles job type jobsweb.noop" in first
+    assert second.startswith("Resolved: nightly is overdue")
+
+
+def test_a_run_queued_behind_its_running_predecessor_is_not_stuck(alerting, sql):
+    definition_id = define(alerting, grace_seconds=60)
+    sql("INSERT INTO job_runs (definition_id, job_type, status, run_at) VALUES (%s, 'jobsweb.sleep', 'running', now())",
+        (definition_id,))
+    sql("INSERT INTO job_runs (definition_id, job_type, run_at, after_run_id) "
+        "VALUES (%s, 'jobsweb.noop', now() - interval '2 minutes', 1)", (definition_id,))
+    assert evaluate(alerting) == ([], [])
+
+
+def test_a_one_shot_worker_sends_the_notification_of_the_incident_it_opened_before_it_exits(app, receiver, sql, spawn_worker):
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at) VALUES ('send_invoice', 'dead', 1, now())")
+    proc = spawn_worker(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url)
+    assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    assert len(receiver.texts()) == 1
+    assert sql("SELECT status FROM alert_deliveries") == [("sent",)]
