@@ -16,7 +16,7 @@ from jobsweb.config import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
-TABLES = "job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users"
+TABLES = "job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users"
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.

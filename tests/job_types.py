@@ -1,6 +1,7 @@
 """Job types used by the tests; loaded through JOBSWEB_HANDLERS=tests.job_types."""
 
 import os
+import random
 import time
 
 from sqlalchemy import text
@@ -62,3 +63,30 @@ def extend_lease(ctx):
 @job("test.permanent")
 def permanent(ctx):
     raise PermanentError("the invoice was deleted")
+
+
+def record_execution(ctx):
+    """The effect the drills count: one test_executions row, in the caller's transaction."""
+    db.session.execute(text("INSERT INTO test_executions (run_id, pid) VALUES (:r, :p)"),
+                       {"r": ctx.run_id, "p": os.getpid()})
+
+
+@job("test.effect", max_attempts=100)
+def effect(ctx):
+    """Sleep a random few milliseconds, then record this run's effect once (the chaos drill)."""
+    time.sleep(random.uniform(0.001, float(ctx.payload.get("max_sleep", 0.01))))
+    with ctx.once(f"effect:{ctx.run_id}") as first:
+        if first:
+            record_execution(ctx)
+    return {"first": first}
+
+
+@job("test.effect_then_fail")
+def effect_then_fail(ctx):
+    """Record the effect, then fail the first attempt as if the worker died before finishing it."""
+    with ctx.once(f"effect:{ctx.run_id}") as first:
+        if first:
+            record_execution(ctx)
+    if ctx.attempt == 1:
+        raise ConnectionError("lost the database before the completion was written")
+    return {"first": first}
