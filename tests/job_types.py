@@ -90,3 +90,20 @@ def effect_then_fail(ctx):
     if ctx.attempt == 1:
         raise ConnectionError("lost the database before the completion was written")
     return {"first": first}
+
+
+@job("test.receipt", max_attempts=10)
+def send_receipt(ctx):
+    """The restart rehearsal's "send receipt email": work that stops when asked, a transient
+    failure on the first attempt when told to, then the email, once, to the outbox file."""
+    slow = ctx.attempt == 1 and ctx.payload.get("seconds")  # a slow first try
+    ctx.sleep(float(slow or random.uniform(0.05, 0.3)))
+    if ctx.payload.get("fail_first") and ctx.attempt == 1:
+        raise ConnectionError("SMTP server said 421: try again later")
+    order = ctx.payload["order"]
+    # Send, then record: a kill between the two would send again (see README); SIGTERM cannot
+    # land there, since the handler is only stopped where it looks at its cancellation flag.
+    with ctx.once(f"receipt_email:{order}") as first:
+        if first:
+            with open(ctx.payload["outbox"], "a") as outbox:  # the SMTP edge
+                outbox.write(f"receipt for order {order}\n")
