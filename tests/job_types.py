@@ -107,3 +107,17 @@ def send_receipt(ctx):
         if first:
             with open(ctx.payload["outbox"], "a") as outbox:  # the SMTP edge
                 outbox.write(f"receipt for order {order}\n")
+
+
+@job("test.outlive_lease")
+def outlive_lease(ctx):
+    """On attempt 1, keep going until another worker has taken the run over (a stuck handler
+    on a worker whose heartbeats stopped); then return, late."""
+    while ctx.attempt == 1:
+        attempts = db.session.execute(text("SELECT attempts FROM job_runs WHERE id = :r"),
+                                      {"r": ctx.run_id}).scalar_one()
+        db.session.rollback()  # a fresh snapshot on the next look
+        if attempts > 1:
+            break
+        time.sleep(0.05)
+    return {"attempt": ctx.attempt}
