@@ -121,3 +121,11 @@ def outlive_lease(ctx):
             break
         time.sleep(0.05)
     return {"attempt": ctx.attempt}
+
+
+@job("test.nul_result")
+def nul_result(ctx):
+    """Return (or fail with) text holding U+0000, which PostgreSQL text and jsonb cannot store."""
+    if ctx.payload.get("fail"):
+        raise ValueError("bad byte \x00 in the upstream reply")
+    return {"text": "a\x00b"}

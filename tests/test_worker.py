@@ -201,3 +201,17 @@ def test_run_jobs_exits_zero_even_when_jobs_fail(runner, app, sql):
     result = runner.invoke(args=["run-jobs", "--concurrency", "2"])
     assert result.exit_code == 0, result.output
     assert sql("SELECT status FROM job_runs") == [("dead",)]
+
+
+def test_a_result_or_error_holding_a_nul_character_is_recorded_and_the_worker_carries_on(app, sql):
+    # U+0000 cannot be stored in PostgreSQL text or jsonb: FINISH_RUNS failed with a DataError
+    # and the worker crashed, on every retry of the run (found by the bad-input drill).
+    returned = add(app, "test.nul_result", max_attempts=1)
+    raised = add(app, "test.nul_result", {"fail": True}, max_attempts=1)
+    other = add(app, "jobsweb.noop")
+    assert make_worker(app).run() == 0
+    rows = sql("SELECT id, status, error_type, last_error FROM job_runs ORDER BY id")
+    assert [(r[0], r[1], r[2]) for r in rows] == [(returned, "dead", "ValueError"), (raised, "dead", "ValueError"),
+                                                  (other, "succeeded", None)]
+    assert "NUL character" in rows[0][3]
+    assert rows[1][3] == "bad byte \\x00 in the upstream reply"
