@@ -7,13 +7,18 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test
+.PHONY: run test drills
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+
+# The reliability drills at full size, printing their figures (docs/RELIABILITY.md).
+# make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
+drills: $(STAMP)
+	$(BIN)/python drills/run.py $(DRILLS) $(DRILL_ARGS)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
