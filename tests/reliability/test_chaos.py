@@ -44,6 +44,9 @@ def test_workers_killed_at_random_lose_no_run_and_repeat_no_effect(app, sql, spa
         while time.monotonic() < deadline and not terminal(sql):
             time.sleep(0.05)
     elapsed = time.monotonic() - started
+    # A worker still starting up has no SIGTERM handler yet and would die of the signal.
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE pid = ANY(%s) AND stopped_at IS NULL",
+                         [[p.pid for p in alive]])[0][0] == WORKERS, message="the last workers to start")
     for proc in alive:
         proc.send_signal(signal.SIGTERM)
     outputs = [finish(proc, timeout=60) for proc in alive]
