@@ -54,7 +54,7 @@ def run_handler(app, held):
         json.dumps(result)  # a result that cannot be stored is the handler's error, not the batch's
         if has_nul(result):
             # jsonb cannot hold U+0000: written as is, the batch's FINISH_RUNS failed and the
-            # worker crashed, again on every retry (found by the bad-input drill).
+            # worker crashed, again on every retry (found following up the bad-input drill).
             raise ValueError("the result contains the NUL character (\\u0000), which PostgreSQL cannot store")
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal

@@ -205,7 +205,7 @@ def test_run_jobs_exits_zero_even_when_jobs_fail(runner, app, sql):
 
 def test_a_result_or_error_holding_a_nul_character_is_recorded_and_the_worker_carries_on(app, sql):
     # U+0000 cannot be stored in PostgreSQL text or jsonb: FINISH_RUNS failed with a DataError
-    # and the worker crashed, on every retry of the run (found by the bad-input drill).
+    # and the worker crashed, on every retry of the run (found following up the bad-input drill).
     returned = add(app, "test.nul_result", max_attempts=1)
     raised = add(app, "test.nul_result", {"fail": True}, max_attempts=1)
     other = add(app, "jobsweb.noop")
