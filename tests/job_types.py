@@ -109,8 +109,8 @@ def send_receipt(ctx):
                 outbox.write(f"receipt for order {order}\n")
 
 
-@job("test.outlive_lease")
-def outlive_lease(ctx):
+@job("test.overstay_lease")
+def overstay_lease(ctx):
     """On attempt 1, keep going until another worker has taken the run over (a stuck handler
     on a worker whose heartbeats stopped); then return, late."""
     while ctx.attempt == 1:

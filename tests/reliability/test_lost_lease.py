@@ -9,7 +9,7 @@ from tests.processes import add_many, finish, status_of
 
 def test_a_late_completion_after_a_takeover_is_rejected_by_the_guard_and_logged(app, sql, spawn_worker,
                                                                                  worker_log, figures):
-    [run_id] = add_many(app, "test.outlive_lease", 1)
+    [run_id] = add_many(app, "test.overstay_lease", 1)
     # A lease so long that the first worker's next heartbeat is minutes away: between the
     # takeover and its late completion it cannot learn that it lost the run. One slot, so
     # that the takeover is the rescuer's, not this worker's own second claim.
@@ -26,7 +26,7 @@ def test_a_late_completion_after_a_takeover_is_rejected_by_the_guard_and_logged(
     (slow_code, slow_output), (rescuer_code, _) = finish(slow), finish(rescuer)
 
     assert (slow_code, rescuer_code) == (0, 0)
-    assert f"run {run_id} test.outlive_lease: outcome of attempt 1 rejected: the run is no longer held by" \
+    assert f"run {run_id} test.overstay_lease: outcome of attempt 1 rejected: the run is no longer held by" \
         in slow_output, slow_output
     assert sql("SELECT status, attempts, result FROM job_runs") == [("succeeded", 2, {"attempt": 2})]
     assert sql("SELECT attempt, outcome, error_type FROM job_attempts ORDER BY attempt") == [
