@@ -9,13 +9,18 @@ CHROMIUM := /usr/bin/chromium
 CRON := /usr/sbin/cron
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test
+.PHONY: run test drills
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
 test: $(STAMP) $(CHROMIUM) $(CRON)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+
+# The reliability drills at full size, printing their figures (docs/RELIABILITY.md).
+# make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
+drills: $(STAMP)
+	$(BIN)/python drills/run.py $(DRILLS) $(DRILL_ARGS)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq

@@ -23,11 +23,26 @@ def check_payload(payload, max_bytes):
         size = len(json.dumps(payload).encode())
     except (TypeError, ValueError) as exc:
         raise InvalidInput("payload", f"cannot be stored as JSON: {exc}") from None
+    if has_nul(payload):
+        # PostgreSQL's jsonb cannot hold U+0000: without this check the INSERT fails with a
+        # DataError (a 500 on the forms; found by the bad-input drill).
+        raise InvalidInput("payload", "contains the NUL character (\\u0000), which PostgreSQL cannot store")
     if size > max_bytes:
         raise InvalidInput("payload", f"is {size} bytes, over the limit of {max_bytes} bytes "
                                       "(JOBSWEB_MAX_PAYLOAD_BYTES); store large data elsewhere "
                                       "and pass a reference")
     return payload
+
+
+def has_nul(value):
+    """True if a JSON-able value holds U+0000 anywhere: PostgreSQL text and jsonb cannot store it."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_nul(v) for v in value)
+    return False
 
 
 def parse_payload(text, max_bytes):

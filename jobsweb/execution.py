@@ -6,6 +6,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from .enqueuing import has_nul
 from .handlers import Cancelled
 
 
@@ -51,6 +52,10 @@ def run_handler(app, held):
         with app.app_context():
             result = held.job.func(held.ctx)
         json.dumps(result)  # a result that cannot be stored is the handler's error, not the batch's
+        if has_nul(result):
+            # jsonb cannot hold U+0000: written as is, the batch's FINISH_RUNS failed and the
+            # worker crashed, again on every retry (found following up the bad-input drill).
+            raise ValueError("the result contains the NUL character (\\u0000), which PostgreSQL cannot store")
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
@@ -90,7 +95,9 @@ class Pool:
 def describe_error(exc):
     """(error_type, message, stack) of a handler's exception."""
     stack = "".join(traceback.format_exception(exc))
-    return type(exc).__name__, str(exc) or type(exc).__name__, stack
+    # PostgreSQL text cannot hold U+0000; an error quoting a bad byte must still be recorded.
+    message = (str(exc) or type(exc).__name__).replace("\x00", "\\x00")
+    return type(exc).__name__, message, stack.replace("\x00", "\\x00")
 
 
 def was_cancelled(exc):

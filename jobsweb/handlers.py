@@ -4,6 +4,7 @@ import importlib
 import threading
 from dataclasses import dataclass, field
 
+from . import effects
 from .config import ConfigError
 
 
@@ -98,3 +99,11 @@ class JobContext:
     def extend_lease(self, seconds=None):
         """Hold this run for `seconds` more (default: the worker's lease); False if it was lost."""
         return self._extend_lease(self, seconds)
+
+    def once(self, key, conn=None):
+        """`with ctx.once("invoice_charge:812") as first:` True only for the first attempt to
+        record `key`, in the same transaction as the effect's writes (see jobsweb.effects).
+
+        `conn`: a psycopg connection or SQLAlchemy session; default Flask-SQLAlchemy's db.session.
+        """
+        return effects.once(key, conn, run_id=self.run_id, attempt=self.attempt)

@@ -36,6 +36,9 @@ MACROS = {
 DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}  # seconds
 DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 MIN_EVERY = 1  # seconds; the worker ticks no faster than that anyway
+# seconds; longer intervals run past datetime's year 9999 when fire times are computed
+# (found by the bad-input drill), and a yearly job reads better as cron or @yearly anyway.
+MAX_EVERY = 366 * 86400
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MAX_FIRE_TIMES = 1000  # next_fire_times answers at most this many
 
@@ -130,6 +133,9 @@ def parse_duration(text):
     seconds = sum(int(n) * DURATION_UNITS[unit] for n, unit in zip(match.groups(), "dhms") if n)
     if seconds < MIN_EVERY:
         raise InvalidInput("schedule", f"@every needs a duration of at least {MIN_EVERY}s, got {text!r}")
+    if seconds > MAX_EVERY:
+        raise InvalidInput("schedule", f"@every takes at most {MAX_EVERY // 86400}d, got {text!r}; "
+                                       "for longer intervals use a cron expression or @yearly")
     return seconds
 
 

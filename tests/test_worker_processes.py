@@ -3,23 +3,8 @@
 import os
 import signal
 
-from jobsweb import enqueue
 from tests.conftest import wait_for
-
-
-def add_many(app, job_type, count, payload=None, **kwargs):
-    with app.app_context():
-        return [enqueue(job_type, payload, **kwargs) for _ in range(count)]
-
-
-def status_of(sql, run_id):
-    return sql("SELECT status FROM job_runs WHERE id = %s", [run_id])[0][0]
-
-
-def finish(proc, timeout=30):
-    """Wait for a worker process to exit and return (exit code, output)."""
-    output, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, output
+from tests.processes import add_many, finish, status_of
 
 
 def test_competing_worker_processes_execute_every_run_exactly_once(app, sql, spawn_worker):

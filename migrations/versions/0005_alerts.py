@@ -1,14 +1,14 @@
 """Alerts: incidents (overdue, failing, dead), their notification outbox, per-definition routing.
 
 Revision ID: 0005_alerts
-Revises: 0003_admin
+Revises: 0004_effects
 Create Date: 2026-11-21
 """
 
 from alembic import op
 
 revision = "0005_alerts"
-down_revision = "0003_admin"
+down_revision = "0004_effects"
 branch_labels = None
 depends_on = None
 

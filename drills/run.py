@@ -1,0 +1,76 @@
+"""Run the reliability drills at full size and print their figures.
+
+    python drills/run.py                      # every drill, the issue's sizes
+    python drills/run.py chaos --chaos-jobs 5000 --kill-every 2
+    make drills DRILLS="chaos storm"
+
+Each drill is a test in tests/reliability; its short form runs in `make test`. This script
+runs the same tests with the sizes below (through DRILL_* variables), collects the figures
+each drill records, and prints them as a table.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DRILLS = {  # name -> test file in tests/reliability
+    "chaos": "test_chaos.py",
+    "restart": "test_database_restart.py",
+    "rehearsal": "test_restart_rehearsal.py",
+    "storm": "test_cron_storm.py",
+    "lease": "test_lost_lease.py",
+    "deploy": "test_deploy.py",
+    "input": "test_bad_input.py",
+}
+
+
+def arguments():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("drills", nargs="*", metavar="DRILL", help="which drills (default: all)")
+    parser.add_argument("--chaos-jobs", type=int, default=20_000)
+    parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills, on average")
+    parser.add_argument("--chaos-max-sleep", type=float, default=0.01,
+                        help="seconds a chaos handler sleeps at most")
+    parser.add_argument("--restart-jobs", type=int, default=5_000)
+    parser.add_argument("--storm-rounds", type=int, default=200)
+    parser.add_argument("--deploy-jobs", type=int, default=1_000)
+    parser.add_argument("--examples", type=int, default=2_000, help="hypothesis examples per property")
+    parser.add_argument("--form-examples", type=int, default=300, help="hypothesis examples per form")
+    return parser.parse_args()
+
+
+def main():
+    args = arguments()
+    unknown = set(args.drills) - set(DRILLS)
+    if unknown:
+        sys.exit(f"unknown drill(s) {', '.join(sorted(unknown))}; known: {', '.join(DRILLS)}")
+    chosen = args.drills or list(DRILLS)
+    figures = Path(tempfile.mkstemp(prefix="jobsweb-drills-", suffix=".jsonl")[1])
+    env = {**os.environ, "DRILL_FIGURES": str(figures),
+           "DRILL_CHAOS_JOBS": str(args.chaos_jobs), "DRILL_CHAOS_KILL_EVERY": str(args.kill_every),
+           "DRILL_CHAOS_MAX_SLEEP": str(args.chaos_max_sleep), "DRILL_RESTART_JOBS": str(args.restart_jobs),
+           "DRILL_STORM_ROUNDS": str(args.storm_rounds), "DRILL_DEPLOY_QUICK_JOBS": str(args.deploy_jobs),
+           "DRILL_PROPERTY_EXAMPLES": str(args.examples), "DRILL_FORM_EXAMPLES": str(args.form_examples)}
+    started = time.monotonic()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               *[f"tests/reliability/{DRILLS[name]}" for name in chosen]]
+    code = subprocess.call(command, cwd=ROOT, env=env)
+    print(f"\n{len(chosen)} drill(s) in {time.monotonic() - started:.0f} s, pytest exit code {code}\n")
+    for line in figures.read_text().splitlines():
+        record = json.loads(line)
+        print(record.pop("drill"))
+        for key, value in record.items():
+            print(f"    {key.replace('_', ' ')}: {value}")
+    figures.unlink()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

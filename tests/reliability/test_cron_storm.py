@@ -1,0 +1,35 @@
+"""Drill 4, cron storm: four `flask run-jobs` started in the same second, round after round,
+with 50 due definitions: every slot is materialised exactly once."""
+
+from jobsweb.definitions import define
+from tests.conftest import committed
+from tests.processes import finish
+from tests.reliability.conftest import size
+
+DEFINITIONS = 50
+PROCESSES = 4
+
+
+def test_four_cron_ticks_at_once_materialise_each_slot_exactly_once(app, sql, spawn_worker, worker_log, figures):
+    rounds = size("STORM_ROUNDS", 3)
+    with committed(app):
+        for n in range(DEFINITIONS):
+            define(f"report-{n}", "jobsweb.noop", "@every 1h", overlap="allow")
+    conflicts = 0
+    for _ in range(rounds):
+        # Stand-in for the hour passing: every definition's slot is due now, a new slot each round.
+        sql("UPDATE job_definitions SET next_run_at = clock_timestamp() - interval '1 second'")
+        ticks = [spawn_worker("--poll-interval", "0.05", output=worker_log()) for _ in range(PROCESSES)]
+        for code, output in [finish(proc, timeout=120) for proc in ticks]:
+            assert code == 0 and "Traceback" not in output and " ERROR " not in output, output
+            conflicts += output.count("already exists; not created again")
+
+    assert sql("SELECT count(*), count(DISTINCT (definition_id, scheduled_for)) FROM job_runs") == [
+        (DEFINITIONS * rounds, DEFINITIONS * rounds)]
+    assert sql("SELECT count(DISTINCT definition_id), min(n), max(n) FROM "
+               "(SELECT definition_id, count(*) AS n FROM job_runs GROUP BY definition_id) d") == [
+        (DEFINITIONS, rounds, rounds)]
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", DEFINITIONS * rounds)]
+    figures(rounds=rounds, processes_per_round=PROCESSES, definitions=DEFINITIONS,
+            slots=DEFINITIONS * rounds, duplicated_slots=0, missing_slots=0,
+            slot_inserts_refused_by_the_unique_slot=conflicts)
