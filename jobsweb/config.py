@@ -38,6 +38,16 @@ def _optional_seconds(name, raw):
     return _positive_float(name, raw)
 
 
+def _flag(name, raw):
+    """on/off: 1, true, yes, on or 0, false, no, off (any case)."""
+    value = str(raw).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be on or off (1/0, true/false, yes/no), got {raw!r}")
+
+
 def _module_list(name, raw):
     return [part.strip() for part in raw.split(",") if part.strip()]
 
@@ -54,6 +64,8 @@ SETTINGS = {
     "JOBSWEB_LEASE_SECONDS": (60.0, _positive_float),
     "JOBSWEB_CONCURRENCY": (4, _positive_int),
     "JOBSWEB_POLL_INTERVAL": (5.0, _positive_float),
+    # A --forever worker LISTENs for enqueued runs and starts them at once; off: polling only.
+    "JOBSWEB_LISTEN": (True, _flag),
     "JOBSWEB_SHUTDOWN_TIMEOUT": (10.0, _positive_float),
     "JOBSWEB_BACKOFF_BASE": (10.0, _positive_float),
     "JOBSWEB_BACKOFF_CAP": (3600.0, _positive_float),

@@ -22,6 +22,7 @@ from .execution import Outcome, Pool, clip, describe_error, was_cancelled
 from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
 from .materialise import materialise_due
+from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -33,7 +34,7 @@ RECOVER_BATCH = 100  # expired leases recovered per statement
 MATERIALISE_IDLE_INTERVAL = 0.25  # seconds
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
-_WAKE = object()  # put on the finished queue to wake the loop (a signal arrived)
+_WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
 
 
 @dataclass
@@ -66,6 +67,9 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.max_runtime = max_runtime
         self.forever = forever
+        # Only a --forever worker waits for new runs; a one-shot one exits when idle.
+        self.listen = forever and config["JOBSWEB_LISTEN"]
+        self.listener = None
         self.lease = config["JOBSWEB_LEASE_SECONDS"]
         # A third of the lease: two heartbeats can fail before another worker may take over.
         self.heartbeat_every = self.lease / 3
@@ -93,6 +97,8 @@ class Worker:
                         {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid()})
         restore = self._install_signal_handlers()
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
+        if self.listen:
+            self.listener = Listener(self.link.conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "")
         started = time.monotonic()
@@ -334,6 +340,8 @@ class Worker:
             self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
 
     def _shut_down(self):
+        if self.listener is not None:
+            self.listener.stop()
         leftover = list(self.held.values())
         self.held.clear()
         for held in leftover:
