@@ -116,11 +116,10 @@ class Worker:
                 claiming = drain_until is None and not out_of_time
                 found = False
                 try:
-                    # Finish before claiming: a slot's next run starts after its last one ended.
                     self._expire_timeouts()
-                    self._flush()
                     if claiming:
-                        found = self.tick()
+                        found = self.tick()  # writes pending outcomes together with its claim
+                    self._flush()  # outcomes no claim took along (no free slot, or not claiming)
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
@@ -158,8 +157,7 @@ class Worker:
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work
-        rows = self.link.fetch(queries.CLAIM_RUNS, {
-            "worker": self.id, "lease": self.lease, "job_types": handlers.names(), "limit": free})
+        rows = self._finish_and_claim(free)
         for row in rows:
             self._start(*row)
         self.more_due = len(rows) == free
@@ -277,6 +275,25 @@ class Worker:
             self.pending = outcomes + self.pending  # written again once the database is back
             raise
         self.done += log_finished(outcomes, rows)
+
+    def _finish_and_claim(self, free):
+        """Write pending outcomes and claim up to `free` runs in one transaction; the claimed rows.
+
+        Finish before claiming: a slot's next run starts after its last one ended. Together
+        they cost one round trip and one commit, the worker's main cost with no-op jobs.
+        """
+        outcomes, self.pending = self.pending, []
+        statements = [(queries.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
+        statements.append((queries.CLAIM_RUNS, {"worker": self.id, "lease": self.lease,
+                                                "job_types": handlers.names(), "limit": free}))
+        try:
+            results = self.link.fetch_together(statements)
+        except DatabaseUnavailable:
+            self.pending = outcomes + self.pending  # written again once the database is back
+            raise
+        if outcomes:
+            self.done += log_finished(outcomes, results[0])
+        return results[-1]
 
     def recover_expired_leases(self):
         """Fail the attempts of runs whose worker stopped heartbeating, so they retry or die."""
