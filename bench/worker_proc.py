@@ -1,7 +1,7 @@
 """One jobsweb worker process for the benchmarks: `python -m bench.worker_proc URL CONCURRENCY`.
 
 The same Worker that `flask run-jobs` runs, with the CLI's logging (unless --quiet); prints
-its peak RSS (kB) as JSON when it exits.
+its peak RSS (kB) and CPU seconds as JSON when it exits.
 """
 
 import argparse
@@ -34,7 +34,8 @@ def main():
     worker = Worker(app, info, concurrency=args.concurrency, poll_interval=args.poll_interval,
                     shutdown_timeout=5, max_runtime=args.max_runtime, forever=args.forever)
     worker.run()
-    print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"maxrss_kb": usage.ru_maxrss, "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
 
 
 if __name__ == "__main__":
