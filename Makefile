@@ -1,4 +1,5 @@
-# `make run`: set up and run jobsweb (web + worker); `make test`: set up and run the tests.
+# `make run`: set up and run jobsweb (web + worker); `make test`: set up and run the tests;
+# `make bench`: the benchmark suite, written to docs/BENCHMARKS.md (`make bench-quick`: small sizes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,13 +8,19 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test
+.PHONY: run test bench bench-quick
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench --quick --out $(or $(OUT),/tmp/jobsweb-bench-quick)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
@@ -22,5 +29,5 @@ $(CHROMIUM):
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(STAMP)

@@ -19,21 +19,21 @@ from .server import Server
 ROOT = Path(__file__).resolve().parent.parent
 
 FULL = {
-    "warmup": 2000, "drain": 20_000, "processes": [1, 2, 4], "concurrency": [1, 4, 16],
+    "warmup": 2000, "drain": 20_000, "processes": [1, 2, 4], "concurrency": [1, 4, 16, 64],
     "steady_seconds": 60, "steady_backlog": 2000,
-    "pgqueuer_drain": 20_000, "procrastinate_drain": 5000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [1, 16],
+    "pgqueuer_drain": 20_000, "procrastinate_drain": 3000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [1, 16],
     "history": [0, 100_000, 1_000_000], "claims": 10_000,
     "enqueue_seconds": 30, "bulk": 100_000,
     "wake_samples": 1000, "poll_interval": 0.05,
     "page_requests": 200, "definitions": 10_000,
 }
 QUICK = {
-    "warmup": 200, "drain": 2000, "processes": [1, 2], "concurrency": [4, 16],
-    "steady_seconds": 3, "steady_backlog": 500,
+    "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [4, 16],
+    "steady_seconds": 2, "steady_backlog": 500,
     "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10], "procrastinate_concurrency": [16],
     "history": [0, 20_000], "claims": 300,
     "enqueue_seconds": 1, "bulk": 5000,
-    "wake_samples": 10, "poll_interval": 0.2,
+    "wake_samples": 5, "poll_interval": 0.1,
     "page_requests": 5, "definitions": 500,
 }
 
