@@ -308,12 +308,25 @@ def claim_latency(bench):
             points.append({"history": size, "p50": percentile(times, 50), "p95": percentile(times, 95),
                            "p99": percentile(times, 99)})
             bench.log(f"claim at {size} finished: p50 {points[-1]['p50']:.3f} ms p95 {points[-1]['p95']:.3f} ms")
+        floor = commit_floor(conn, bench.sizes["claims"])
         with conn.transaction():
             explain = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + queries.CLAIM_RUNS,
                 {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}).fetchall())
             raise_rollback()
-    return {"points": points, "explain": explain, "url": url, "app": app}
+    return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor}
+
+
+def commit_floor(conn, count):
+    """p50/p95 of the cheapest durable write: a one-row UPDATE committing on its own (one WAL flush)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (n bigint)")
+    conn.execute("INSERT INTO bench_floor VALUES (0)")
+    times = []
+    for _ in range(count):
+        t = time.perf_counter()
+        conn.execute("UPDATE bench_floor SET n = n + 1")
+        times.append((time.perf_counter() - t) * 1000)
+    return {"p50": percentile(times, 50), "p95": percentile(times, 95)}
 
 
 def raise_rollback():

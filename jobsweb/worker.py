@@ -150,6 +150,8 @@ class Worker:
             self.next_recover = now + self.heartbeat_every
         # Before claiming, so that a slot that fell due is claimed in this same tick.
         if now >= self.next_materialise:
+            # Outcomes first: overlap policy 'skip' must see a run that just ended as ended.
+            self._flush()
             if materialise_due(self.link) > 0:
                 did_work = True
             else:
