@@ -51,11 +51,12 @@ WHERE stopped_at IS NULL AND last_seen_at > now() - interval '5 minutes' ORDER B
 """)
 
 # The last 24 hours by the database clock, empty hours included; each hour is a range scan
-# of index job_attempts_finished_at.
+# of index job_attempts_finished_outcome, index-only because no column outside it is read
+# (an empty hour's NULL outcome matches neither FILTER, so count(*) counts it as 0).
 HOURLY_OUTCOMES = text("""
 SELECT h.hour,
-       count(a.id) FILTER (WHERE a.outcome = 'succeeded') AS succeeded,
-       count(a.id) FILTER (WHERE a.outcome = 'failed') AS failed
+       count(*) FILTER (WHERE a.outcome = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE a.outcome = 'failed') AS failed
 FROM generate_series(date_trunc('hour', now()) - interval '23 hours', date_trunc('hour', now()),
                      interval '1 hour') AS h(hour)
 LEFT JOIN job_attempts a ON a.finished_at >= h.hour AND a.finished_at < h.hour + interval '1 hour'

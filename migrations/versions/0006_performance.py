@@ -1,4 +1,4 @@
-"""Performance: per-table autovacuum settings for job_runs and job_attempts.
+"""Performance: autovacuum settings for the job_runs queue; a covering index for the dashboard chart.
 
 Revision ID: 0006_performance
 Revises: 0003_admin
@@ -30,9 +30,18 @@ ALTER TABLE job_attempts SET (
     autovacuum_vacuum_insert_scale_factor = 0.05,
     autovacuum_analyze_scale_factor = 0.05
 );
+
+-- Serves stats.HOURLY_OUTCOMES (the dashboard's 24-hour chart) with an index-only scan: with
+-- outcome in the index, counting a day of attempts (86,400 at one a second) reads no heap
+-- page. Replaces job_attempts_finished_at (0003), which served the same query by heap reads
+-- (170 ms at p95 in the benchmark at a million runs).
+CREATE INDEX job_attempts_finished_outcome ON job_attempts (finished_at) INCLUDE (outcome);
+DROP INDEX job_attempts_finished_at;
 """
 
 DOWNGRADE = """
+CREATE INDEX job_attempts_finished_at ON job_attempts (finished_at);
+DROP INDEX job_attempts_finished_outcome;
 ALTER TABLE job_attempts RESET (autovacuum_vacuum_insert_scale_factor, autovacuum_analyze_scale_factor);
 ALTER TABLE job_runs RESET (
     autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, autovacuum_analyze_scale_factor,
