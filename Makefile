@@ -1,4 +1,5 @@
-# `make run`: set up and run jobsweb (web + worker); `make test`: set up and run the tests.
+# `make run`: set up and run jobsweb (web + worker); `make test`: set up and run the tests;
+# `make bench`: the benchmark suite, written to docs/BENCHMARKS.md (`make bench-quick`: small sizes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 CRON := /usr/sbin/cron
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test drills
+.PHONY: run test drills bench bench-quick
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
@@ -22,6 +23,12 @@ test: $(STAMP) $(CHROMIUM) $(CRON)
 drills: $(STAMP)
 	$(BIN)/python drills/run.py $(DRILLS) $(DRILL_ARGS)
 
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench --quick --out $(or $(OUT),/tmp/jobsweb-bench-quick)
+
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
@@ -33,5 +40,5 @@ $(CRON):
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(STAMP)

@@ -5,11 +5,11 @@ from pathlib import Path
 
 from flask import Flask
 
-from .enqueuing import enqueue
+from .enqueuing import enqueue, enqueue_many
 from .errors import InvalidInput
 from .handlers import Cancelled, JobContext, PermanentError, job
 
-__all__ = ["create_app", "enqueue", "job", "JobContext", "PermanentError", "Cancelled", "InvalidInput"]
+__all__ = ["create_app", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled", "InvalidInput"]
 
 ROOT = Path(__file__).resolve().parent.parent
 

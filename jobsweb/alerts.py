@@ -82,7 +82,7 @@ RETURNING i.id
 
 # Close dead incidents: a run of the job type at least as new as the first dead one (or
 # that one, retried) succeeded after the newest death counted. Successes are found through
-# the attempts that finished since the previous pass (index job_attempts_finished_at), so a
+# the attempts that finished since the previous pass (index job_attempts_finished_outcome), so a
 # pass reads about a minute of attempts however long the incident has been open, rather than
 # every run of the type since it began. It looks back COMMIT_MARGIN past the previous pass: an
 # attempt's finished_at is its transaction's start, and it becomes visible only at commit.

@@ -129,6 +129,8 @@ SETTINGS = {
     "JOBSWEB_LEASE_SECONDS": (60.0, _positive_float),
     "JOBSWEB_CONCURRENCY": (4, _positive_int),
     "JOBSWEB_POLL_INTERVAL": (5.0, _positive_float),
+    # A --forever worker LISTENs for enqueued runs and starts them at once; off: polling only.
+    "JOBSWEB_LISTEN": (True, _boolean),
     "JOBSWEB_SHUTDOWN_TIMEOUT": (10.0, _positive_float),
     "JOBSWEB_BACKOFF_BASE": (10.0, _positive_float),
     "JOBSWEB_BACKOFF_CAP": (3600.0, _positive_float),

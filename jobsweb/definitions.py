@@ -9,10 +9,11 @@ the caller, so that a change and what goes with it (the admin's audit entry) com
 """
 
 from flask import current_app
-from sqlalchemy import case, exists, func, select
+from sqlalchemy import case, exists, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import aliased
 
+from . import queries
 from .config import ConfigError, check_emails, check_url
 from .db import db
 from .enqueuing import check_job_type, check_payload
@@ -120,6 +121,7 @@ def run_now(name):
                  backoff_base=definition.backoff_base, backoff_cap=definition.backoff_cap)
     db.session.add(run)
     db.session.flush()  # assigns run.id
+    db.session.execute(text(queries.NOTIFY))  # listening workers start it at commit
     return run.id
 
 

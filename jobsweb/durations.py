@@ -3,7 +3,7 @@
 Counting every attempt at every scrape would read all of job_attempts each time (0.8 s at
 300,000 attempts), and pruning would make the counts fall. So attempts are counted once into
 job_duration_totals when they are older than SETTLE (migration 0007_retention), and a scrape
-adds only the attempts finished since: a range scan of index job_attempts_finished_at.
+adds only the attempts finished since: a range scan of index job_attempts_finished_outcome.
 
 An attempt's finished_at is its transaction's start, and FINISH_RUNS commits within
 milliseconds, so an attempt that commits after its minute has been sealed would need a

@@ -52,6 +52,20 @@ class Link:
             except psycopg.OperationalError as exc:
                 raise self._lost(exc) from exc
 
+    def fetch_together(self, statements):
+        """Run (sql, params) statements in one transaction, sent as one pipeline; their rows.
+
+        One round trip and one commit (one WAL flush) for all of them, instead of one each.
+        """
+        with self.lock:
+            conn = self._connection()
+            try:
+                with conn.pipeline(), conn.transaction():
+                    cursors = [conn.execute(sql, params) for sql, params in statements]
+                return [cur.fetchall() if cur.description else [] for cur in cursors]
+            except psycopg.OperationalError as exc:
+                raise self._lost(exc) from exc
+
     def in_transaction(self, work):
         """Call work(conn) inside one transaction and return what it returns."""
         with self.lock:

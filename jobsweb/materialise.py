@@ -47,23 +47,29 @@ def _materialise(conn, limit):
     """The body of materialise_due, inside its transaction on psycopg connection `conn`."""
     with conn.cursor(row_factory=dict_row) as cur:
         definitions = cur.execute(queries.DUE_DEFINITIONS, {"limit": limit}).fetchall()
-    advanced = 0
-    for d in definitions:
-        try:
-            schedule = Schedule(d["schedule"], d["timezone"])
-        except InvalidInput as exc:
-            # Written behind the API's back; left due, so the definition shows as overdue.
-            log.error("definition %d: cannot materialise: %s", d["id"], exc)
-            continue
-        slots, next_run_at, missed = plan(d, schedule)
-        _write(conn, d, slots)
-        changed = conn.execute(queries.ADVANCE_DEFINITION, {
-            "id": d["id"], "due_at": d["next_run_at"], "next_run_at": next_run_at, "missed": missed,
-        }).rowcount
-        if changed != 1:
+    advanced = []
+    logged = []
+    # One pipeline: the INSERTs and UPDATEs of every definition go out together instead of
+    # one round trip each; their results are checked once the pipeline has synced.
+    with conn.pipeline():
+        for d in definitions:
+            try:
+                schedule = Schedule(d["schedule"], d["timezone"])
+            except InvalidInput as exc:
+                # Written behind the API's back; left due, so the definition shows as overdue.
+                log.error("definition %d: cannot materialise: %s", d["id"], exc)
+                continue
+            slots, next_run_at, missed = plan(d, schedule)
+            logged += _write(conn, d, slots)
+            advanced.append((d, conn.execute(queries.ADVANCE_DEFINITION, {
+                "id": d["id"], "due_at": d["next_run_at"], "next_run_at": next_run_at, "missed": missed,
+            })))
+    for d, cur in advanced:
+        if cur.rowcount != 1:
             raise Conflict(f"definition {d['id']} changed while it was locked for materialising")
-        advanced += 1
-    return advanced
+    for d, slot, status, reason, cur in logged:
+        _log_slot(d, slot, status, reason, cur.fetchone())
+    return len(advanced)
 
 
 def plan(d, schedule):
@@ -112,31 +118,46 @@ def _due_slots(first, schedule, now):
 
 
 def _write(conn, d, slots):
-    """Insert the planned slots, applying the overlap policy to those that should run."""
+    """Insert the planned slots, applying the overlap policy to those that should run.
+
+    Returns (d, slot, status, reason, cursor) for each slot whose result is read later; a
+    queued slot's id is read at once only when a later queued slot must wait for it.
+    """
     active_id, active_status = d["active_id"], d["active_status"]
-    for slot, status, reason in slots:
+    later = []
+    for i, (slot, status, reason) in enumerate(slots):
         after = None
         if status == "queued" and active_id is not None:
             if d["overlap_policy"] == "skip":
                 status, reason = "skipped", f"previous run {active_id} still {active_status}"
             elif d["overlap_policy"] == "queue":
                 after = active_id
-        row = conn.execute(queries.INSERT_SLOT, {
+        cur = conn.execute(queries.INSERT_SLOT, {
             "definition_id": d["id"], "job_type": d["job_type"], "payload": Jsonb(d["payload"]),
             "status": status, "max_attempts": d["max_attempts"], "scheduled_for": slot,
             "reason": reason, "after_run_id": after, "timeout_seconds": d["timeout_seconds"],
             "lease_seconds": d["lease_seconds"], "backoff_base": d["backoff_base"],
             "backoff_cap": d["backoff_cap"],
-        }).fetchone()
-        if row is None:
-            log.warning("definition %d: slot %s already exists; not created again", d["id"], slot)
+        })
+        chained = (status == "queued" and d["overlap_policy"] != "allow"
+                   and any(s[1] == "queued" for s in slots[i + 1:]))
+        if not chained:
+            later.append((d, slot, status, reason, cur))
             continue
-        if status == "queued":
-            if d["overlap_policy"] != "allow":
-                active_id, active_status = row[0], "queued"
-            log.info("definition %d: run %d queued for slot %s", d["id"], row[0], slot.isoformat())
-        else:
-            log.warning("definition %d: slot %s %s: %s", d["id"], slot.isoformat(), status, reason)
+        row = cur.fetchone()
+        _log_slot(d, slot, status, reason, row)
+        if row is not None:
+            active_id, active_status = row[0], "queued"
+    return later
+
+
+def _log_slot(d, slot, status, reason, row):
+    if row is None:
+        log.warning("definition %d: slot %s already exists; not created again", d["id"], slot)
+    elif status == "queued":
+        log.info("definition %d: run %d queued for slot %s", d["id"], row[0], slot.isoformat())
+    else:
+        log.warning("definition %d: slot %s %s: %s", d["id"], slot.isoformat(), status, reason)
 
 
 def _clock(moment, schedule):

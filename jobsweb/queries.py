@@ -8,14 +8,37 @@ Times are always the database's `now()`; the worker's clock is never written.
 
 # Enqueue one run. ON CONFLICT lets the unique index on idempotency_key decide between
 # concurrent enqueuers: the loser inserts nothing and reads the winner's id afterwards.
+# A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
 ENQUEUE = """
-INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key)
-VALUES (%(job_type)s, %(payload)s, coalesce(%(run_at)s, now()), %(max_attempts)s, %(idempotency_key)s)
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id
+WITH inserted AS (
+    INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key)
+    VALUES (%(job_type)s, %(payload)s, coalesce(%(run_at)s, now()), %(max_attempts)s,
+            %(idempotency_key)s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, run_at
+)
+SELECT id FROM inserted
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '') WHERE inserted.run_at <= now()) wake ON true
 """
 
 RUN_BY_IDEMPOTENCY_KEY = "SELECT id FROM job_runs WHERE idempotency_key = %(idempotency_key)s"
+
+# Enqueue many runs of one job type in one statement: one round trip and one index pass per
+# chunk instead of one per run. Payloads travel as one text[] (cheaper to send than jsonb[]);
+# WITH ORDINALITY keeps their order, so ids come out in the order of the payloads.
+ENQUEUE_MANY = """
+INSERT INTO job_runs (job_type, payload, run_at, max_attempts)
+SELECT %(job_type)s, p.payload::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s
+FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, n)
+ORDER BY p.n
+RETURNING id
+"""
+
+# Wake the workers LISTENing on this channel (wakeup.py) when a run becomes due now.
+# Delivered when the transaction commits, and PostgreSQL folds identical notifications of one
+# transaction into one: a bulk enqueue wakes each worker once, not once per run.
+NOTIFY_CHANNEL = "jobsweb_runs"
+NOTIFY = "SELECT pg_notify('jobsweb_runs', '')"
 
 # Claim up to `limit` due runs in one statement. SKIP LOCKED lets concurrent workers take
 # disjoint sets instead of queueing on each other's row locks; the outer UPDATE happens under

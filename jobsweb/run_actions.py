@@ -8,6 +8,7 @@ cancel, gets a cancellation request instead).
 
 from sqlalchemy import text
 
+from . import queries
 from .db import db
 
 # failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
@@ -44,7 +45,10 @@ CANCELLABLE = ("queued", "failed", "running")
 
 def retry(ids):
     """Queue these runs again now; returns the ids that were retried (the caller commits)."""
-    return [row.id for row in db.session.execute(RETRY_RUNS, {"ids": list(ids)})]
+    retried = [row.id for row in db.session.execute(RETRY_RUNS, {"ids": list(ids)})]
+    if retried:
+        db.session.execute(text(queries.NOTIFY))  # listening workers start them at commit
+    return retried
 
 
 def cancel(ids):

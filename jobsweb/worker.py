@@ -24,6 +24,7 @@ from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
 from .logs import run_event
 from .materialise import materialise_due
+from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -35,7 +36,7 @@ RECOVER_BATCH = 100  # expired leases recovered per statement
 MATERIALISE_IDLE_INTERVAL = 0.25  # seconds
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
-_WAKE = object()  # put on the finished queue to wake the loop (a signal arrived)
+_WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
 
 
 @dataclass
@@ -68,6 +69,9 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.max_runtime = max_runtime
         self.forever = forever
+        # Only a --forever worker waits for new runs; a one-shot one exits when idle.
+        self.listen = forever and config["JOBSWEB_LISTEN"]
+        self.listener = None
         self.lease = config["JOBSWEB_LEASE_SECONDS"]
         # A third of the lease: two heartbeats can fail before another worker may take over.
         self.heartbeat_every = self.lease / 3
@@ -104,6 +108,8 @@ class Worker:
             restore()
             return 0
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
+        if self.listen:
+            self.listener = Listener(self.link.conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "")
         started = time.monotonic()
@@ -121,11 +127,10 @@ class Worker:
                 claiming = drain_until is None and not out_of_time
                 found = False
                 try:
-                    # Finish before claiming: a slot's next run starts after its last one ended.
                     self._expire_timeouts()
-                    self._flush()
                     if claiming:
-                        found = self.tick()
+                        found = self.tick()  # writes pending outcomes together with its claim
+                    self._flush()  # outcomes no claim took along (no free slot, or not claiming)
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
@@ -174,6 +179,8 @@ class Worker:
             self.next_recover = now + self.heartbeat_every
         # Before claiming, so that a slot that fell due is claimed in this same tick.
         if now >= self.next_materialise:
+            # Outcomes first: overlap policy 'skip' must see a run that just ended as ended.
+            self._flush()
             if materialise_due(self.link) > 0:
                 did_work = True
             else:
@@ -182,8 +189,7 @@ class Worker:
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work
-        rows = self.link.fetch(queries.CLAIM_RUNS, {
-            "worker": self.id, "lease": self.lease, "job_types": handlers.names(), "limit": free})
+        rows = self._finish_and_claim(free)
         for row in rows:
             self._start(*row)
         self.more_due = len(rows) == free
@@ -303,6 +309,25 @@ class Worker:
             raise
         self.done += log_finished(outcomes, rows)
 
+    def _finish_and_claim(self, free):
+        """Write pending outcomes and claim up to `free` runs in one transaction; the claimed rows.
+
+        Finish before claiming: a slot's next run starts after its last one ended. Together
+        they cost one round trip and one commit, the worker's main cost with no-op jobs.
+        """
+        outcomes, self.pending = self.pending, []
+        statements = [(queries.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
+        statements.append((queries.CLAIM_RUNS, {"worker": self.id, "lease": self.lease,
+                                                "job_types": handlers.names(), "limit": free}))
+        try:
+            results = self.link.fetch_together(statements)
+        except DatabaseUnavailable:
+            self.pending = outcomes + self.pending  # written again once the database is back
+            raise
+        if outcomes:
+            self.done += log_finished(outcomes, results[0])
+        return results[-1]
+
     def recover_expired_leases(self):
         """Fail the attempts of runs whose worker stopped heartbeating, so they retry or die."""
 
@@ -365,6 +390,8 @@ class Worker:
             self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
 
     def _shut_down(self):
+        if self.listener is not None:
+            self.listener.stop()
         leftover = list(self.held.values())
         self.held.clear()
         for held in leftover:

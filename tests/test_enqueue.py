@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jobsweb import InvalidInput, enqueue
+from jobsweb import InvalidInput, enqueue, enqueue_many
 from jobsweb.db import db
 
 
@@ -113,3 +113,31 @@ def test_runs_due_later_wait(app, sql, runner):
         enqueue("jobsweb.noop", run_at=datetime.now(timezone.utc) + timedelta(hours=1))
     assert runner.invoke(args=["run-jobs"]).exit_code == 0
     assert sql("SELECT status, attempts FROM job_runs") == [("queued", 0)]
+
+
+def test_enqueue_many_creates_one_queued_run_per_payload_in_order(app, sql):
+    with app.app_context():
+        ids = enqueue_many("jobsweb.noop", [{"n": n} for n in range(25_000)], max_attempts=3)
+    assert len(ids) == 25_000
+    rows = sql("SELECT id, payload, status, max_attempts, run_at <= now() FROM job_runs ORDER BY id")
+    assert [r[0] for r in rows] == ids
+    assert [r[1]["n"] for r in rows] == list(range(25_000))
+    assert {r[2:] for r in rows} == {("queued", 3, True)}
+
+
+def test_enqueue_many_writes_nothing_when_one_payload_is_bad(app, sql):
+    with app.app_context(), pytest.raises(InvalidInput, match="item 1: must be a JSON object"):
+        enqueue_many("jobsweb.noop", [{"ok": 1}, ["not", "an", "object"]])
+    assert count_runs(sql) == 0
+
+
+def test_enqueue_many_joins_the_callers_transaction(app, sql):
+    with app.app_context():
+        enqueue_many("jobsweb.noop", [{}, {}], session=db.session)
+        db.session.rollback()
+    assert count_runs(sql) == 0
+
+
+def test_enqueue_many_of_nothing_returns_no_ids(app, sql):
+    with app.app_context():
+        assert enqueue_many("jobsweb.noop", []) == []

@@ -38,6 +38,22 @@ def test_the_hourly_chart_has_24_buckets_ending_in_the_database_clocks_current_h
     assert [tuple(bucket[1:]) for bucket in chart] == [(0, 0)] * 20 + [(0, 1), (0, 0), (0, 0), (1, 0)]
 
 
+def test_the_hourly_chart_counts_a_finished_hour_once_and_the_current_hour_on_every_refresh(app, sql):
+    from jobsweb import stats
+
+    sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 4)")
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, finished_at) VALUES "
+        "(1, 1, 'failed', now() - interval '3 hours'), (2, 1, 'succeeded', now())")
+    with app.app_context():
+        first = stats.hourly_chart()
+        # Cannot happen (attempts carry the database's now()); shows the ended hour is not re-read.
+        sql("INSERT INTO job_attempts (run_id, attempt, outcome, finished_at) VALUES "
+            "(3, 1, 'failed', now() - interval '3 hours'), (4, 1, 'succeeded', now())")
+        second = stats.hourly_chart()
+    assert [tuple(b[1:]) for b in first[-4:]] == [(0, 1), (0, 0), (0, 0), (1, 0)]
+    assert [tuple(b[1:]) for b in second[-4:]] == [(0, 1), (0, 0), (0, 0), (2, 0)]
+
+
 def test_status_counts_are_estimated_on_a_big_table(app, sql, monkeypatch):
     from jobsweb import stats
 

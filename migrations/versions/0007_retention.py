@@ -1,14 +1,14 @@
 """Retention and metrics: the built-in jobsweb.prune definition, indexes, duration totals.
 
 Revision ID: 0007_retention
-Revises: 0005_alerts
+Revises: 0006_performance
 Create Date: 2026-11-21
 """
 
 from alembic import op
 
 revision = "0007_retention"
-down_revision = "0005_alerts"
+down_revision = "0006_performance"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,6 @@
 """How long a /metrics scrape and a prune take on a big table; prints the numbers.
 
-    DATABASE_URL=postgresql://... .venv/bin/python benchmarks/operations.py [runs]
+    DATABASE_URL=postgresql://... .venv/bin/python -m bench.operations [runs]
 
 Uses (and empties) the jobsweb tables of that database; without DATABASE_URL, the embedded
 server in instance/pgdata. Not a test: numbers depend on the machine.

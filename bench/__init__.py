@@ -1,0 +1,1 @@
+"""The benchmark suite: `python -m bench` (make bench) writes docs/BENCHMARKS.md and its plots."""

@@ -1,0 +1,90 @@
+"""Run the benchmark suite: `python -m bench [--quick] [--out DIR]` (make bench / make bench-quick).
+
+Starts its own durable PostgreSQL, runs every measure, and writes BENCHMARKS.md and PNG plots
+into --out (docs/ by default). Quick mode uses small sizes and one repeat: it proves the suite
+still runs (CI); only full mode's numbers mean anything.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import measures, report
+from .server import Server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FULL = {
+    "warmup": 2000, "drain": 20_000, "processes": [1, 2, 4], "concurrency": [1, 4, 16, 64],
+    "steady_seconds": 60, "steady_backlog": 2000,
+    "pgqueuer_drain": 20_000, "procrastinate_drain": 3000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [1, 16],
+    "history": [0, 100_000, 1_000_000], "claims": 10_000,
+    "enqueue_seconds": 30, "bulk": 100_000,
+    "wake_samples": 1000, "poll_interval": 0.05,
+    "page_requests": 200, "definitions": 10_000,
+}
+QUICK = {
+    "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [4, 16],
+    "steady_seconds": 2, "steady_backlog": 500,
+    "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10], "procrastinate_concurrency": [16],
+    "history": [0, 20_000], "claims": 300,
+    "enqueue_seconds": 1, "bulk": 5000,
+    "wake_samples": 5, "poll_interval": 0.1,
+    "page_requests": 5, "definitions": 500,
+}
+
+
+@dataclass
+class Bench:
+    server: Server
+    sizes: dict
+    repeats: int
+    quick: bool
+    started: float = field(default_factory=time.monotonic)
+
+    def log(self, message):
+        print(f"[{time.monotonic() - self.started:7.1f}s] {message}", flush=True)
+
+
+def git_revision():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat (CI)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where BENCHMARKS.md and plots go")
+    args = parser.parse_args(argv)
+    server = Server.start()
+    bench = Bench(server, QUICK if args.quick else FULL, 1 if args.quick else 3, args.quick)
+    try:
+        results = {"mode": "quick" if args.quick else "full", "pg_version": server.version(),
+                   "cpus": os.cpu_count(), "revision": git_revision(), "python": sys.version.split()[0],
+                   "sizes": bench.sizes, "repeats": bench.repeats}
+        bench.log(f"PostgreSQL {results['pg_version']}, {results['cpus']} CPUs, revision {results['revision']}")
+        results["throughput"] = measures.throughput(bench)
+        results["ceiling"] = measures.ceiling(bench, results["throughput"]["url"], *results["throughput"]["best"])
+        results["peers"] = measures.peers(bench)
+        results["history"] = measures.claim_latency(bench)
+        results["pages"] = measures.admin_pages(bench, results["history"])
+        results["enqueue"] = measures.enqueue(bench)
+        results["wake"] = measures.wake_latency(bench)
+        results["tick"] = measures.scheduler_tick(bench)
+        results["seconds"] = time.monotonic() - bench.started
+        path = report.write(results, args.out)
+        bench.log(f"wrote {path}")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

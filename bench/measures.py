@@ -1,0 +1,525 @@
+"""The measures of the benchmark suite, each against a fresh database on the benchmark server.
+
+Every function takes the Bench (server, sizes, repeats) and returns plain data for the report.
+Throughput is read from the database (first claim to last finish), so process start-up is
+never counted for jobsweb; the peers' figures are their drain's own wall time.
+"""
+
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+from pathlib import Path
+
+import psycopg
+
+from jobsweb import queries
+
+from .server import pgbench
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_TYPES = ["jobsweb.fail", "jobsweb.noop", "jobsweb.sleep"]
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def migrated(bench, name):
+    """A fresh database `name` migrated to head; (libpq URL, app)."""
+    from flask_migrate import upgrade
+
+    from jobsweb import create_app
+    from jobsweb.config import database_url
+
+    url = bench.server.fresh_database(name)
+    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "SECRET_KEY": "bench"})
+    with app.app_context():
+        upgrade()
+    return url, app
+
+
+def fill_queue(conn, n, job_type="jobsweb.noop"):
+    conn.execute("TRUNCATE job_attempts, job_runs, job_workers RESTART IDENTITY CASCADE")
+    if n:
+        conn.execute("INSERT INTO job_runs (job_type) SELECT %s FROM generate_series(1, %s)", [job_type, n])
+    conn.execute("VACUUM ANALYZE job_runs")
+    conn.execute("CHECKPOINT")
+
+
+def spawn_worker(url, concurrency, *args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "bench.worker_proc", url, str(concurrency), *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, **(env or {})))
+
+
+def finish(procs, stop=False):
+    """Wait for worker processes (SIGTERM them first with stop); their peak RSS in MB."""
+    rss = []
+    for proc in procs:
+        if stop:
+            proc.terminate()
+        out, _ = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker exited {proc.returncode}")
+        rss.append(json.loads(out.strip().splitlines()[-1])["maxrss_kb"] / 1024)
+    return rss
+
+
+def wait_until(conn, sql, params, check, timeout=1800):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = conn.execute(sql, params).fetchone()[0]
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting: {sql} = {value}")
+        time.sleep(0.05)
+
+
+def rate_from_database(conn, n):
+    done, span = conn.execute(
+        "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM job_runs "
+        "WHERE status = 'succeeded'").fetchone()
+    if done != n:
+        raise RuntimeError(f"{done} of {n} runs succeeded")
+    return n / float(span)
+
+
+def drain(bench, url, processes, concurrency, n, quiet=False, before_insert=None):
+    """Drain n no-op runs with `processes` workers; (runs/s, peak RSS MB).
+
+    The workers start first and idle (polling every 50 ms); the n runs then appear in one
+    INSERT, so that process start-up (importing Flask) is not counted.
+    """
+    with psycopg.connect(url, autocommit=True) as conn:
+        fill_queue(conn, 0)
+        procs = [spawn_worker(url, concurrency, "--forever", "--poll-interval", "0.05",
+                              *(["--quiet"] if quiet else [])) for _ in range(processes)]
+        wait_until(conn, "SELECT count(*) FROM job_workers", None, lambda v: v == processes, 120)
+        if before_insert:
+            before_insert(conn)
+        conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, %s)", [n])
+        wait_until(conn, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'", None, lambda v: v >= n)
+        rss = finish(procs, stop=True)
+        return rate_from_database(conn, n), max(rss)
+
+
+# -- 1 throughput, 3 ceiling, 9 memory --------------------------------------------------------
+
+def drain_size(sizes, concurrency):
+    """Runs drained at this concurrency: fewer below 16, which would otherwise take minutes."""
+    return max(sizes["drain"] * min(concurrency, 16) // 16, sizes["drain"] // 10)
+
+
+def throughput(bench):
+    url, _ = migrated(bench, "bench_throughput")
+    s = bench.sizes
+    drain(bench, url, 1, 4, s["warmup"])  # warm-up: caches, first-run costs
+    table = {}
+    rss = []
+    for processes in s["processes"]:
+        for concurrency in s["concurrency"]:
+            rates = []
+            for _ in range(bench.repeats):
+                rate, peak = drain(bench, url, processes, concurrency, drain_size(s, concurrency))
+                rates.append(rate)
+                rss.append(peak)
+            table[(processes, concurrency)] = median(rates)
+            bench.log(f"throughput {processes} proc x {concurrency}: {table[(processes, concurrency)]:.0f}/s")
+    best_c = max(s["concurrency"], key=lambda c: table[(1, c)])
+    quiet = median([drain(bench, url, 1, best_c, drain_size(s, best_c), quiet=True)[0]
+                    for _ in range(bench.repeats)])
+    best = max(table, key=table.get)
+    steady = steady_state(bench, url, *best)
+    return {"table": table, "best": best, "best_one_process": (1, best_c), "quiet_one_process": quiet,
+            "steady": steady, "rss_mb": max(rss), "url": url}
+
+
+def steady_state(bench, url, processes, concurrency):
+    """A producer keeps ~backlog runs due while workers run for `seconds`; finished runs per second."""
+    seconds, backlog = bench.sizes["steady_seconds"], bench.sizes["steady_backlog"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        fill_queue(conn, backlog)
+        stop = threading.Event()
+
+        def produce():
+            with psycopg.connect(url, autocommit=True) as p:
+                while not stop.is_set():
+                    queued = p.execute("SELECT count(*) FROM job_runs WHERE status = 'queued'").fetchone()[0]
+                    if queued < backlog:
+                        p.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' "
+                                  "FROM generate_series(1, %s)", [backlog - queued])
+                    stop.wait(0.05)
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        procs = [spawn_worker(url, concurrency, "--forever", "--poll-interval", "0.1",
+                              "--max-runtime", str(seconds)) for _ in range(processes)]
+        t0 = conn.execute("SELECT now()").fetchone()[0]
+        rss = finish(procs)
+        stop.set()
+        producer.join()
+        done, span = conn.execute(
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM job_runs "
+            "WHERE status = 'succeeded' AND started_at >= %s", [t0]).fetchone()
+    return {"processes": processes, "concurrency": concurrency, "rate": done / float(span),
+            "seconds": seconds, "rss_mb": max(rss)}
+
+
+def replay_script(batch):
+    """CLAIM_RUNS then FINISH_RUNS, as the worker sends them, with pgbench variables for params.
+
+    Run with -M prepared, as psycopg prepares the worker's repeated statements: the claimed
+    ids travel from one statement to the next as array literals ('{1,2,3}') via \\gset.
+    """
+    claim = queries.CLAIM_RUNS
+    for name, value in {"worker": "'pgbench-' || :client_id::text", "lease": "60",
+                        "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch)}.items():
+        claim = claim.replace(f"%({name})s", value)
+    claim = strip_comments(claim)
+    finish_sql = strip_comments(queries.FINISH_RUNS)
+    n = "ARRAY[:n::int]"
+    for name, value in {"ids": ":ids", "attempts": ":attempts",
+                        "workers": f"array_fill('pgbench-' || :client_id::text, {n})",
+                        "outcomes": f"array_fill('succeeded'::text, {n})",
+                        "results": f"array_fill(NULL::jsonb, {n})", "error_types": f"array_fill(NULL::text, {n})",
+                        "errors": f"array_fill(NULL::text, {n})", "stacks": f"array_fill(NULL::text, {n})",
+                        "delays": f"array_fill(0::float8, {n})", "give_up": f"array_fill(false, {n})"}.items():
+        finish_sql = finish_sql.replace(f"%({name})s", value)
+    return (f"WITH claimed AS ({claim.strip()})\n"
+            "SELECT coalesce(array_agg(id)::text, '{}') AS ids,\n"
+            "       coalesce(array_agg(attempts)::text, '{}') AS attempts,\n"
+            "       count(*) AS n FROM claimed\n\\gset\n"
+            f"{finish_sql.strip()};\n")
+
+
+def strip_comments(sql):
+    """Without -- comments (pgbench would see the variables and quotes in them)."""
+    lines = (re.sub(r"--.*$", "", line).rstrip() for line in sql.splitlines())
+    return "\n".join(line for line in lines if line.strip())
+
+
+def ceiling(bench, url, processes, concurrency):
+    """Our own SQL replayed by pgbench with `processes` connections: runs/s, and what the worker sent."""
+    n = bench.sizes["drain"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        drain(bench, url, processes, concurrency, n,
+              before_insert=lambda c: c.execute("SELECT pg_stat_statements_reset()"))
+        statements = conn.execute(
+            "SELECT calls, rows, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
+            "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND calls > 0 AND query !~ '(^SELECT count|generate_series|pg_stat_statements)' "
+            "ORDER BY total_exec_time DESC LIMIT 8").fetchall()
+        rates = []
+        for _ in range(bench.repeats):
+            fill_queue(conn, n)
+            transactions = n // (processes * concurrency)
+            script = replay_script(concurrency)
+            tps = pgbench(bench.server, url, script, clients=processes, transactions=transactions)
+            done = conn.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) "
+                                "FROM job_runs WHERE status = 'succeeded'").fetchone()
+            rates.append(done[0] / float(done[1]))
+            bench.log(f"pgbench replay {processes} conn x batch {concurrency}: {rates[-1]:.0f} runs/s ({tps:.0f} tps)")
+    return {"rate": median(rates), "statements": statements, "processes": processes,
+            "batch": concurrency, "script": replay_script(concurrency)}
+
+
+# -- 2 peers ----------------------------------------------------------------------------------
+
+def peers(bench):
+    results = {}
+    for peer, settings in (("pgqueuer", bench.sizes["pgqueuer_batch"]),
+                           ("procrastinate", bench.sizes["procrastinate_concurrency"])):
+        n = bench.sizes[f"{peer}_drain"]
+        try:
+            __import__(peer)
+        except ImportError:
+            results[peer] = None
+            bench.log(f"{peer} not installed: skipped (pip install -e '.[bench]')")
+            continue
+        best = {}
+        for setting in settings:
+            rates, rss = [], []
+            for _ in range(bench.repeats):
+                url = bench.server.fresh_database("bench_peer")
+                out = subprocess.run([sys.executable, "-m", "bench.peer_proc", peer, url, str(n), str(setting)],
+                                     cwd=ROOT, check=True, capture_output=True, text=True).stdout
+                data = json.loads(out.strip().splitlines()[-1])
+                rates.append(n / data["seconds"])
+                rss.append(data["maxrss_kb"] / 1024)
+            best[setting] = (median(rates), max(rss))
+            bench.log(f"{peer} setting {setting}: {best[setting][0]:.0f}/s")
+        top = max(best, key=lambda k: best[k][0])
+        results[peer] = {"rate": best[top][0], "setting": top, "all": best, "rss_mb": best[top][1]}
+    return results
+
+
+# -- 4 claim latency vs history ---------------------------------------------------------------
+
+HISTORY_SQL = """
+WITH runs AS (
+    INSERT INTO job_runs (job_type, status, attempts, run_at, started_at, finished_at, created_at,
+                          last_error, error_type)
+    SELECT 'jobsweb.noop',
+           CASE WHEN g %% 100 = 0 THEN 'dead' ELSE 'succeeded' END,
+           1, t, t, t + interval '5 ms', t,
+           CASE WHEN g %% 100 = 0 THEN 'boom: connection refused by upstream ' || g END,
+           CASE WHEN g %% 100 = 0 THEN 'RuntimeError' END
+    FROM generate_series(1, %(n)s) g, LATERAL (SELECT now() - (%(n)s - g) * interval '1 s' AS t) ts
+    RETURNING id, status, started_at, finished_at, last_error
+)
+INSERT INTO job_attempts (run_id, attempt, worker, started_at, finished_at, outcome, error)
+SELECT id, 1, 'bench', started_at, finished_at,
+       CASE WHEN status = 'dead' THEN 'failed' ELSE 'succeeded' END, last_error
+FROM runs
+"""
+
+
+def claim_latency(bench):
+    url, app = migrated(bench, "bench_history")
+    sizes = bench.sizes["history"]
+    points = []
+    explain = None
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 1000)")
+        have = 0
+        for size in sizes:
+            if size > have:
+                for start in range(have, size, 200_000):
+                    conn.execute(HISTORY_SQL, {"n": min(200_000, size - start)})
+                have = size
+                conn.execute("VACUUM ANALYZE job_runs")
+                conn.execute("VACUUM ANALYZE job_attempts")
+            times = claims(conn, bench.sizes["claims"])
+            points.append({"history": size, "p50": percentile(times, 50), "p95": percentile(times, 95),
+                           "p99": percentile(times, 99)})
+            bench.log(f"claim at {size} finished: p50 {points[-1]['p50']:.3f} ms p95 {points[-1]['p95']:.3f} ms")
+        floor = commit_floor(conn, bench.sizes["claims"])
+        with conn.transaction():
+            explain = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + queries.CLAIM_RUNS,
+                {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}).fetchall())
+            raise_rollback()
+    return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor}
+
+
+def commit_floor(conn, count):
+    """p50/p95 of the cheapest durable write: a one-row UPDATE committing on its own (one WAL flush)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (n bigint)")
+    conn.execute("INSERT INTO bench_floor VALUES (0)")
+    times = []
+    for _ in range(count):
+        t = time.perf_counter()
+        conn.execute("UPDATE bench_floor SET n = n + 1")
+        times.append((time.perf_counter() - t) * 1000)
+    return {"p50": percentile(times, 50), "p95": percentile(times, 95)}
+
+
+def raise_rollback():
+    from psycopg import Rollback
+
+    raise Rollback()
+
+
+def claims(conn, count):
+    """Time `count` one-run claims (CLAIM_RUNS, as the worker sends it); put each run back after."""
+    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}
+    for _ in range(20):  # warm-up and let psycopg prepare the statement
+        conn.execute(queries.CLAIM_RUNS, params)
+    conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")
+    times = []
+    for _ in range(count):
+        t = time.perf_counter()
+        row = conn.execute(queries.CLAIM_RUNS, params).fetchone()
+        times.append((time.perf_counter() - t) * 1000)
+        conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL, "
+                     "locked_until = NULL WHERE id = %s", [row[0]])
+    return times
+
+
+# -- 5 enqueue --------------------------------------------------------------------------------
+
+def enqueue(bench):
+    url, app = migrated(bench, "bench_enqueue")
+    from jobsweb import enqueue as enqueue_one
+    from jobsweb import enqueue_many
+
+    with app.app_context():
+        for _ in range(50):
+            enqueue_one("jobsweb.noop", {"n": 1})
+        times = []
+        deadline = time.monotonic() + bench.sizes["enqueue_seconds"]
+        started = time.perf_counter()
+        while time.monotonic() < deadline:
+            t = time.perf_counter()
+            enqueue_one("jobsweb.noop", {"n": 1})
+            times.append((time.perf_counter() - t) * 1000)
+        single_rate = len(times) / (time.perf_counter() - started)
+        n = bench.sizes["bulk"]
+        rates = []
+        for _ in range(bench.repeats):
+            payloads = [{"n": i} for i in range(n)]
+            t = time.perf_counter()
+            enqueue_many("jobsweb.noop", payloads)
+            rates.append(n / (time.perf_counter() - t))
+    bench.log(f"enqueue p50 {percentile(times, 50):.3f} ms, bulk {median(rates):.0f}/s")
+    return {"single_p50": percentile(times, 50), "single_p95": percentile(times, 95),
+            "single_rate": single_rate, "bulk_rate": median(rates), "bulk_n": n}
+
+
+# -- 6 enqueue -> start -----------------------------------------------------------------------
+
+def wake_latency(bench):
+    url, app = migrated(bench, "bench_wake")
+    from jobsweb import enqueue as enqueue_one
+
+    poll = bench.sizes["poll_interval"]
+    out = {"poll_interval": poll}
+    for mode, listen in (("notify", "on"), ("polling", "off")):
+        proc = spawn_worker(url, 4, "--forever", "--poll-interval", str(poll), env={"JOBSWEB_LISTEN": listen})
+        samples = []
+        with psycopg.connect(url, autocommit=True) as conn, app.app_context():
+            first = enqueue_one("jobsweb.noop")
+            wait_started(conn, first, 30)
+            time.sleep(0.5)  # the worker's listener connects
+            for _ in range(bench.sizes["wake_samples"]):
+                time.sleep(random.uniform(0, poll))  # arrive at a random point of the poll cycle
+                run_id = enqueue_one("jobsweb.noop")
+                samples.append(wait_started(conn, run_id, poll + 10))
+        proc.terminate()
+        proc.communicate(timeout=30)
+        out[mode] = {"p50": percentile(samples, 50), "p95": percentile(samples, 95)}
+        bench.log(f"enqueue->start {mode}: p50 {out[mode]['p50']:.1f} ms")
+    return out
+
+
+def wait_started(conn, run_id, timeout):
+    """Milliseconds from the run's creation to its claim, both by the database's clock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT extract(epoch FROM started_at - created_at) * 1000 FROM job_runs "
+                           "WHERE id = %s AND started_at IS NOT NULL", [run_id]).fetchone()
+        if row:
+            return float(row[0])
+        time.sleep(0.0005)
+    raise RuntimeError(f"run {run_id} did not start within {timeout}s")
+
+
+# -- 7 admin pages ----------------------------------------------------------------------------
+
+def admin_pages(bench, history):
+    """Each page `requests` times through the real HTTP server on loopback, over the history database."""
+    url, app = history["url"], history["app"]
+    from jobsweb.auth import create_user
+
+    with app.app_context():
+        from jobsweb.db import db
+
+        create_user("bench@example.org", "bench password 1", "admin")
+        db.session.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_definitions (name, job_type, schedule, next_run_at) "
+                     "SELECT 'def-' || g, 'jobsweb.noop', '@every 1h', now() + interval '1 h' "
+                     "FROM generate_series(1, 200) g")
+        max_id, dead_id = conn.execute("SELECT max(id), max(id) FILTER (WHERE status = 'dead') FROM job_runs").fetchone()
+    port = 5599
+    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY="bench")
+    server = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port),
+                               "--no-reload", "--no-debugger"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+        wait_http(opener, base + "/healthz")
+        page = opener.open(base + "/sign-in").read().decode()
+        token = re.search(r'name="csrf-token" content="([^"]+)"', page)
+        opener.open(base + "/sign-in", urllib.parse.urlencode(
+            {"csrf_token": token.group(1), "email": "bench@example.org", "password": "bench password 1"}).encode())
+        pages = {"dashboard": "/", "runs list": "/runs", "runs: status dead": "/runs?status=dead",
+                 "runs: deep keyset page": f"/runs?before={max_id // 2}", "runs: error text search": "/runs?q=upstream",
+                 "run detail": f"/runs/{dead_id}", "definitions list": "/definitions"}
+        out = {}
+        for name, path in pages.items():
+            times = []
+            for i in range(bench.sizes["page_requests"] + 5):
+                t = time.perf_counter()
+                with opener.open(base + path) as response:
+                    response.read()
+                    if response.status != 200 or "/sign-in" in response.url:
+                        raise RuntimeError(f"{path}: {response.status} {response.url}")
+                if i >= 5:  # the first requests warm caches
+                    times.append((time.perf_counter() - t) * 1000)
+            out[name] = {"path": path, "p50": percentile(times, 50), "p95": percentile(times, 95)}
+            bench.log(f"page {name}: p95 {out[name]['p95']:.1f} ms")
+        return out
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def wait_http(opener, url):
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            opener.open(url).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+# -- 8 scheduler tick -------------------------------------------------------------------------
+
+def scheduler_tick(bench):
+    url, app = migrated(bench, "bench_tick")
+    from jobsweb.link import Link
+    from jobsweb.materialise import materialise_due
+
+    n = bench.sizes["definitions"]
+    out = {"definitions": n}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_definitions (name, job_type, schedule, next_run_at, overlap_policy) "
+                     "SELECT 'def-' || g, 'jobsweb.noop', '@every 1h', now() - interval '1 s', 'allow' "
+                     "FROM generate_series(1, %s) g", [n])
+        conn.execute("VACUUM ANALYZE job_definitions")
+        for ticks in (1, 4):
+            conn.execute("TRUNCATE job_runs CASCADE")
+            conn.execute("UPDATE job_definitions SET next_run_at = now() - interval '1 s'")
+            links = [Link(url) for _ in range(ticks)]
+            for link in links:
+                link.fetch("SELECT 1")  # connected before the clock starts
+
+            def tick(link):
+                while materialise_due(link) > 0:
+                    pass
+
+            threads = [threading.Thread(target=tick, args=(link,)) for link in links]
+            t = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            seconds = time.perf_counter() - t
+            for link in links:
+                link.close()
+            runs, slots, definitions = conn.execute(
+                "SELECT count(*), count(DISTINCT (definition_id, scheduled_for)), count(DISTINCT definition_id) "
+                "FROM job_runs").fetchone()
+            out[ticks] = {"seconds": seconds, "exactly_once": runs == slots == definitions == n, "runs": runs}
+            bench.log(f"tick x{ticks}: {n} definitions in {seconds:.2f}s, runs {runs}")
+    return out

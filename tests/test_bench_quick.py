@@ -1,0 +1,26 @@
+"""The benchmark suite's quick mode runs end to end, so the benchmark code cannot rot.
+
+Only that it runs and writes its report is checked here: its numbers come from `make bench`.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ["## Targets", "## 1. Throughput", "## 2. Peers", "## 3. Ceiling", "## 4. Claim latency",
+            "## 5. Enqueue", "## 6. Enqueue → start", "## 7. Admin pages", "## 8. Scheduler tick",
+            "## 9. Memory"]
+
+
+def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = (tmp_path / "BENCHMARKS.md").read_text()
+    for section in SECTIONS:
+        assert section in report
+    assert "(quick mode)" in report
+    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 13
+    for plot in ("bench_throughput.png", "bench_claim_latency.png"):
+        assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")
