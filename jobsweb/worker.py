@@ -159,7 +159,8 @@ class Worker:
         while not self.stop_requested:
             try:
                 self.link.fetch(queries.REGISTER_WORKER,
-                                {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid()})
+                                {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+                                 "job_types": handlers.names()})
                 return True
             except DatabaseUnavailable as exc:
                 if not self.forever:
