@@ -52,9 +52,9 @@ class DatabaseCollector:
         yield GaugeMetricFamily("jobsweb_oldest_due_seconds", "How long the oldest due run has waited.",
                                 value=float(oldest or 0))
 
-        unknown = GaugeMetricFamily("jobsweb_due_runs_unknown_type", "Due runs of job types this app "
-                                    "has no handler for: no worker sharing its JOBSWEB_HANDLERS will run "
-                                    "them.", labels=["job_type"])
+        unknown = GaugeMetricFamily("jobsweb_due_runs_unknown_type", "Due runs of job types that no "
+                                    "worker seen in the last hour handles: nothing will run them.",
+                                    labels=["job_type"])
         for job_type, n in sorted(stats.unknown_due_types().items()):
             unknown.add_metric([job_type], n)
         yield unknown

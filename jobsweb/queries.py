@@ -246,7 +246,7 @@ WHERE id = %(id)s AND next_run_at = %(due_at)s
 """
 
 REGISTER_WORKER = """
-INSERT INTO job_workers (id, host, pid) VALUES (%(worker)s, %(host)s, %(pid)s)
+INSERT INTO job_workers (id, host, pid, job_types) VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s)
 """
 
 WORKER_SEEN = """

@@ -5,7 +5,6 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import text
 
-from . import handlers
 from .db import db
 from .models import ACTIVE_STATUSES
 
@@ -40,9 +39,21 @@ FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()
 # Due runs by job type (index job_runs_claimable). Workers claim only the types they have a
 # handler for, so a run of a type none of them knows (a typo in an INSERT, a handler module
 # missing from JOBSWEB_HANDLERS) would otherwise wait silently forever.
-DUE_BY_TYPE = text("""
-SELECT job_type, count(*) FROM job_runs
-WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type
+# Due runs by job type, for the types that no worker seen within :window seconds handles
+# (job_workers.job_types; NULL is a worker from before 0008, which may handle anything).
+# A worker that exits between cron ticks still counts: crontab mode has no worker alive most
+# of the time. Groups first, so the NOT EXISTS runs once per job type, not per run.
+UNHANDLED_WINDOW = 3600  # seconds: workers seen this recently say which job types are handled
+UNHANDLED_DUE = text("""
+SELECT due.job_type, due.n FROM (
+    SELECT job_type, count(*) AS n FROM job_runs
+    WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type
+) due
+WHERE NOT EXISTS (
+    SELECT 1 FROM job_workers w
+    WHERE w.last_seen_at > now() - make_interval(secs => :window)
+      AND (w.job_types IS NULL OR due.job_type = ANY (w.job_types))
+)
 """)
 
 # Uses index job_runs_running_lease.
@@ -91,12 +102,8 @@ def status_counts():
 
 
 def unknown_due_types():
-    """{job_type: due runs} for due runs of job types this app has no handler for.
-
-    Judged by this process's registry: workers are expected to share its JOBSWEB_HANDLERS.
-    """
-    known = set(handlers.names())
-    return {job_type: n for job_type, n in db.session.execute(DUE_BY_TYPE) if job_type not in known}
+    """{job_type: due runs} for due runs of job types no recently seen worker handles."""
+    return dict(db.session.execute(UNHANDLED_DUE, {"window": UNHANDLED_WINDOW}).all())
 
 
 def hourly_chart():

@@ -22,7 +22,7 @@ from .alerts import Alerter
 from .execution import Outcome, Pool, clip, describe_error, was_cancelled
 from .handlers import JobContext
 from .link import DatabaseUnavailable, Link
-from .logs import run_event
+from .logs import flush_events, run_event
 from .materialise import materialise_due
 from .wakeup import Listener
 
@@ -142,6 +142,7 @@ class Worker:
                     break
                 if not self.held and (not claiming or (not found and not self.forever)):
                     break
+                flush_events()  # this pass's run events, in one write
                 self._collect(self._wait_seconds(now, next_beat, drain_until, claiming))
         finally:
             self._shut_down()
@@ -158,7 +159,8 @@ class Worker:
         while not self.stop_requested:
             try:
                 self.link.fetch(queries.REGISTER_WORKER,
-                                {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid()})
+                                {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+                                 "job_types": handlers.names()})
                 return True
             except DatabaseUnavailable as exc:
                 if not self.forever:

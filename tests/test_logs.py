@@ -1,8 +1,9 @@
+import io
 import json
 import logging
 
 from jobsweb import enqueue
-from jobsweb.logs import JsonFormatter, TextFormatter, run_event
+from jobsweb.logs import EventBatchingHandler, JsonFormatter, TextFormatter, run_event
 from tests.conftest import committed
 
 
@@ -43,6 +44,24 @@ def test_run_events_cost_nothing_when_their_level_is_off():
     logger = logging.getLogger("tests.logs.quiet")
     logger.setLevel(logging.WARNING)
     run_event(logger, logging.INFO, "started", "run %s", Explodes(), run_id=1, job_type="t", attempt=1)
+
+
+def test_run_events_are_written_in_one_batch_and_other_lines_keep_their_order():
+    stream = io.StringIO()
+    handler = EventBatchingHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("tests.logs.batching")
+    logger.propagate = False
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    for run_id in (1, 2):
+        run_event(logger, logging.INFO, "started", "run %d started", run_id, run_id=run_id, job_type="t", attempt=1)
+    assert stream.getvalue() == ""  # held until the worker loop's pass ends
+    logger.info("a handler's own line")
+    assert stream.getvalue() == "run 1 started\nrun 2 started\na handler's own line\n"
+    run_event(logger, logging.INFO, "succeeded", "run %d succeeded", 1, run_id=1, job_type="t", attempt=1)
+    handler.flush()
+    assert stream.getvalue().endswith("a handler's own line\nrun 1 succeeded\n")
 
 
 def test_a_worker_logs_one_json_line_per_run_event(app, spawn_worker):

@@ -48,9 +48,10 @@ def test_metrics_report_runs_queue_definitions_durations_and_workers(metrics_app
         "(7, 1, 'succeeded', now() - interval '40 seconds', now()), "
         "(8, 1, 'failed', now() - interval '3 seconds', now()), "
         "(8, 2, 'interrupted', now() - interval '3 seconds', now())")
-    sql("INSERT INTO job_workers (id, host, pid, last_seen_at) VALUES ('h:1:a', 'h', 1, now() - interval '5 seconds'), "
-        "('h:2:b', 'h', 2, now() - interval '10 minutes')")
-    sql("INSERT INTO job_workers (id, host, pid, stopped_at) VALUES ('h:3:c', 'h', 3, now())")
+    sql("INSERT INTO job_workers (id, host, pid, last_seen_at, job_types) VALUES "
+        "('h:1:a', 'h', 1, now() - interval '5 seconds', '{jobsweb.noop}'), "
+        "('h:2:b', 'h', 2, now() - interval '10 minutes', '{jobsweb.noop}')")
+    sql("INSERT INTO job_workers (id, host, pid, stopped_at, job_types) VALUES ('h:3:c', 'h', 3, now(), '{jobsweb.noop}')")
     sql("INSERT INTO job_definitions (name, job_type, schedule, next_run_at) VALUES "
         "('late', 'jobsweb.noop', '@hourly', now() - interval '1 hour'), "
         "('broken', 'jobsweb.noop', '@hourly', now() + interval '1 hour')")

@@ -23,8 +23,9 @@ def test_the_runs_list_filtered_by_worker_shows_the_runs_it_executed_or_holds(si
     assert 'name="worker" value="h:1:me"' in html
 
 
-def test_the_dashboard_points_at_due_runs_of_a_job_type_no_handler_knows(sign_in, sql):
+def test_the_dashboard_points_at_due_runs_of_a_job_type_no_worker_handles(sign_in, sql):
     client = sign_in("viewer")
+    sql("INSERT INTO job_workers (id, host, pid, job_types) VALUES ('h:1:a', 'h', 1, '{jobsweb.noop}')")
     sql("INSERT INTO job_runs (job_type) VALUES ('sned_invoice'), ('sned_invoice'), ('jobsweb.noop')")
     sql("INSERT INTO job_runs (job_type, run_at) VALUES ('later.maybe', now() + interval '1 hour')")
     html = client.get("/").get_data(as_text=True)

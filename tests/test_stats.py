@@ -1,0 +1,50 @@
+"""Due runs that no worker will claim: judged by the job types the workers registered."""
+
+from jobsweb import stats
+
+
+def due(sql, job_type):
+    sql("INSERT INTO job_runs (job_type, status, run_at) VALUES (%s, 'queued', now() - interval '1 minute')",
+        [job_type])
+
+
+def worker(sql, name, job_types, seen="now()", stopped="NULL"):
+    sql(f"INSERT INTO job_workers (id, host, pid, last_seen_at, stopped_at, job_types) "
+        f"VALUES (%s, 'h', 1, {seen}, {stopped}, %s)", [name, job_types])
+
+
+def test_a_due_type_that_no_recent_worker_handles_is_named(app, sql):
+    due(sql, "reports.weekly")
+    due(sql, "reports.weekly")
+    due(sql, "jobsweb.noop")
+    worker(sql, "h:1:a", ["jobsweb.noop"])
+    worker(sql, "h:2:b", ["reports.weekly"], seen="now() - interval '2 hours'")  # gone long ago
+    with app.app_context():
+        assert stats.unknown_due_types() == {"reports.weekly": 2}
+
+
+def test_a_worker_that_exited_after_its_cron_tick_still_counts(app, sql):
+    due(sql, "reports.weekly")
+    worker(sql, "h:1:a", ["reports.weekly"], seen="now() - interval '50 seconds'", stopped="now() - interval '50 seconds'")
+    with app.app_context():
+        assert stats.unknown_due_types() == {}
+
+
+def test_a_worker_from_before_job_types_were_recorded_may_handle_anything(app, sql):
+    due(sql, "reports.weekly")
+    worker(sql, "h:1:a", None)
+    with app.app_context():
+        assert stats.unknown_due_types() == {}
+
+
+def test_with_no_recent_worker_every_due_type_is_named(app, sql):
+    due(sql, "jobsweb.noop")
+    with app.app_context():
+        assert stats.unknown_due_types() == {"jobsweb.noop": 1}
+
+
+def test_a_worker_registers_the_job_types_it_handles(app, sql, spawn_worker):
+    proc = spawn_worker()
+    assert proc.wait(timeout=60) == 0
+    [(job_types,)] = sql("SELECT job_types FROM job_workers")
+    assert {"jobsweb.noop", "test.record"} <= set(job_types)
