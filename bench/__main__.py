@@ -3,9 +3,13 @@
 Starts its own durable PostgreSQL, runs every measure, and writes BENCHMARKS.md and PNG plots
 into --out (docs/ by default). Quick mode uses small sizes and one repeat: it proves the suite
 still runs (CI); only full mode's numbers mean anything.
+
+`python -m bench --only tick` runs one measure that stands alone and prints its figures as
+JSON, writing no report: for measuring a change to one hot path without the 25-minute suite.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +42,13 @@ QUICK = {
 }
 
 
+# The measures that need no other measure's results, for --only.
+ALONE = {
+    "throughput": measures.throughput, "peers": measures.peers, "history": measures.claim_latency,
+    "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
+}
+
+
 @dataclass
 class Bench:
     server: Server
@@ -62,10 +73,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat (CI)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where BENCHMARKS.md and plots go")
+    parser.add_argument("--only", choices=sorted(ALONE), help="run this measure alone and print its figures")
     args = parser.parse_args(argv)
     server = Server.start()
     bench = Bench(server, QUICK if args.quick else FULL, 1 if args.quick else 3, args.quick)
     try:
+        if args.only:
+            bench.log(f"PostgreSQL {server.version()}, {os.cpu_count()} CPUs, revision {git_revision()}")
+            result = ALONE[args.only](bench)
+            print(json.dumps(result, indent=2, default=str))
+            return 0
         results = {"mode": "quick" if args.quick else "full", "pg_version": server.version(),
                    "cpus": os.cpu_count(), "revision": git_revision(), "python": sys.version.split()[0],
                    "sizes": bench.sizes, "repeats": bench.repeats}

@@ -493,6 +493,9 @@ def scheduler_tick(bench):
     n = bench.sizes["definitions"]
     out = {"definitions": n}
     with psycopg.connect(url, autocommit=True) as conn:
+        # Only the measure's own definitions: the built-in jobsweb.prune (0007) would be made due
+        # too, and its extra run would read as a slot materialised twice.
+        conn.execute("DELETE FROM job_definitions")
         conn.execute("INSERT INTO job_definitions (name, job_type, schedule, next_run_at, overlap_policy) "
                      "SELECT 'def-' || g, 'jobsweb.noop', '@every 1h', now() - interval '1 s', 'allow' "
                      "FROM generate_series(1, %s) g", [n])

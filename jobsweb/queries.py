@@ -201,48 +201,105 @@ FOR UPDATE SKIP LOCKED
 # Definitions with a slot due, locked for the rest of the materialising transaction. SKIP
 # LOCKED: a definition another worker is materialising is its business; when that worker
 # commits, next_run_at has moved past now() and the row no longer matches. `active` is the
-# newest run of the definition that will still execute, for the overlap policy.
+# newest run of the definition that will still execute, for the overlap policy: looked up
+# only for the `limit` definitions locked, not for every due one before the LIMIT (with
+# 10,000 due, that lookup was most of a tick's time). Ordered by next_run_at alone, so that
+# the index hands over the oldest due rows and the scan stops at `limit`: a tie-break on id
+# made PostgreSQL read and sort every due definition first.
 # Uses indexes job_definitions_due and job_runs_definition_active.
 DUE_DEFINITIONS = """
 SELECT d.id, d.job_type, d.payload, d.schedule, d.timezone, d.max_attempts, d.misfire_policy,
        d.overlap_policy, d.grace_seconds, d.next_run_at, d.timeout_seconds, d.lease_seconds,
        d.backoff_base, d.backoff_cap, active.id AS active_id, active.status AS active_status,
        now() AS now
-FROM job_definitions d
+FROM (
+    SELECT * FROM job_definitions
+    WHERE enabled AND next_run_at <= now()
+    ORDER BY next_run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) d
 LEFT JOIN LATERAL (
     SELECT r.id, r.status FROM job_runs r
     WHERE r.definition_id = d.id AND r.status IN ('queued', 'running', 'failed')
     ORDER BY r.id DESC
     LIMIT 1
 ) active ON true
-WHERE d.enabled AND d.next_run_at <= now()
 ORDER BY d.next_run_at, d.id
-LIMIT %(limit)s
-FOR UPDATE OF d SKIP LOCKED
 """
 
-# One slot of a definition becomes a run: queued to execute, or already finished as
-# 'skipped'/'missed' with its reason. The unique (definition_id, scheduled_for) is the last
-# guard of exactly-once: a slot that exists already is not created again.
-INSERT_SLOT = """
-INSERT INTO job_runs (definition_id, job_type, payload, run_at, status, max_attempts,
+# The slots of a batch of definitions become runs, in one statement: queued to execute, or
+# already finished as 'skipped'/'missed' with their reason. The job's settings come from the
+# definition rows, locked by DUE_DEFINITIONS since they were read. Rows come back for the
+# slots created; a slot missing from RETURNING existed already and is not created again.
+#
+# Exactly once: slots that exist already are left out (NOT EXISTS), and the unique
+# (definition_id, scheduled_for) stays the last guard (ON CONFLICT). Leaving them out first
+# matters for `chain`, which needs the ids of runs created by this same statement: ids are
+# drawn from the sequence up front (ascending in slot order), so that
+# - chain 'queue' (overlap 'queue', catching up): the run waits for the previous queued slot
+#   of its definition in this batch (after_run_id), or, first in line, for the run the
+#   definition had already (the after_run_id sent);
+# - chain 'skip' (overlap 'skip', catching up): the first queued slot of its definition in
+#   this batch runs; the others are skipped while it is queued.
+# A chained slot thus never points at a run that was not created: a slot a concurrent writer
+# created between NOT EXISTS and the insert (only possible outside materialise.py, which holds
+# the definition's lock) would make after_run_id point nowhere, and the foreign key fails the
+# whole transaction rather than chain a run wrongly.
+INSERT_SLOTS = """
+WITH planned AS (
+    SELECT * FROM unnest(
+        %(definition_ids)s::bigint[], %(slots)s::timestamptz[], %(statuses)s::text[],
+        %(reasons)s::text[], %(after_run_ids)s::bigint[], %(chains)s::text[]
+    ) WITH ORDINALITY AS p(definition_id, scheduled_for, status, reason, after_run_id, chain, n)
+),
+fresh AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('job_runs', 'id')) AS id, p.*
+    FROM (
+        SELECT * FROM planned
+        WHERE NOT EXISTS (SELECT 1 FROM job_runs r
+                          WHERE r.definition_id = planned.definition_id
+                            AND r.scheduled_for = planned.scheduled_for)
+        ORDER BY n
+    ) p
+),
+queued AS (
+    SELECT id, lag(id) OVER slots AS previous_id, first_value(id) OVER slots AS first_id
+    FROM fresh
+    WHERE status = 'queued'
+    WINDOW slots AS (PARTITION BY definition_id ORDER BY n)
+),
+decided AS (
+    SELECT f.id, f.definition_id, f.scheduled_for, f.n,
+           CASE WHEN f.chain = 'skip' AND q.first_id <> f.id THEN 'skipped' ELSE f.status END AS status,
+           CASE WHEN f.chain = 'skip' AND q.first_id <> f.id
+                THEN 'previous run ' || q.first_id || ' still queued' ELSE f.reason END AS reason,
+           CASE WHEN f.chain = 'queue' THEN coalesce(q.previous_id, f.after_run_id)
+                ELSE f.after_run_id END AS after_run_id
+    FROM fresh f LEFT JOIN queued q ON q.id = f.id
+)
+INSERT INTO job_runs (id, definition_id, job_type, payload, run_at, status, max_attempts,
                       scheduled_for, reason, after_run_id, finished_at, timeout_seconds,
                       lease_seconds, backoff_base, backoff_cap)
-VALUES (%(definition_id)s, %(job_type)s, %(payload)s, now(), %(status)s, %(max_attempts)s,
-        %(scheduled_for)s, %(reason)s, %(after_run_id)s,
-        CASE WHEN %(status)s <> 'queued' THEN now() END, %(timeout_seconds)s,
-        %(lease_seconds)s, %(backoff_base)s, %(backoff_cap)s)
+SELECT s.id, s.definition_id, d.job_type, d.payload, now(), s.status, d.max_attempts,
+       s.scheduled_for, s.reason, s.after_run_id, CASE WHEN s.status <> 'queued' THEN now() END,
+       d.timeout_seconds, d.lease_seconds, d.backoff_base, d.backoff_cap
+FROM decided s JOIN job_definitions d ON d.id = s.definition_id
+ORDER BY s.n
 ON CONFLICT (definition_id, scheduled_for) DO NOTHING
-RETURNING id
+RETURNING id, definition_id, scheduled_for, status, reason
 """
 
-# Move a definition past the slots just materialised. Guarded by the slot it was due at, so
-# a definition edited since it was read (impossible under the row lock, but cheap to
-# check) is never advanced from stale data.
-ADVANCE_DEFINITION = """
-UPDATE job_definitions
-SET next_run_at = %(next_run_at)s, missed_count = missed_count + %(missed)s
-WHERE id = %(id)s AND next_run_at = %(due_at)s
+# Move a batch of definitions past the slots just materialised. Guarded by the slot each was
+# due at, so a definition edited since it was read (impossible under the row lock, but cheap
+# to check) is never advanced from stale data: RETURNING names the definitions that moved.
+ADVANCE_DEFINITIONS = """
+UPDATE job_definitions d
+SET next_run_at = a.next_run_at, missed_count = d.missed_count + a.missed
+FROM unnest(%(ids)s::bigint[], %(due_ats)s::timestamptz[], %(next_run_ats)s::timestamptz[],
+            %(missed)s::int[]) AS a(id, due_at, next_run_at, missed)
+WHERE d.id = a.id AND d.next_run_at = a.due_at
+RETURNING d.id
 """
 
 REGISTER_WORKER = """

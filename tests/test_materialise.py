@@ -153,6 +153,40 @@ def test_overlap_queue_with_misfire_all_chains_the_catch_up_runs(app, sql, mater
     assert [after for _, after in rows] == [None, rows[0][0], rows[1][0]]
 
 
+def test_overlap_skip_with_misfire_all_runs_the_first_catch_up_slot_and_skips_the_others(app, sql, materialise):
+    define(app, overlap="skip", misfire="all")
+    outage(sql, 2)
+    materialise()
+    rows = sql("SELECT id, status, reason, after_run_id FROM job_runs ORDER BY scheduled_for")
+    first = rows[0][0]
+    assert rows == [(first, "queued", None, None),
+                    (rows[1][0], "skipped", f"previous run {first} still queued", None),
+                    (rows[2][0], "skipped", f"previous run {first} still queued", None)]
+
+
+def test_catch_up_chains_of_definitions_materialised_together_wait_only_for_their_own_runs(app, sql, materialise):
+    for name in ("first", "second"):
+        define(app, name, overlap="queue", misfire="all")
+    outage(sql, 2)
+    assert materialise() == 2  # one batch, one INSERT for both
+    chains = sql("SELECT definition_id, array_agg(id ORDER BY scheduled_for), "
+                 "array_agg(after_run_id ORDER BY scheduled_for) FROM job_runs GROUP BY definition_id")
+    assert len(chains) == 2
+    for _, ids, afters in chains:
+        assert afters == [None, ids[0], ids[1]]
+
+
+def test_a_catch_up_chain_that_meets_an_existing_slot_waits_for_that_run(app, sql, materialise):
+    define(app, overlap="queue", misfire="all")
+    outage(sql, 2)
+    # As if an earlier tick created the first slot and its advance was lost.
+    [(existing,)] = sql("INSERT INTO job_runs (definition_id, job_type, scheduled_for) "
+                        "SELECT id, job_type, next_run_at FROM job_definitions RETURNING id")
+    materialise()
+    rows = sql("SELECT id, after_run_id FROM job_runs ORDER BY scheduled_for")
+    assert [after for _, after in rows] == [None, existing, rows[1][0]]
+
+
 def test_the_unique_slot_refuses_a_second_run_for_one_slot(app, sql, materialise):
     define(app)
     outage(sql, 0)
