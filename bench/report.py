@@ -31,9 +31,10 @@ def targets(r):
     rows = [
         ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
          None if pgq is None else one >= 2 * pgq,
-         "PostgreSQL CPU per run: two non-HOT updates of job_runs (each touching ~6 indexes) plus an "
-         "attempt row, see §3's ms per row; then Python per run (thread hand-off, two INFO log lines, "
-         "see §1). PgQueuer deletes its job row and keeps no attempt history"),
+         "one process's loop is a ping-pong: PostgreSQL idles while Python hands a batch to threads, "
+         "and Python waits while PostgreSQL finishes and claims (two processes overlap them: §1). Per run "
+         "PostgreSQL does two non-HOT updates of job_runs (~6 index entries each) plus an attempt row, "
+         "see §3; PgQueuer deletes its job row and keeps no attempt history"),
         ("1 process ≥ 10× Procrastinate's", f"{fmt(one)} vs {fmt(pro)} runs/s = {fmt(ratio(one, pro), 2)}×",
          None if pro is None else one >= 10 * pro,
          "Procrastinate fetches and finishes one job per statement; ours a batch per statement"),
@@ -127,8 +128,8 @@ def write(r, out):
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {r['seconds'] / 60:.1f} minutes: "
         f"PostgreSQL {r['pg_version']} (fresh server, fsync and synchronous_commit on), "
         f"{r['cpus']} CPUs, Python {r['python']}, git revision `{r['revision']}`. Every figure is the "
-        f"median of {r['repeats']} repeat(s) after a warm-up. The machine was shared with other work, "
-        "so read the ratios (all measured in this one run) rather than the absolute numbers.",
+        f"median of {r['repeats']} repeat(s) after a warm-up. Absolute numbers drift on shared "
+        "machines, so read the ratios (all measured in this one run) rather than the absolute numbers.",
         "",
         "## Targets",
         "",
