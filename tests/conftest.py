@@ -155,6 +155,16 @@ def restart_postgres(postgres_server):
     return restart
 
 
+def define(app, name, **kwargs):
+    """A committed definition (a daily no-op unless kwargs say otherwise); its id."""
+    from jobsweb import definitions
+
+    kwargs.setdefault("job_type", "jobsweb.noop")
+    kwargs.setdefault("schedule", "0 6 * * *")
+    with committed(app):
+        return definitions.define(name, **kwargs).id
+
+
 @contextmanager
 def committed(app):
     """An app context whose session is committed at the end, as a CLI command or a view does."""

@@ -12,7 +12,8 @@ from jobsweb.config import ConfigError, check, from_environment
 from jobsweb.db import conninfo, db
 from jobsweb.worker import Worker
 from tests.alert_receivers import Mailbox, Receiver
-from tests.conftest import committed, wait_for
+from tests.conftest import committed
+from tests.conftest import define as define_committed, wait_for
 
 
 @pytest.fixture
@@ -42,10 +43,7 @@ def alerting(app, receiver):
 
 
 def define(app, name="nightly", **kwargs):
-    kwargs.setdefault("job_type", "jobsweb.noop")
-    kwargs.setdefault("schedule", "0 6 * * *")
-    with committed(app):
-        return definitions.define(name, **kwargs).id
+    return define_committed(app, name, **kwargs)
 
 
 def evaluate(app):

@@ -4,13 +4,11 @@ from jobsweb import InvalidInput, definitions, queries
 from jobsweb.db import conninfo, db
 from jobsweb.worker import Worker
 from tests.conftest import committed
+from tests.conftest import define as define_committed
 
 
 def define(app, name="nightly-report", **kwargs):
-    kwargs.setdefault("job_type", "jobsweb.noop")
-    kwargs.setdefault("schedule", "0 6 * * *")
-    with committed(app):
-        return definitions.define(name, **kwargs).id
+    return define_committed(app, name, **kwargs)
 
 
 def run_worker(app):
