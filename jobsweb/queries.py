@@ -74,6 +74,15 @@ RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_
           r.timeout_seconds, r.lease_seconds, r.backoff_base, r.backoff_cap
 """
 
+# Runs locked by this worker that it does not know it holds: after a broken connection, the
+# claim's transaction may have committed while its rows never arrived. Without this they
+# would sit `running` until their lease ran out (60 s by default). Scans index
+# job_runs_running_lease (running runs only).
+LOST_CLAIMS = """
+SELECT id, job_type, attempts FROM job_runs
+WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s))
+"""
+
 # Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
 # over (its lease had expired) or cancelled: the worker must stop treating it as its own.
 # cancel_requested says an operator asked a running run to stop (admin "cancel"): the worker

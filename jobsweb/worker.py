@@ -89,6 +89,7 @@ class Worker:
         self.next_recover = 0.0
         self.next_materialise = 0.0
         self.reconnect_delay = RECONNECT_FIRST_DELAY
+        self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
         self.pool = None
         self.alerts = Alerter(app)  # opens and notifies incidents; sends on its own thread
 
@@ -188,6 +189,8 @@ class Worker:
             else:
                 self.next_materialise = now + MATERIALISE_IDLE_INTERVAL
         self.alerts.tick()  # at most every alerts.EVALUATE_EVERY seconds; never raises
+        if self.claims_in_doubt:
+            self._release_lost_claims()
         free = self.concurrency - self.busy
         if free <= 0:
             return did_work
@@ -384,7 +387,19 @@ class Worker:
             return False
         return bool(rows)
 
+    def _release_lost_claims(self):
+        """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
+        known = list(self.held) + [o.run_id for o in self.pending]
+        for run_id, job_type, attempt in self.link.fetch(queries.LOST_CLAIMS, {"worker": self.id, "known": known}):
+            log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
+                        "the queue", run_id, job_type, attempt)
+            self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
+                                        error_type="interrupted", error=f"worker {self.id}: claimed while "
+                                        "the database connection broke, never started"))
+        self.claims_in_doubt = False
+
     def _wait_for_database(self, exc):
+        self.claims_in_doubt = True
         log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
         deadline = time.monotonic() + self.reconnect_delay
         self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_MAX_DELAY)
