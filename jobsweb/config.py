@@ -39,17 +39,19 @@ def _optional_seconds(name, raw):
     return _positive_float(name, raw)
 
 
-def _days(name, raw):
-    """Whole days to keep something; 0 keeps it forever."""
-    if not raw.isdigit():
-        raise ConfigError(f"{name} must be a whole number of days (0 keeps forever), got {raw!r}")
-    return int(raw)
+def _whole(what):
+    """A parser for whole numbers from 0; `what` names the unit and what 0 means."""
+
+    def parse(name, raw):
+        if not raw.isdigit():
+            raise ConfigError(f"{name} must be a whole number of {what}, got {raw!r}")
+        return int(raw)
+
+    return parse
 
 
-def _hops(name, raw):
-    if not raw.isdigit():
-        raise ConfigError(f"{name} must be a whole number of proxies (0 trusts no forwarded header), got {raw!r}")
-    return int(raw)
+_days = _whole("days (0 keeps forever)")
+_hops = _whole("proxies (0 trusts no forwarded header)")
 
 
 def _token(name, raw):
