@@ -8,7 +8,7 @@ from datetime import datetime
 
 from flask_login import UserMixin
 from sqlalchemy import BigInteger, DateTime, Double, ForeignKey, Text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .db import db
@@ -112,6 +112,7 @@ class JobWorker(db.Model):
     last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    job_types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: a worker from before 0008
 
 
 ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may

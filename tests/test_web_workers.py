@@ -31,3 +31,13 @@ def test_the_dashboard_points_at_due_runs_of_a_job_type_no_worker_handles(sign_i
     html = client.get("/").get_data(as_text=True)
     assert "2 due runs</a> of job type <code>sned_invoice</code>" in html
     assert "later.maybe" not in html and "<code>jobsweb.noop</code> wait" not in html
+
+
+def test_the_workers_page_lists_the_job_types_each_worker_handles(sign_in, sql):
+    client = sign_in("viewer")
+    sql("INSERT INTO job_workers (id, host, pid, job_types) VALUES ('a:1:new', 'a', 1, '{reports.weekly,<b>odd</b>}')")
+    sql("INSERT INTO job_workers (id, host, pid) VALUES ('b:2:old', 'b', 2)")
+    html = client.get("/workers").get_data(as_text=True)
+    rows = {line.split("<code>")[1].split("</code>")[0]: line for line in html.split("<tr>") if "<code>" in line}
+    assert "<code>reports.weekly</code>" in rows["a:1:new"] and "&lt;b&gt;odd&lt;/b&gt;" in rows["a:1:new"]
+    assert "not recorded" in rows["b:2:old"]
