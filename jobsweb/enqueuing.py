@@ -16,23 +16,29 @@ ENQUEUE_MANY_CHUNK = 10_000  # runs per INSERT statement of enqueue_many
 
 def check_payload(payload, max_bytes):
     """Return the payload as a dict, or raise InvalidInput saying why it cannot be one."""
+    return _checked_payload(payload, max_bytes)[0]
+
+
+def _checked_payload(payload, max_bytes):
+    """(payload as a dict, its JSON text), or InvalidInput saying why it cannot be stored."""
     if payload is None:
-        return {}
+        return {}, "{}"
     if not isinstance(payload, dict):
         raise InvalidInput("payload", f"must be a JSON object ({{...}}), got {type(payload).__name__}")
     try:
-        size = len(json.dumps(payload).encode())
+        text = json.dumps(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput("payload", f"cannot be stored as JSON: {exc}") from None
     if has_nul(payload):
         # PostgreSQL's jsonb cannot hold U+0000: without this check the INSERT fails with a
         # DataError (a 500 on the forms; found by the bad-input drill).
         raise InvalidInput("payload", "contains the NUL character (\\u0000), which PostgreSQL cannot store")
+    size = len(text)  # json.dumps escapes to ASCII: characters are bytes
     if size > max_bytes:
         raise InvalidInput("payload", f"is {size} bytes, over the limit of {max_bytes} bytes "
                                       "(JOBSWEB_MAX_PAYLOAD_BYTES); store large data elsewhere "
                                       "and pass a reference")
-    return payload
+    return payload, text
 
 
 def has_nul(value):
@@ -125,7 +131,7 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, session=
     texts = []
     for index, payload in enumerate(payloads):
         try:
-            texts.append(_payload_text(payload, max_bytes))
+            texts.append(_checked_payload(payload, max_bytes)[1])
         except InvalidInput as exc:
             raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
     params = {"job_type": job_type, "run_at": check_run_at(run_at),
@@ -142,23 +148,6 @@ def check_max_attempts(max_attempts, registered, config):
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
         raise InvalidInput("max_attempts", f"must be a whole number of at least 1, got {max_attempts!r}")
     return max_attempts
-
-
-def _payload_text(payload, max_bytes):
-    """check_payload's checks, keeping the JSON text it had to produce anyway."""
-    if payload is None:
-        return "{}"
-    if not isinstance(payload, dict):
-        raise InvalidInput("payload", f"must be a JSON object ({{...}}), got {type(payload).__name__}")
-    try:
-        text = json.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput("payload", f"cannot be stored as JSON: {exc}") from None
-    if len(text) > max_bytes:  # json.dumps escapes to ASCII: characters are bytes
-        raise InvalidInput("payload", f"is {len(text)} bytes, over the limit of {max_bytes} "
-                                      "bytes (JOBSWEB_MAX_PAYLOAD_BYTES); store large data elsewhere "
-                                      "and pass a reference")
-    return text
 
 
 def _insert_many(conn, params, texts):

@@ -131,6 +131,13 @@ def test_enqueue_many_writes_nothing_when_one_payload_is_bad(app, sql):
     assert count_runs(sql) == 0
 
 
+def test_enqueue_many_refuses_a_payload_postgresql_cannot_store_and_writes_nothing(app, sql):
+    # It had its own copy of the payload checks, without enqueue()'s NUL check: a DataError.
+    with app.app_context(), pytest.raises(InvalidInput, match="item 1: contains the NUL character"):
+        enqueue_many("jobsweb.noop", [{"ok": 1}, {"name": "a\x00b"}])
+    assert count_runs(sql) == 0
+
+
 def test_enqueue_many_joins_the_callers_transaction(app, sql):
     with app.app_context():
         enqueue_many("jobsweb.noop", [{}, {}], session=db.session)
