@@ -304,15 +304,7 @@ class Worker:
 
     def _flush(self):
         """Write every pending outcome in one FINISH_RUNS statement."""
-        if not self.pending:
-            return
-        outcomes, self.pending = self.pending, []
-        try:
-            rows = self.link.fetch(queries.FINISH_RUNS, finish_params(outcomes))
-        except DatabaseUnavailable:
-            self.pending = outcomes + self.pending  # written again once the database is back
-            raise
-        self.done += log_finished(outcomes, rows)
+        self._finish_and_claim(0)
 
     def _finish_and_claim(self, free):
         """Write pending outcomes and claim up to `free` runs in one transaction; the claimed rows.
@@ -322,8 +314,11 @@ class Worker:
         """
         outcomes, self.pending = self.pending, []
         statements = [(queries.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
-        statements.append((queries.CLAIM_RUNS, {"worker": self.id, "lease": self.lease,
-                                                "job_types": handlers.names(), "limit": free}))
+        if free:
+            statements.append((queries.CLAIM_RUNS, {"worker": self.id, "lease": self.lease,
+                                                    "job_types": handlers.names(), "limit": free}))
+        if not statements:
+            return []
         try:
             results = self.link.fetch_together(statements)
         except DatabaseUnavailable:
@@ -331,7 +326,7 @@ class Worker:
             raise
         if outcomes:
             self.done += log_finished(outcomes, results[0])
-        return results[-1]
+        return results[-1] if free else []
 
     def recover_expired_leases(self):
         """Fail the attempts of runs whose worker stopped heartbeating, so they retry or die."""
