@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from jobsweb import queries
+from jobsweb.engine import statements
 
 from .server import pgbench
 
@@ -43,7 +43,7 @@ def migrated(bench, name):
     from flask_migrate import upgrade
 
     from jobsweb import create_app
-    from jobsweb.config import database_url
+    from jobsweb.core.database import database_url
 
     url = bench.server.fresh_database(name)
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "SECRET_KEY": "bench"})
@@ -186,12 +186,12 @@ def replay_script(batch):
     Run with -M prepared, as psycopg prepares the worker's repeated statements: the claimed
     ids travel from one statement to the next as array literals ('{1,2,3}') via \\gset.
     """
-    claim = queries.CLAIM_RUNS
+    claim = statements.CLAIM_RUNS
     for name, value in {"worker": "'pgbench-' || :client_id::text", "lease": "60",
                         "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch)}.items():
         claim = claim.replace(f"%({name})s", value)
     claim = strip_comments(claim)
-    finish_sql = strip_comments(queries.FINISH_RUNS)
+    finish_sql = strip_comments(statements.FINISH_RUNS)
     n = "ARRAY[:n::int]"
     for name, value in {"ids": ":ids", "attempts": ":attempts",
                         "workers": f"array_fill('pgbench-' || :client_id::text, {n})",
@@ -311,7 +311,7 @@ def claim_latency(bench):
         floor = commit_floor(conn, bench.sizes["claims"])
         with conn.transaction():
             explain = "\n".join(r[0] for r in conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + queries.CLAIM_RUNS,
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statements.CLAIM_RUNS,
                 {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}).fetchall())
             raise_rollback()
     return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor}
@@ -339,12 +339,12 @@ def claims(conn, count):
     """Time `count` one-run claims (CLAIM_RUNS, as the worker sends it); put each run back after."""
     params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}
     for _ in range(20):  # warm-up and let psycopg prepare the statement
-        conn.execute(queries.CLAIM_RUNS, params)
+        conn.execute(statements.CLAIM_RUNS, params)
     conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")
     times = []
     for _ in range(count):
         t = time.perf_counter()
-        row = conn.execute(queries.CLAIM_RUNS, params).fetchone()
+        row = conn.execute(statements.CLAIM_RUNS, params).fetchone()
         times.append((time.perf_counter() - t) * 1000)
         conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL, "
                      "locked_until = NULL WHERE id = %s", [row[0]])
@@ -424,10 +424,10 @@ def wait_started(conn, run_id, timeout):
 def admin_pages(bench, history):
     """Each page `requests` times through the real HTTP server on loopback, over the history database."""
     url, app = history["url"], history["app"]
-    from jobsweb.auth import create_user
+    from jobsweb.web.accounts import create_user
 
     with app.app_context():
-        from jobsweb.db import db
+        from jobsweb.core.database import db
 
         create_user("bench@example.org", "bench password 1", "admin")
         db.session.commit()
@@ -487,8 +487,8 @@ def wait_http(opener, url):
 
 def scheduler_tick(bench):
     url, app = migrated(bench, "bench_tick")
-    from jobsweb.link import Link
-    from jobsweb.materialise import materialise_due
+    from jobsweb.engine.link import Link
+    from jobsweb.scheduling.materialise import materialise_due
 
     n = bench.sizes["definitions"]
     out = {"definitions": n}

@@ -13,7 +13,7 @@ import time
 from sqlalchemy import text
 
 from jobsweb import create_app
-from jobsweb.db import db
+from jobsweb.core.database import db
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 300_000
 TOKEN = "benchmark-token-0123456789"
@@ -64,16 +64,16 @@ def main():
           lambda: client.get("/metrics", headers=headers), repeat=1)
     timed("GET /metrics, then", lambda: client.get("/metrics", headers=headers))
     with app.app_context():
-        from jobsweb import prune
+        from jobsweb.ops import retention
 
-        timed("prune --dry-run", prune.dry_run)
+        timed("prune --dry-run", retention.dry_run)
         started = time.perf_counter()
         batches = []
 
         def stop():
             batches.append(time.perf_counter())
 
-        pruned, _ = prune.prune(stop=stop)
+        pruned, _ = retention.prune(stop=stop)
         elapsed = time.perf_counter() - started
         deleted = sum(p.runs for p in pruned)
         gaps = [b - a for a, b in zip(batches, batches[1:])] or [elapsed]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psycopg
 
-from jobsweb import embedded
+from jobsweb.core import embedded
 
 DATABASE = "jobsweb_bench"
 # Durable as in production (fsync, synchronous_commit): commits cost a real WAL flush.

@@ -10,10 +10,9 @@ import logging
 import resource
 
 from jobsweb import create_app
-from jobsweb.cli import setup_logging
-from jobsweb.config import database_url
-from jobsweb.db import conninfo, db
-from jobsweb.worker import Worker
+from jobsweb.commands import setup_logging
+from jobsweb.core.database import database_url
+from jobsweb.commands import build_worker
 
 
 def main():
@@ -28,10 +27,9 @@ def main():
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(args.url), "SECRET_KEY": "bench"})
     with app.app_context():
         setup_logging()
-        info = conninfo(db.engine)
     if args.quiet:
         logging.getLogger().setLevel(logging.WARNING)
-    worker = Worker(app, info, concurrency=args.concurrency, poll_interval=args.poll_interval,
+    worker = build_worker(app, concurrency=args.concurrency, poll_interval=args.poll_interval,
                     shutdown_timeout=5, max_runtime=args.max_runtime, forever=args.forever)
     worker.run()
     usage = resource.getrusage(resource.RUSAGE_SELF)

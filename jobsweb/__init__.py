@@ -1,54 +1,17 @@
-"""jobsweb: scheduled and background jobs run from PostgreSQL, with an admin screen."""
+"""jobsweb: scheduled and background jobs run from PostgreSQL, with an admin screen.
 
-import secrets
-from pathlib import Path
+The public API. The layers below it, each importing only those before it:
+core (settings, errors, database, tables) -> engine (enqueue, registry, the run state
+machine's SQL, the worker) -> scheduling -> ops (alerts, retention, metrics) -> web (the
+admin screen) -> app and commands. docs/ARCHITECTURE.md draws them.
+"""
 
-from flask import Flask
+from .app import create_app
+from .core.errors import InvalidInput
+from .engine.enqueuing import enqueue, enqueue_many
+from .engine.registry import Cancelled, JobContext, PermanentError, job
+# The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
+from .scheduling import definitions, schedule
 
-from .enqueuing import enqueue, enqueue_many
-from .errors import InvalidInput
-from .handlers import Cancelled, JobContext, PermanentError, job
-
-__all__ = ["create_app", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled", "InvalidInput"]
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def create_app(test_config=None):
-    """Build the Flask app: settings, database, job handlers, CLI commands and pages."""
-    from . import auth, cli, config, embedded, handlers, health, metrics, users, views, web
-    from .db import db, migrate
-
-    app = Flask(__name__, instance_relative_config=True,
-                template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
-    app.config.from_mapping(SQLALCHEMY_ENGINE_OPTIONS={"pool_pre_ping": True})
-    app.config.update(config.from_environment())
-    if test_config:
-        app.config.update(test_config)
-    config.check(app.config)
-
-    Path(app.instance_path).mkdir(parents=True, exist_ok=True)
-    if not app.config.get("SQLALCHEMY_DATABASE_URI"):
-        app.config["SQLALCHEMY_DATABASE_URI"] = embedded.start(Path(app.instance_path) / "pgdata")
-    if not app.config.get("SECRET_KEY"):
-        app.config["SECRET_KEY"] = _local_secret_key(Path(app.instance_path) / "secret_key")
-
-    db.init_app(app)
-    migrate.init_app(app, db, directory=str(ROOT / "migrations"))
-    handlers.load(app.config["JOBSWEB_HANDLERS"])
-    cli.init_app(app)
-    health.init_app(app)
-    metrics.init_app(app)
-    web.init_app(app)
-    auth.init_app(app)
-    views.init_app(app)
-    users.init_app(app)
-    return app
-
-
-def _local_secret_key(path):
-    """Without SECRET_KEY, a random key kept in the instance folder, so sessions survive restarts."""
-    if not path.exists():
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
-    return path.read_text().strip()
+__all__ = ["create_app", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
+           "InvalidInput", "definitions", "schedule"]

@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from jobsweb import create_app, embedded
-from jobsweb.config import database_url
+from jobsweb import create_app
+from jobsweb.core import embedded
+from jobsweb.core.database import database_url, libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
@@ -69,22 +70,17 @@ def database_url_for_tests(postgres_server):
         from flask_migrate import upgrade
 
         upgrade()
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL, "
                      "at timestamptz NOT NULL DEFAULT clock_timestamp())")
     return url
-
-
-def libpq(url):
-    """A SQLAlchemy URL as a libpq connection string for psycopg."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @pytest.fixture
 def app(database_url_for_tests, monkeypatch):
     for name, value in TEST_SETTINGS.items():
         monkeypatch.setenv(name, value)
-    with psycopg.connect(libpq(database_url_for_tests), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(database_url_for_tests), autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True,
                       "SECRET_KEY": "test"})
@@ -104,7 +100,7 @@ def runner(app):
 @pytest.fixture
 def sql(database_url_for_tests):
     """Run SQL on the test database and get rows back: sql("SELECT ...", {...})."""
-    conn = psycopg.connect(libpq(database_url_for_tests), autocommit=True)
+    conn = psycopg.connect(libpq_url(database_url_for_tests), autocommit=True)
 
     def run(statement, params=None):
         cur = conn.execute(statement, params)
@@ -121,7 +117,7 @@ def spawn_worker(database_url_for_tests):
 
     def spawn(*args, output=None, **settings):
         """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
-        env = {**os.environ, "DATABASE_URL": libpq(database_url_for_tests), "SECRET_KEY": "test",
+        env = {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests), "SECRET_KEY": "test",
                **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
         proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
                                 cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
@@ -168,7 +164,7 @@ def define(app, name, **kwargs):
 @contextmanager
 def committed(app):
     """An app context whose session is committed at the end, as a CLI command or a view does."""
-    from jobsweb.db import db
+    from jobsweb.core.database import db
 
     with app.app_context():
         yield
@@ -197,7 +193,7 @@ PASSWORD = "correct horse battery"
 @pytest.fixture
 def make_user(app):
     """Create a user with a role: make_user("viewer") -> email."""
-    from jobsweb.auth import create_user
+    from jobsweb.web.accounts import create_user
 
     def make(role="operator", email=None):
         email = email or f"{role}@example.com"

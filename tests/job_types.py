@@ -7,7 +7,7 @@ import time
 from sqlalchemy import text
 
 from jobsweb import PermanentError, job
-from jobsweb.db import db
+from jobsweb.core.database import db
 
 
 class NotFound(Exception):

@@ -7,10 +7,11 @@ import socket
 import pytest
 from aiosmtpd.controller import Controller
 
-from jobsweb import alerts, definitions, enqueue, notify
-from jobsweb.config import ConfigError, check, from_environment
-from jobsweb.db import conninfo, db
-from jobsweb.worker import Worker
+from jobsweb import definitions, enqueue
+from jobsweb.ops import alerts, notify
+from jobsweb.core.errors import ConfigError
+from jobsweb.core.settings import check, from_environment
+from jobsweb.commands import build_worker
 from tests.alert_receivers import Mailbox, Receiver
 from tests.conftest import committed
 from tests.conftest import define as define_committed, wait_for
@@ -58,8 +59,7 @@ def deliver(app):
 
 def run_worker(app):
     """One cron tick in this process: run until nothing is due."""
-    with committed(app):
-        Worker(app, conninfo(db.engine), concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
+    build_worker(app, concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
 
 
 def make_overdue(sql, name="nightly"):
@@ -253,11 +253,11 @@ def test_the_database_refuses_a_second_open_incident_for_a_definition(app, sql):
 def test_an_evaluation_skips_its_turn_while_another_worker_evaluates(alerting, sql, database_url_for_tests):
     import psycopg
 
-    from tests.conftest import libpq
+    from jobsweb.core.database import libpq_url
 
     define(alerting)
     make_overdue(sql)
-    with psycopg.connect(libpq(database_url_for_tests)) as other:
+    with psycopg.connect(libpq_url(database_url_for_tests)) as other:
         other.execute("SELECT pg_advisory_xact_lock(%s)", (alerts.LOCK_KEY,))
         assert evaluate(alerting) is None
     assert len(evaluate(alerting)[0]) == 1
@@ -284,7 +284,7 @@ def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
 
 
 def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting, receiver, sql):
-    from jobsweb import run_actions
+    from jobsweb.engine import run_actions
 
     with committed(alerting):
         run_id = enqueue("jobsweb.fail", {"permanent": True})

@@ -59,9 +59,9 @@ def test_run_jobs_says_when_the_schema_is_missing(database_url_for_tests):
     import psycopg
     from sqlalchemy.engine import make_url
 
-    from tests.conftest import libpq
+    from jobsweb.core.database import libpq_url
 
-    admin = libpq(make_url(database_url_for_tests).set(database="postgres").render_as_string(False))
+    admin = libpq_url(make_url(database_url_for_tests).set(database="postgres").render_as_string(False))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS jobsweb_empty")
         conn.execute("CREATE DATABASE jobsweb_empty")
@@ -69,4 +69,4 @@ def test_run_jobs_says_when_the_schema_is_missing(database_url_for_tests):
     app = create_app({"SQLALCHEMY_DATABASE_URI": url, "SECRET_KEY": "x"})
     result = app.test_cli_runner().invoke(args=["run-jobs"])
     assert result.exit_code == 1
-    assert "run `flask db upgrade` first" in result.output
+    assert "run `flask jobs migrate` first" in result.output

@@ -1,6 +1,8 @@
 import pytest
 
-from jobsweb.config import ConfigError, check, database_url, from_environment
+from jobsweb.core.database import database_url
+from jobsweb.core.errors import ConfigError
+from jobsweb.core.settings import check, from_environment
 
 
 @pytest.mark.parametrize("raw, expected", [

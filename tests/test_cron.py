@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from jobsweb import definitions, enqueue
-from tests.conftest import ROOT, TEST_SETTINGS, committed, libpq, wait_for
+from jobsweb.core.database import libpq_url
+from tests.conftest import ROOT, TEST_SETTINGS, committed, wait_for
 
 CRON = shutil.which("cron") or "/usr/sbin/cron"
 RUNS = 40  # enqueued before the first firing; each works 0.2 s, so both servers get some
@@ -31,7 +32,7 @@ def crontab(database_url_for_tests, tmp_path):
     logs.mkdir()
     # cron.d names may hold only letters, digits, - and _ (run-parts rules), or cron ignores them.
     path = Path("/etc/cron.d") / f"jobsweb_test_{secrets.token_hex(4)}"
-    env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq(database_url_for_tests),
+    env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq_url(database_url_for_tests),
            "SECRET_KEY": "test", **TEST_SETTINGS}
     lines = [f"{name}={value}" for name, value in env.items()]
     # The documented line, as each server's crontab has it; only the log file differs.

@@ -5,11 +5,12 @@ import signal
 import psycopg
 
 from jobsweb import enqueue
-from tests.conftest import libpq, wait_for
+from jobsweb.core.database import libpq_url
+from tests.conftest import wait_for
 
 
 def count(url, status):
-    with psycopg.connect(libpq(url)) as conn:
+    with psycopg.connect(libpq_url(url)) as conn:
         return conn.execute("SELECT count(*) FROM job_runs WHERE status = %s", [status]).fetchone()[0]
 
 
@@ -34,5 +35,5 @@ def test_a_forever_worker_reconnects_after_the_database_restarts(app, database_u
     assert worker.returncode == 0
     assert "database unavailable" in output
     assert "Traceback" not in output
-    with psycopg.connect(libpq(database_url_for_tests)) as conn:
+    with psycopg.connect(libpq_url(database_url_for_tests)) as conn:
         assert conn.execute("SELECT count(*), count(DISTINCT run_id) FROM test_executions").fetchone() == (40, 40)

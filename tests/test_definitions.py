@@ -1,8 +1,8 @@
 import pytest
 
-from jobsweb import InvalidInput, definitions, queries
-from jobsweb.db import conninfo, db
-from jobsweb.worker import Worker
+from jobsweb import InvalidInput, definitions
+from jobsweb.engine import statements
+from jobsweb.commands import build_worker
 from tests.conftest import committed
 from tests.conftest import define as define_committed
 
@@ -13,8 +13,7 @@ def define(app, name="nightly-report", **kwargs):
 
 def run_worker(app):
     """One cron tick in this process: run until nothing is due."""
-    with committed(app):
-        Worker(app, conninfo(db.engine), concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
+    build_worker(app, concurrency=2, poll_interval=0.05, shutdown_timeout=1).run()
 
 
 def test_define_creates_a_definition_due_at_the_next_local_slot(app, sql):
@@ -93,11 +92,11 @@ def test_consecutive_dead_runs_make_a_definition_failing(app, sql):
 
 def _finish_in_one_batch(sql, outcomes):
     """Write (run_id, outcome, give_up) attempts of running runs with one FINISH_RUNS call."""
-    from jobsweb.execution import Outcome
-    from jobsweb.worker import finish_params
+    from jobsweb.engine.execution import Outcome
+    from jobsweb.engine.worker import finish_params
 
     sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'w', started_at = now()")
-    sql(queries.FINISH_RUNS, finish_params([
+    sql(statements.FINISH_RUNS, finish_params([
         Outcome(run_id, "jobsweb.noop", 1, "w", outcome, error="boom" if give_up else None, give_up=give_up)
         for run_id, outcome, give_up in outcomes]))
 
@@ -181,5 +180,5 @@ def test_a_definitions_lease_is_what_the_claim_holds_its_runs_for(app, sql):
     define(app, lease=600)
     with committed(app):
         definitions.run_now("nightly-report")
-    sql(queries.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1})
+    sql(statements.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1})
     assert sql("SELECT extract(epoch FROM locked_until - started_at)::int FROM job_runs") == [(600,)]

@@ -6,7 +6,8 @@ import subprocess
 import sys
 import urllib.request
 
-from tests.conftest import ROOT, libpq, wait_for
+from jobsweb.core.database import libpq_url
+from tests.conftest import ROOT, wait_for
 
 
 def free_port():
@@ -29,7 +30,7 @@ def get(url, headers=None):
 
 def test_gunicorn_serves_the_app_with_the_repositorys_config(database_url_for_tests):
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=libpq(database_url_for_tests), SECRET_KEY="test", PORT=str(port),
+    env = dict(os.environ, DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY="test", PORT=str(port),
                WEB_CONCURRENCY="2", JOBSWEB_PROXY_HOPS="1")
     # As the Procfile's web line runs it: gunicorn finds gunicorn.conf.py in the current directory.
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "wsgi:app"], cwd=ROOT, env=env,
@@ -53,4 +54,4 @@ def test_gunicorn_serves_the_app_with_the_repositorys_config(database_url_for_te
 def test_the_procfile_names_the_web_worker_and_release_processes():
     lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line.strip())
     assert lines == {"web": "gunicorn wsgi:app", "worker": "flask run-jobs --forever",
-                     "release": "flask db upgrade"}
+                     "release": "flask jobs migrate"}

@@ -7,8 +7,9 @@ import pytest
 from sqlalchemy import text
 
 from jobsweb import InvalidInput, JobContext, enqueue
-from jobsweb.db import db
-from tests.conftest import libpq, wait_for
+from jobsweb.core.database import db
+from jobsweb.core.database import libpq_url
+from tests.conftest import wait_for
 from tests.test_worker import make_due, make_worker
 
 
@@ -40,7 +41,7 @@ def test_the_first_attempt_performs_the_effect_and_a_retry_skips_it(app, sql):
 
 
 def test_a_plain_psycopg_connection_records_the_key_in_its_own_transaction(app, database_url_for_tests, sql):
-    with psycopg.connect(libpq(database_url_for_tests)) as conn:
+    with psycopg.connect(libpq_url(database_url_for_tests)) as conn:
         results = []
         for _ in range(2):
             with ctx_for().once("sales_report:2026-01-14", conn) as first:
@@ -82,7 +83,7 @@ def test_a_missing_or_non_string_key_is_a_clear_error(app, key):
 
 
 def test_a_concurrent_attempt_waits_for_the_first_and_then_skips(app, database_url_for_tests, sql):
-    url = libpq(database_url_for_tests)
+    url = libpq_url(database_url_for_tests)
     second = {}
 
     def rival():

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from jobsweb import InvalidInput, enqueue, enqueue_many
-from jobsweb.db import db
+from jobsweb.core.database import db
 
 
 def count_runs(sql):

@@ -31,7 +31,7 @@ def test_healthz_is_503_naming_both_revisions_when_the_schema_is_behind(scratch_
     assert response.status_code == 503
     reason = response.get_json()["reason"]
     assert reason.startswith("database schema is at 0002_schedules, the code expects ")
-    assert reason.endswith("run `flask db upgrade`")
+    assert reason.endswith("run `flask jobs migrate`")
 
 
 def test_healthz_is_503_when_the_database_was_never_migrated(scratch_database):
@@ -39,7 +39,7 @@ def test_healthz_is_503_when_the_database_was_never_migrated(scratch_database):
     app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
     response = app.test_client().get("/healthz")
     assert response.status_code == 503
-    assert response.get_json()["reason"] == "database schema is not migrated: run `flask db upgrade`"
+    assert response.get_json()["reason"] == "database schema is not migrated: run `flask jobs migrate`"
 
 
 def test_healthz_recovers_once_the_schema_is_upgraded(scratch_database):

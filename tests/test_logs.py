@@ -3,7 +3,7 @@ import json
 import logging
 
 from jobsweb import enqueue
-from jobsweb.logs import EventBatchingHandler, JsonFormatter, TextFormatter, run_event
+from jobsweb.core.logs import EventBatchingHandler, JsonFormatter, TextFormatter, run_event
 from tests.conftest import committed
 
 

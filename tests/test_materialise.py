@@ -1,9 +1,10 @@
 import pytest
 
-from jobsweb import definitions, queries
-from jobsweb.db import conninfo, db
-from jobsweb.link import Link
-from jobsweb.materialise import CATCH_UP_LIMIT, materialise_due
+from jobsweb import definitions
+from jobsweb.engine import statements
+from jobsweb.core.database import db, libpq_url
+from jobsweb.engine.link import Link
+from jobsweb.scheduling.materialise import CATCH_UP_LIMIT, materialise_due
 from tests.conftest import committed
 
 
@@ -11,7 +12,7 @@ from tests.conftest import committed
 def materialise(app):
     """Run the materialising step of a tick, as a worker does, on its own connection."""
     with committed(app):
-        link = Link(conninfo(db.engine))
+        link = Link(libpq_url(db.engine))
     yield lambda: materialise_due(link)
     link.close()
 
@@ -136,7 +137,7 @@ def test_overlap_queue_creates_a_run_that_is_claimed_only_after_the_previous_fin
     assert after == previous
 
     def claim():
-        return [row[0] for row in sql(queries.CLAIM_RUNS, {
+        return [row[0] for row in sql(statements.CLAIM_RUNS, {
             "worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 10})]
 
     assert claim() == [previous]
@@ -224,14 +225,13 @@ def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(ap
 
 
 def _tick_only_worker(app):
-    from jobsweb.worker import Worker
+    from jobsweb.commands import build_worker
 
-    with committed(app):
-        return Worker(app, conninfo(db.engine), concurrency=1, poll_interval=0.05, shutdown_timeout=1)
+    return build_worker(app, concurrency=1, poll_interval=0.05, shutdown_timeout=1)
 
 
 def test_after_an_idle_pass_the_worker_waits_before_materialising_again(app, sql):
-    from jobsweb.worker import MATERIALISE_IDLE_INTERVAL
+    from jobsweb.scheduling.materialise import IDLE_INTERVAL
 
     worker = _tick_only_worker(app)
     worker.concurrency = 0  # no free slot: tick() only recovers and materialises
@@ -240,14 +240,15 @@ def test_after_an_idle_pass_the_worker_waits_before_materialising_again(app, sql
     outage(sql, 0)
     worker.tick()  # within the idle interval: skipped
     assert runs(sql) == []
-    worker.next_materialise -= MATERIALISE_IDLE_INTERVAL  # the interval has passed
+    [materialising] = [duty for duty in worker.duties if duty.name == "materialise"]
+    materialising.next_at -= IDLE_INTERVAL  # the interval has passed
     assert worker.tick() is True
     assert runs(sql) == [("queued", 1)]
     worker.link.close()
 
 
 def test_a_backlog_bigger_than_one_pass_is_materialised_in_back_to_back_passes(app, sql):
-    from jobsweb.materialise import DEFINITIONS_PER_TICK
+    from jobsweb.scheduling.materialise import DEFINITIONS_PER_TICK
 
     for n in range(DEFINITIONS_PER_TICK + 20):
         define(app, f"hourly-{n}")

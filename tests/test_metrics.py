@@ -101,7 +101,8 @@ def test_open_incidents_are_counted_by_kind(metrics_app, sql):
 
 
 def test_a_short_metrics_token_stops_start_up():
-    from jobsweb.config import ConfigError, from_environment
+    from jobsweb.core.errors import ConfigError
+    from jobsweb.core.settings import from_environment
 
     with pytest.raises(ConfigError, match="JOBSWEB_METRICS_TOKEN must be at least 16 characters"):
         from_environment({"JOBSWEB_METRICS_TOKEN": "short"})

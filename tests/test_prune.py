@@ -1,6 +1,6 @@
 import pytest
 
-from jobsweb import prune
+from jobsweb.ops import retention
 from tests.conftest import committed
 
 
@@ -35,7 +35,7 @@ def test_pruning_deletes_finished_runs_and_attempts_past_their_statuses_retentio
     queued = add_run(sql, "queued", None, attempts=0)
 
     with committed(app):
-        pruned, _ = prune.prune()
+        pruned, _ = retention.prune()
 
     assert remaining(sql) == {young_ok, young_dead, young_missed, failed, queued}
     assert {p.status: p.runs for p in pruned} == {"succeeded": 1, "dead": 1, "cancelled": 1, "skipped": 1, "missed": 0}
@@ -55,7 +55,7 @@ def test_pruning_commits_each_small_batch_on_its_own(app, sql):
         left_before_each_batch.append(sql("SELECT count(*) FROM job_runs")[0][0])  # another connection
 
     with committed(app):
-        prune.prune(stop=stop, batch=2)
+        retention.prune(stop=stop, batch=2)
 
     assert left_before_each_batch == [5, 3, 1]
     assert remaining(sql) == set()
@@ -73,7 +73,7 @@ def test_a_stop_between_batches_keeps_what_was_already_deleted(app, sql):
             raise RuntimeError("cancelled")
 
     with app.app_context(), pytest.raises(RuntimeError):
-        prune.prune(stop=stop, batch=3)
+        retention.prune(stop=stop, batch=3)
     assert len(remaining(sql)) == 1
 
 
@@ -82,7 +82,7 @@ def test_a_retention_of_zero_days_keeps_runs_forever(app, sql):
     kept = add_run(sql, "succeeded", 400)
     add_run(sql, "dead", 400)
     with committed(app):
-        pruned, _ = prune.prune()
+        pruned, _ = retention.prune()
     assert remaining(sql) == {kept}
     assert "succeeded" not in {p.status for p in pruned}
 
@@ -91,7 +91,7 @@ def test_a_run_queued_behind_a_pruned_run_stays_and_loses_the_link(app, sql):
     old = add_run(sql, "succeeded", 30)
     behind = add_run(sql, "queued", None, attempts=0, after_run_id=old)
     with committed(app):
-        prune.prune()
+        retention.prune()
     assert sql("SELECT id, after_run_id FROM job_runs") == [(behind, None)]
 
 
@@ -99,7 +99,7 @@ def test_workers_unseen_for_a_month_are_forgotten(app, sql):
     sql("INSERT INTO job_workers (id, host, pid, last_seen_at) VALUES ('old', 'h', 1, now() - interval '31 days'), "
         "('recent', 'h', 2, now() - interval '29 days')")
     with committed(app):
-        prune.prune()
+        retention.prune()
     assert sql("SELECT id FROM job_workers") == [("recent",)]
 
 
@@ -134,10 +134,10 @@ def test_the_prune_job_runs_on_a_worker_and_reports_what_it_deleted(app, sql, sp
 
 def test_the_migration_defines_a_daily_prune_that_is_an_ordinary_definition(scratch_database):
     import psycopg
-    from tests.conftest import libpq
+    from jobsweb.core.database import libpq_url
 
     url = scratch_database("jobsweb_prune_definition")
-    with psycopg.connect(libpq(url)) as conn:
+    with psycopg.connect(libpq_url(url)) as conn:
         row = conn.execute("SELECT job_type, schedule, timezone, enabled, next_run_at > now(), "
                            "next_run_at <= now() + interval '1 day', "
                            "to_char(next_run_at AT TIME ZONE 'UTC', 'HH24:MI') "

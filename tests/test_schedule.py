@@ -4,7 +4,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jobsweb import InvalidInput
-from jobsweb.schedule import Schedule, next_fire_times
+from jobsweb.scheduling.schedule import Schedule, next_fire_times
 
 UTC = timezone.utc
 

@@ -1,6 +1,6 @@
 """Due runs that no worker will claim: judged by the job types the workers registered."""
 
-from jobsweb import stats
+from jobsweb.ops import stats
 
 
 def due(sql, job_type):

@@ -114,7 +114,7 @@ def test_users_create_prompts_for_the_password(runner):
 
 
 def test_the_demo_operator_is_made_only_when_nobody_exists(app):
-    from jobsweb.users import ensure_demo_operator
+    from jobsweb.web.accounts import ensure_demo_operator
 
     with app.app_context():
         email, password = ensure_demo_operator()

@@ -1,7 +1,8 @@
 """The admin screen's alerts: the incidents page, the test alert button, incident state on the
 dashboard and a definition's page, and the alert fields of the definition form."""
 
-from jobsweb import alerts, definitions
+from jobsweb import definitions
+from jobsweb.ops import alerts
 from tests.conftest import committed, csrf_token
 from tests.test_web_definition_form import FORM
 

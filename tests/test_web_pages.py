@@ -25,7 +25,7 @@ def test_the_dashboard_shows_counts_the_queue_problems_and_the_chart(sign_in, sq
 
 
 def test_the_hourly_chart_has_24_buckets_ending_in_the_database_clocks_current_hour(app, sql):
-    from jobsweb import stats
+    from jobsweb.ops import stats
 
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop'), ('jobsweb.noop'), ('jobsweb.noop')")
     sql("INSERT INTO job_attempts (run_id, attempt, outcome, finished_at) VALUES "
@@ -39,7 +39,7 @@ def test_the_hourly_chart_has_24_buckets_ending_in_the_database_clocks_current_h
 
 
 def test_the_hourly_chart_counts_a_finished_hour_once_and_the_current_hour_on_every_refresh(app, sql):
-    from jobsweb import stats
+    from jobsweb.ops import stats
 
     sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 4)")
     sql("INSERT INTO job_attempts (run_id, attempt, outcome, finished_at) VALUES "
@@ -55,7 +55,7 @@ def test_the_hourly_chart_counts_a_finished_hour_once_and_the_current_hour_on_ev
 
 
 def test_status_counts_are_estimated_on_a_big_table(app, sql, monkeypatch):
-    from jobsweb import stats
+    from jobsweb.ops import stats
 
     sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', CASE WHEN g % 4 = 0 THEN 'dead' ELSE 'succeeded' END FROM generate_series(1, 2000) g")
     sql("INSERT INTO job_runs (job_type, status) VALUES ('jobsweb.noop', 'queued')")
@@ -191,7 +191,7 @@ def test_viewers_cannot_pause_or_run_definitions(sign_in, definition, sql):
 def test_times_read_as_words_before_and_after_now():
     from datetime import datetime, timedelta, timezone
 
-    from jobsweb.web import time_ago
+    from jobsweb.web.rendering import time_ago
 
     now = datetime(2026, 11, 21, 12, tzinfo=timezone.utc)
     assert time_ago(now - timedelta(seconds=45), now) == "45 s ago"

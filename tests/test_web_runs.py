@@ -198,7 +198,7 @@ def test_bulk_retry_of_everything_matching_works_in_batches(app, sign_in, sql):
 
 
 def test_matching_ids_come_in_batches(app, sql):
-    from jobsweb.runlist import RunFilter, matching_ids_in_batches
+    from jobsweb.web.runlist import RunFilter, matching_ids_in_batches
 
     sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', 'failed' FROM generate_series(1, 16)")
     with app.app_context():

@@ -3,17 +3,17 @@
 import signal
 import threading
 
-from jobsweb import enqueue, queries
-from jobsweb.db import conninfo, db
-from jobsweb.worker import RECONNECT_FIRST_DELAY, Worker, finish_params
-from jobsweb.execution import Outcome
-from jobsweb.link import DatabaseUnavailable
+from jobsweb import enqueue
+from jobsweb.engine import statements
+from jobsweb.commands import build_worker
+from jobsweb.engine.execution import Outcome, finish_params
+from jobsweb.engine.worker import RECONNECT_FIRST_DELAY
+from jobsweb.engine.link import DatabaseUnavailable
 
 
 def make_worker(app, **options):
     settings = {"concurrency": 4, "poll_interval": 0.05, "shutdown_timeout": 1.0, **options}
-    with app.app_context():
-        return Worker(app, conninfo(db.engine), **settings)
+    return build_worker(app, **settings)
 
 
 def add(app, job_type, payload=None, **kwargs):
@@ -113,7 +113,7 @@ def test_the_completion_of_a_worker_that_lost_its_lease_is_rejected(app, sql):
         "locked_until = now() + interval '1 minute' WHERE id = %s", [run_id])
     stale = Outcome(run_id, "jobsweb.noop", 1, "old-owner", "succeeded", result={"late": True})
     same_attempt_other_worker = Outcome(run_id, "jobsweb.noop", 2, "old-owner", "succeeded")
-    rows = sql(queries.FINISH_RUNS, finish_params([stale, same_attempt_other_worker]))
+    rows = sql(statements.FINISH_RUNS, finish_params([stale, same_attempt_other_worker]))
     assert rows == []
     assert sql("SELECT status, locked_by, result FROM job_runs WHERE id = %s", [run_id]) == [
         ("running", "new-owner", None)]
@@ -126,7 +126,7 @@ def test_heartbeats_only_extend_leases_the_worker_still_holds(app, sql):
         "locked_until = now() WHERE id = %s", [mine])
     sql("UPDATE job_runs SET status = 'running', attempts = 2, locked_by = 'other', "
         "locked_until = now() WHERE id = %s", [taken])
-    rows = sql(queries.EXTEND_LEASES, {"worker": "me", "ids": [mine, taken], "attempts": [1, 1],
+    rows = sql(statements.EXTEND_LEASES, {"worker": "me", "ids": [mine, taken], "attempts": [1, 1],
                                        "leases": [60, 60]})
     assert rows == [(mine, False)]  # (id, cancellation requested)
     assert sql("SELECT id FROM job_runs WHERE locked_until > now() + interval '50 seconds'") == [(mine,)]
@@ -228,7 +228,7 @@ def test_sigterm_is_handled_from_the_moment_the_worker_is_registered(app, monkey
     fetch, seen = worker.link.fetch, []
 
     def spy(statement, params=None):
-        if statement is queries.REGISTER_WORKER:
+        if statement is statements.REGISTER_WORKER:
             seen.append(signal.getsignal(signal.SIGTERM))
         return fetch(statement, params)
 

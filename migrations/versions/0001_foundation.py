@@ -53,11 +53,11 @@ CREATE TABLE job_runs (
     updated_at       timestamptz NOT NULL DEFAULT now()
 );
 
--- Serves CLAIM_RUNS in jobsweb/queries.py: due runs in run_at order. Finished runs are not in
+-- Serves CLAIM_RUNS in jobsweb/engine/statements.py: due runs in run_at order. Finished runs are not in
 -- it, so the claim stays as fast with a million finished rows as with none.
 CREATE INDEX job_runs_claimable ON job_runs (run_at, id) WHERE status IN ('queued', 'failed');
 
--- Serves RECOVER_EXPIRED_LEASES: running runs whose worker stopped heartbeating.
+-- Serves EXPIRED_LEASES (engine/lease_recovery.py): running runs whose worker stopped heartbeating.
 CREATE INDEX job_runs_running_lease ON job_runs (locked_until) WHERE status = 'running';
 
 -- Serves ENQUEUE's ON CONFLICT: one run per idempotency key, decided by the database.

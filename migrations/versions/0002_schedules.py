@@ -57,7 +57,7 @@ ALTER TABLE job_runs
     ADD CONSTRAINT job_runs_status_check CHECK (status IN (
         'queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped', 'missed'));
 
--- Serves DUE_DEFINITIONS in jobsweb/queries.py (every tick) and definitions.overdue().
+-- Serves DUE_DEFINITIONS in jobsweb/scheduling/materialise.py (every tick) and definitions.overdue().
 CREATE INDEX job_definitions_due ON job_definitions (next_run_at) WHERE enabled;
 
 -- Serves "the newest run of this definition still queued or running": the overlap policy in

@@ -13,7 +13,7 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = """
--- Serves PRUNE_BATCH in jobsweb/prune.py: the oldest finished runs of one status, a batch at a
+-- Serves PRUNE_RUNS in jobsweb/engine/statements.py: the oldest finished runs of one status, a batch at a
 -- time. Without it each batch would walk job_runs_status_id past every younger run.
 CREATE INDEX job_runs_prunable ON job_runs (status, finished_at) WHERE finished_at IS NOT NULL;
 
@@ -25,7 +25,7 @@ CREATE INDEX job_runs_after_run ON job_runs (after_run_id) WHERE after_run_id IS
 -- process executed, from the attempts it recorded.
 CREATE INDEX job_attempts_worker ON job_attempts (worker, run_id);
 
--- The attempt duration histogram of /metrics (jobsweb/durations.py): cumulative counts of
+-- The attempt duration histogram of /metrics (jobsweb/ops/durations.py): cumulative counts of
 -- attempts finished before sealed_until, so that a scrape reads only the attempts since then,
 -- and pruning old attempts does not lower a Prometheus counter. One row of state, locked by
 -- the scrape that advances it.

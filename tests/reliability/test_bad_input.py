@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from jobsweb.enqueuing import parse_payload, parse_run_at
-from jobsweb.errors import InvalidInput
-from jobsweb.schedule import Schedule
+from jobsweb.engine.enqueuing import parse_payload, parse_run_at
+from jobsweb.core.errors import InvalidInput
+from jobsweb.scheduling.schedule import Schedule
 from tests.conftest import csrf_token
 from tests.reliability.conftest import size
 

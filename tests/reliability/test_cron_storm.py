@@ -1,7 +1,7 @@
 """Drill 4, cron storm: four `flask run-jobs` started in the same second, round after round,
 with 50 due definitions: every slot is materialised exactly once."""
 
-from jobsweb.definitions import define
+from jobsweb.scheduling.definitions import define
 from tests.conftest import committed
 from tests.processes import finish
 from tests.reliability.conftest import size

@@ -5,7 +5,8 @@ import time
 
 import psycopg
 
-from tests.conftest import libpq, wait_for
+from jobsweb.core.database import libpq_url
+from tests.conftest import wait_for
 from tests.processes import finish, insert_many
 from tests.reliability.conftest import size
 
@@ -14,7 +15,7 @@ def fresh(app):
     """Like the sql fixture, but each statement on a new connection."""
 
     def run(statement, params=None):
-        with psycopg.connect(libpq(app.config["SQLALCHEMY_DATABASE_URI"]), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(app.config["SQLALCHEMY_DATABASE_URI"]), autocommit=True) as conn:
             return conn.execute(statement, params).fetchall()
 
     return run

@@ -1,0 +1,1 @@
+"""What every layer shares: settings, errors, the database and its tables, logging."""

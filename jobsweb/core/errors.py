@@ -1,0 +1,54 @@
+"""Errors a person can act on, and the checks that raise them: each names the field that is wrong."""
+
+from urllib.parse import urlsplit
+
+import click
+
+EMAIL_MAX_CHARS = 254
+
+
+class InvalidInput(ValueError):
+    """Input that jobsweb refuses before writing anything; `field` names what to fix."""
+
+    def __init__(self, field, message):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ConfigError(click.ClickException):
+    """A setting has a value jobsweb cannot use; the message names the variable.
+
+    A ClickException, so that any `flask` command prints it as one line and exits 1.
+    """
+
+
+def has_nul(value):
+    """True if a JSON-able value holds U+0000 anywhere: PostgreSQL text and jsonb cannot store it."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_nul(v) for v in value)
+    return False
+
+
+def check_url(field, raw):
+    """An http(s) URL with a host, or InvalidInput naming `field`. Empty means none."""
+    if raw == "":
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in raw):
+        raise InvalidInput(field, f"must be an http:// or https:// URL, got {raw!r}")
+    return raw
+
+
+def check_emails(field, raw):
+    """Comma-separated email addresses as a list, or InvalidInput naming `field`."""
+    emails = [part.strip() for part in raw.split(",") if part.strip()]
+    for email in emails:
+        # No spaces or line breaks: a recipient must never add headers to a message.
+        if email.count("@") != 1 or any(c.isspace() or c in "<>,;" for c in email) or len(email) > EMAIL_MAX_CHARS:
+            raise InvalidInput(field, f"must be comma-separated email addresses, got {email!r}")
+    return emails

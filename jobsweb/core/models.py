@@ -1,0 +1,177 @@
+"""ORM mappings of the jobsweb tables, for admin reads and edits.
+
+The schema itself is defined by the migrations; the worker's hot path does not use these
+classes but the named SQL in engine/statements.py, where the run statuses are listed too.
+"""
+
+from datetime import datetime
+
+from flask_login import UserMixin
+from sqlalchemy import BigInteger, DateTime, Double, ForeignKey, Text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from .database import db
+
+TIMESTAMPTZ = DateTime(timezone=True)  # every jobsweb time is set by the database clock
+
+
+
+class JobDefinition(db.Model):
+    __tablename__ = "job_definitions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    job_type: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+    schedule: Mapped[str | None] = mapped_column(Text)
+    timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
+    max_attempts: Mapped[int] = mapped_column(server_default="5")
+    enabled: Mapped[bool] = mapped_column(server_default="true")
+    backoff_base: Mapped[float | None] = mapped_column(Double)  # seconds
+    backoff_cap: Mapped[float | None] = mapped_column(Double)  # seconds
+    timeout_seconds: Mapped[float | None] = mapped_column(Double)
+    lease_seconds: Mapped[float | None] = mapped_column(Double)
+    misfire_policy: Mapped[str] = mapped_column(Text, server_default="latest")
+    overlap_policy: Mapped[str] = mapped_column(Text, server_default="skip")
+    grace_seconds: Mapped[int] = mapped_column(server_default="300")
+    next_run_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    last_run_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    last_status: Mapped[str | None] = mapped_column(Text)
+    last_duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    failure_count: Mapped[int] = mapped_column(server_default="0")
+    missed_count: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Alerts: dead runs in a row that open a 'failing' incident; own channels (NULL: defaults).
+    alert_after_failures: Mapped[int] = mapped_column(server_default="2")
+    alert_webhook_url: Mapped[str | None] = mapped_column(Text)
+    alert_email_to: Mapped[str | None] = mapped_column(Text)  # comma-separated
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+
+
+class JobRun(db.Model):
+    __tablename__ = "job_runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    definition_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_definitions.id"))
+    job_type: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+    run_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    status: Mapped[str] = mapped_column(Text, server_default="queued")
+    attempts: Mapped[int] = mapped_column(server_default="0")
+    max_attempts: Mapped[int] = mapped_column(server_default="5")
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    locked_until: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    started_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    finished_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(Text)
+    last_stack: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict | None] = mapped_column(JSONB)
+    scheduled_for: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    reason: Mapped[str | None] = mapped_column(Text)
+    after_run_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_runs.id"))
+    timeout_seconds: Mapped[float | None] = mapped_column(Double)
+    lease_seconds: Mapped[float | None] = mapped_column(Double)
+    backoff_base: Mapped[float | None] = mapped_column(Double)
+    backoff_cap: Mapped[float | None] = mapped_column(Double)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+
+
+class JobAttempt(db.Model):
+    __tablename__ = "job_attempts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    run_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("job_runs.id", ondelete="CASCADE"))
+    attempt: Mapped[int]
+    worker: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    finished_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    outcome: Mapped[str] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    stack: Mapped[str | None] = mapped_column(Text)
+
+
+class JobWorker(db.Model):
+    __tablename__ = "job_workers"
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int]
+    started_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    job_types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: a worker from before 0008
+
+
+ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
+
+
+class User(UserMixin, db.Model):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    email: Mapped[str] = mapped_column(Text)
+    password_hash: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(Text, server_default="viewer")
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_sign_in_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+
+    def can(self, role):
+        """Whether this user has `role` or a higher one."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+
+class AuditEntry(db.Model):
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    user_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="SET NULL"))
+    user_email: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    target_type: Mapped[str] = mapped_column(Text)
+    target_id: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+
+
+class AlertIncident(db.Model):
+    __tablename__ = "alert_incidents"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text)
+    definition_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_definitions.id"))
+    job_type: Mapped[str | None] = mapped_column(Text)
+    subject: Mapped[str] = mapped_column(Text)
+    summary: Mapped[str] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(TIMESTAMPTZ)
+    last_failure_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    run_id: Mapped[int | None] = mapped_column(BigInteger)
+    run_count: Mapped[int] = mapped_column(server_default="0")
+    opened_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    resolved_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    resolution: Mapped[str | None] = mapped_column(Text)
+
+
+class AlertDelivery(db.Model):
+    __tablename__ = "alert_deliveries"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    incident_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("alert_incidents.id"))
+    event: Mapped[str] = mapped_column(Text)
+    channel: Mapped[str] = mapped_column(Text)
+    target: Mapped[str] = mapped_column(Text)
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict] = mapped_column(JSONB, server_default="{}")
+    status: Mapped[str] = mapped_column(Text, server_default="pending")
+    attempts: Mapped[int] = mapped_column(server_default="0")
+    next_attempt_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    sent_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)

@@ -1,0 +1,189 @@
+"""Settings: defaults, then the environment, then test overrides; a bad value stops start-up."""
+
+import os
+
+from .database import database_url
+from .errors import ConfigError, InvalidInput, check_emails, check_url
+
+
+def _positive(convert, what):
+    """A parser for numbers above zero; `what` says in words what the variable must be."""
+
+    def parse(name, raw):
+        try:
+            value = convert(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
+        if value <= 0:
+            raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
+        return value
+
+    return parse
+
+
+_positive_float = _positive(float, "a number of seconds")
+_positive_int = _positive(int, "a whole number")
+
+
+def _optional_seconds(name, raw):
+    """An empty value or 0 means "no limit"."""
+    if raw in ("", "0", "none", "None"):
+        return None
+    return _positive_float(name, raw)
+
+
+def _whole(what):
+    """A parser for whole numbers from 0; `what` names the unit and what 0 means."""
+
+    def parse(name, raw):
+        if not raw.isdigit():
+            raise ConfigError(f"{name} must be a whole number of {what}, got {raw!r}")
+        return int(raw)
+
+    return parse
+
+
+_days = _whole("days (0 keeps forever)")
+_hops = _whole("proxies (0 trusts no forwarded header)")
+
+
+def _token(name, raw):
+    """A bearer token: empty means unset; a short one is refused, since it guards the endpoint."""
+    if raw == "":
+        return None
+    if len(raw) < 16:
+        raise ConfigError(f"{name} must be at least 16 characters long (e.g. from `openssl rand -hex 32`)")
+    return raw
+
+
+def _choice(*choices):
+    def parse(name, raw):
+        if raw.lower() not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+        return raw.lower()
+
+    return parse
+
+
+def _module_list(name, raw):
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _word_list(name, raw):
+    return [part.strip().lower() for part in raw.split(",") if part.strip()]
+
+
+def _checked(check):
+    """A parser from one of the input checks, whose InvalidInput becomes a ConfigError."""
+
+    def parse(name, raw):
+        try:
+            return check(name, raw)
+        except InvalidInput as exc:
+            raise ConfigError(f"{name} {exc.message}") from None
+
+    return parse
+
+
+_url = _checked(check_url)
+_emails = _checked(check_emails)
+
+
+def _optional_text(name, raw):
+    return raw or None
+
+
+def _boolean(name, raw):
+    words = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}
+    if raw.lower() not in words:
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+    return words[raw.lower()]
+
+
+def _port(name, raw):
+    value = _positive_int(name, raw)
+    if value > 65535:
+        raise ConfigError(f"{name} must be a port number (1-65535), got {raw!r}")
+    return value
+
+
+def _email(name, raw):
+    return _emails(name, raw)[0] if raw else None
+
+
+# name -> (default, parser). Every JOBSWEB_* variable the app reads is listed here.
+SETTINGS = {
+    "JOBSWEB_HANDLERS": ([], _module_list),
+    "JOBSWEB_MAX_PAYLOAD_BYTES": (64 * 1024, _positive_int),
+    "JOBSWEB_MAX_ATTEMPTS": (5, _positive_int),
+    "JOBSWEB_LEASE_SECONDS": (60.0, _positive_float),
+    "JOBSWEB_CONCURRENCY": (4, _positive_int),
+    "JOBSWEB_POLL_INTERVAL": (5.0, _positive_float),
+    # A --forever worker LISTENs for enqueued runs and starts them at once; off: polling only.
+    "JOBSWEB_LISTEN": (True, _boolean),
+    "JOBSWEB_SHUTDOWN_TIMEOUT": (10.0, _positive_float),
+    "JOBSWEB_BACKOFF_BASE": (10.0, _positive_float),
+    "JOBSWEB_BACKOFF_CAP": (3600.0, _positive_float),
+    "JOBSWEB_DEFAULT_TIMEOUT": (None, _optional_seconds),
+    "JOBSWEB_ERROR_MAX_CHARS": (2000, _positive_int),
+    "JOBSWEB_STACK_MAX_CHARS": (20000, _positive_int),
+    # Runs per transaction when the admin retries or cancels everything matching a filter.
+    "JOBSWEB_BULK_BATCH": (1000, _positive_int),
+    # Payload keys containing any of these words are masked on every admin page.
+    "JOBSWEB_MASK_KEYS": (["password", "passwd", "token", "secret", "api_key", "apikey"], _word_list),
+    # GET /metrics answers only with `Authorization: Bearer <this>`; unset, /metrics is a 404.
+    "JOBSWEB_METRICS_TOKEN": (None, _token),
+    # text: one readable line per event; json: one JSON object per line, for log pipelines.
+    "JOBSWEB_LOG_FORMAT": ("text", _choice("text", "json")),
+    # Reverse proxies (a PaaS router, a load balancer) in front of the app whose
+    # X-Forwarded-For/-Proto/-Host headers are trusted; 0 trusts none.
+    "JOBSWEB_PROXY_HOPS": (0, _hops),
+    # Days the jobsweb.prune job keeps finished runs (and their attempts), by status; 0 keeps
+    # them forever. `failed` runs are still to be retried and are never pruned.
+    "JOBSWEB_RETAIN_SUCCEEDED": (14, _days),
+    "JOBSWEB_RETAIN_DEAD": (90, _days),
+    "JOBSWEB_RETAIN_CANCELLED": (30, _days),
+    "JOBSWEB_RETAIN_SKIPPED": (14, _days),
+    "JOBSWEB_RETAIN_MISSED": (30, _days),
+    # Runs deleted per transaction by the prune job: small, so no lock is held for long.
+    "JOBSWEB_PRUNE_BATCH": (500, _positive_int),
+    # Alerts (ops/alerts.py, ops/notify.py): where notifications go unless a definition names its own.
+    "JOBSWEB_ALERT_WEBHOOK_URL": (None, _url),
+    "JOBSWEB_ALERT_EMAIL_TO": ([], _emails),
+    "JOBSWEB_ALERT_TIMEOUT": (10.0, _positive_float),  # seconds per HTTP request or SMTP session
+    "JOBSWEB_ALERT_MAX_ATTEMPTS": (10, _positive_int),  # sends of one notification before giving up
+    "JOBSWEB_ALERT_RETRY_BASE": (30.0, _positive_float),  # seconds; doubles per failure, capped at 1 h
+    # Links in notifications point here (e.g. https://jobs.example.com); none without it.
+    "JOBSWEB_BASE_URL": (None, _url),
+    "JOBSWEB_SMTP_HOST": (None, _optional_text),
+    "JOBSWEB_SMTP_PORT": (587, _port),
+    "JOBSWEB_SMTP_USER": (None, _optional_text),
+    "JOBSWEB_SMTP_PASSWORD": (None, _optional_text),
+    "JOBSWEB_SMTP_FROM": ("jobsweb@localhost", _email),
+    "JOBSWEB_SMTP_STARTTLS": (True, _boolean),
+}
+
+
+def from_environment(environ=None):
+    """Read every setting from the environment, raising ConfigError on the first bad one."""
+    environ = os.environ if environ is None else environ
+    config = {}
+    for name, (default, parse) in SETTINGS.items():
+        raw = environ.get(name)
+        config[name] = default if raw is None else parse(name, raw.strip())
+    if environ.get("DATABASE_URL"):
+        config["SQLALCHEMY_DATABASE_URI"] = database_url(environ["DATABASE_URL"].strip())
+    if environ.get("SECRET_KEY"):
+        config["SECRET_KEY"] = environ["SECRET_KEY"]
+    return config
+
+
+def check(config):
+    """Cross-setting rules that no single variable can enforce."""
+    if config["JOBSWEB_BACKOFF_CAP"] < config["JOBSWEB_BACKOFF_BASE"]:
+        raise ConfigError("JOBSWEB_BACKOFF_CAP must be at least JOBSWEB_BACKOFF_BASE")
+    if config["JOBSWEB_ALERT_EMAIL_TO"] and not config["JOBSWEB_SMTP_HOST"]:
+        raise ConfigError("JOBSWEB_ALERT_EMAIL_TO needs JOBSWEB_SMTP_HOST (the server that sends the email)")
+    if not config["JOBSWEB_SMTP_FROM"]:
+        raise ConfigError("JOBSWEB_SMTP_FROM must be an email address")

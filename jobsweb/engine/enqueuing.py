@@ -1,0 +1,158 @@
+"""Enqueue runs from Python, with every input checked before anything is written."""
+
+import json
+from datetime import datetime, timezone
+
+from flask import current_app
+from psycopg.types.json import Jsonb
+
+from . import registry, statements
+from ..core.database import db
+from ..core.errors import InvalidInput, has_nul
+
+IDEMPOTENCY_KEY_MAX_CHARS = 200
+ENQUEUE_MANY_CHUNK = 10_000  # runs per INSERT statement of enqueue_many
+
+
+def check_payload(payload, max_bytes):
+    """Return the payload as a dict, or raise InvalidInput saying why it cannot be one."""
+    return _checked_payload(payload, max_bytes)[0]
+
+
+def _checked_payload(payload, max_bytes):
+    """(payload as a dict, its JSON text), or InvalidInput saying why it cannot be stored."""
+    if payload is None:
+        return {}, "{}"
+    if not isinstance(payload, dict):
+        raise InvalidInput("payload", f"must be a JSON object ({{...}}), got {type(payload).__name__}")
+    try:
+        text = json.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("payload", f"cannot be stored as JSON: {exc}") from None
+    if has_nul(payload):
+        # PostgreSQL's jsonb cannot hold U+0000: without this check the INSERT fails with a
+        # DataError (a 500 on the forms; found by the bad-input drill).
+        raise InvalidInput("payload", "contains the NUL character (\\u0000), which PostgreSQL cannot store")
+    size = len(text)  # json.dumps escapes to ASCII: characters are bytes
+    if size > max_bytes:
+        raise InvalidInput("payload", f"is {size} bytes, over the limit of {max_bytes} bytes "
+                                      "(JOBSWEB_MAX_PAYLOAD_BYTES); store large data elsewhere "
+                                      "and pass a reference")
+    return payload, text
+
+
+def parse_payload(text, max_bytes):
+    """Parse payload JSON text (from a form or the CLI) into a checked dict."""
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput("payload", f"is not valid JSON: {exc}") from None
+    return check_payload(payload, max_bytes)
+
+
+def parse_run_at(text):
+    """Parse an ISO 8601 timestamp that says its timezone (2026-11-21T06:00:00+01:00 or ...Z)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput("run_at", f"{text!r} is not an ISO 8601 timestamp "
+                                     "such as 2026-11-21T06:00:00+00:00") from None
+    return check_run_at(value)
+
+
+def check_run_at(value):
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput("run_at", f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput("run_at", "must say its timezone (for example +00:00 or Z); "
+                                     "a time without one is ambiguous")
+    return value
+
+
+def check_job_type(job_type):
+    """Return the registered JobType, or raise InvalidInput listing the known ones."""
+    registered = registry.get(job_type)
+    if registered is None:
+        known = ", ".join(registry.names())
+        raise InvalidInput("job_type", f"{job_type!r} is not a registered job type (known: {known})")
+    return registered
+
+
+def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None,
+            session=None):
+    """Create a run of `job_type` and return its id.
+
+    With an idempotency key that already exists, nothing is created and the existing run's id
+    is returned. Without `session` the run is committed at once; with `session` (for example
+    db.session) it joins that transaction, so the run exists only if your own writes commit.
+    """
+    config = current_app.config
+    registered = check_job_type(job_type)
+    payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+    run_at = check_run_at(run_at)
+    max_attempts = check_max_attempts(max_attempts, registered, config)
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+            raise InvalidInput("idempotency_key", "must be a non-empty string")
+        if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
+            raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
+
+    params = {"job_type": job_type, "payload": Jsonb(payload), "run_at": run_at,
+              "max_attempts": max_attempts, "idempotency_key": idempotency_key}
+    if session is not None:
+        return _insert(session.connection(), params)
+    with db.engine.begin() as conn:
+        return _insert(conn, params)
+
+
+def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, session=None):
+    """Create one run of `job_type` per payload, in a few statements; return their ids in order.
+
+    For bulk loads (tens of thousands of runs a second): every payload is checked first, so
+    one bad payload writes nothing. No idempotency keys here: use enqueue() for those.
+    Without `session` the runs are committed at once; with it they join that transaction.
+    """
+    config = current_app.config
+    registered = check_job_type(job_type)
+    max_bytes = config["JOBSWEB_MAX_PAYLOAD_BYTES"]
+    texts = []
+    for index, payload in enumerate(payloads):
+        try:
+            texts.append(_checked_payload(payload, max_bytes)[1])
+        except InvalidInput as exc:
+            raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
+    params = {"job_type": job_type, "run_at": check_run_at(run_at),
+              "max_attempts": check_max_attempts(max_attempts, registered, config)}
+    if session is not None:
+        return _insert_many(session.connection(), params, texts)
+    with db.engine.begin() as conn:
+        return _insert_many(conn, params, texts)
+
+
+def check_max_attempts(max_attempts, registered, config):
+    """max_attempts as given, else the job type's, else JOBSWEB_MAX_ATTEMPTS; InvalidInput if unusable."""
+    if max_attempts is None:
+        max_attempts = registered.max_attempts or config["JOBSWEB_MAX_ATTEMPTS"]
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+        raise InvalidInput("max_attempts", f"must be a whole number of at least 1, got {max_attempts!r}")
+    return max_attempts
+
+
+def _insert_many(conn, params, texts):
+    ids = []
+    for start in range(0, len(texts), ENQUEUE_MANY_CHUNK):
+        rows = conn.exec_driver_sql(statements.ENQUEUE_MANY,
+                                    dict(params, payloads=texts[start:start + ENQUEUE_MANY_CHUNK]))
+        ids.extend(sorted(row[0] for row in rows))
+    if ids and (params["run_at"] is None or params["run_at"] <= datetime.now(timezone.utc)):
+        conn.exec_driver_sql(statements.NOTIFY)
+    return ids
+
+
+def _insert(conn, params):
+    row = conn.exec_driver_sql(statements.ENQUEUE, params).first()
+    if row is None:  # the key exists: the unique index chose the earlier run
+        row = conn.exec_driver_sql(statements.RUN_BY_IDEMPOTENCY_KEY, params).first()
+    return row[0]

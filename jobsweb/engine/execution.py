@@ -1,0 +1,214 @@
+"""Running handlers: a bounded pool of threads, what one attempt of a run came to, and how
+those outcomes are written (FINISH_RUNS parameters) and logged."""
+
+import json
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+from psycopg.types.json import Jsonb
+
+from . import retry
+from ..core.errors import has_nul
+from ..core.logs import run_event
+from .registry import Cancelled, JobContext, JobType
+
+# Run events are the worker's lines, whichever module writes them.
+log = logging.getLogger("jobsweb.worker")
+
+
+@dataclass
+class Outcome:
+    """How one attempt ended, ready to be written by FINISH_RUNS."""
+
+    run_id: int
+    job_type: str
+    attempt: int
+    worker: str
+    outcome: str  # succeeded | failed | interrupted | cancelled
+    result: object = None
+    error_type: str | None = None
+    error: str | None = None
+    stack: str | None = None
+    delay: float = 0.0  # seconds before the retry, when it fails
+    give_up: bool = False  # True: dead now, whatever attempts remain
+
+
+@dataclass
+class Held:
+    """A run whose lease this worker holds."""
+
+    ctx: JobContext
+    job: JobType
+    lease: float  # seconds each heartbeat extends the lease by
+    deadline: float | None  # time.monotonic() at which it times out, if it has a timeout
+    timeout: float | None = None  # seconds
+    backoff: tuple = (None, None)  # the run's own (base, cap) in seconds, from its definition
+    cancel_requested: bool = False  # an operator cancelled it (seen by a heartbeat)
+
+
+@dataclass
+class Finished:
+    """What a pool thread reports back: the held run and how its handler ended."""
+
+    held: Held
+    result: object = None
+    exc: BaseException | None = None
+    seconds: float = 0.0
+
+
+def clip(text, limit):
+    """Keep error text bounded: the start says what, the end says where."""
+    if text is None or len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
+
+
+def run_handler(app, held):
+    """Call the handler of one held run inside an app context; never raises."""
+    started = time.monotonic()
+    try:
+        with app.app_context():
+            result = held.job.func(held.ctx)
+        json.dumps(result)  # a result that cannot be stored is the handler's error, not the batch's
+        if has_nul(result):
+            # jsonb cannot hold U+0000: written as is, the batch's FINISH_RUNS failed and the
+            # worker crashed, again on every retry (found following up the bad-input drill).
+            raise ValueError("the result contains the NUL character (\\u0000), which PostgreSQL cannot store")
+        return Finished(held, result=result, seconds=time.monotonic() - started)
+    except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
+        return Finished(held, exc=exc, seconds=time.monotonic() - started)
+
+
+class Pool:
+    """`size` daemon threads running handlers.
+
+    Daemon threads, because a handler that ignores its cancellation flag must not keep the
+    process alive past the shutdown deadline: its run is released and the process exits.
+    """
+
+    def __init__(self, app, size, report):
+        self.app = app
+        self.report = report  # called from the pool thread with a Finished
+        self.waiting = []
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._serve, name=f"jobsweb-pool-{i}", daemon=True)
+                        for i in range(size)]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, held):
+        with self.cond:
+            self.waiting.append(held)
+            self.cond.notify()
+
+    def _serve(self):
+        while True:
+            with self.cond:
+                while not self.waiting:
+                    self.cond.wait()
+                held = self.waiting.pop(0)
+            self.report(run_handler(self.app, held))
+
+
+def describe_error(exc):
+    """(error_type, message, stack) of a handler's exception."""
+    stack = "".join(traceback.format_exception(exc))
+    # PostgreSQL text cannot hold U+0000; an error quoting a bad byte must still be recorded.
+    message = (str(exc) or type(exc).__name__).replace("\x00", "\\x00")
+    return type(exc).__name__, message, stack.replace("\x00", "\\x00")
+
+
+def was_cancelled(exc):
+    return isinstance(exc, Cancelled)
+
+
+@dataclass(frozen=True)
+class Failures:
+    """How a failed or interrupted attempt is recorded: error sizes and retry delay, from settings."""
+
+    backoff: tuple  # (base, cap) seconds: JOBSWEB_BACKOFF_BASE and _CAP
+    error_chars: int
+    stack_chars: int
+
+    @classmethod
+    def from_config(cls, config):
+        return cls((config["JOBSWEB_BACKOFF_BASE"], config["JOBSWEB_BACKOFF_CAP"]),
+                   config["JOBSWEB_ERROR_MAX_CHARS"], config["JOBSWEB_STACK_MAX_CHARS"])
+
+    def failed(self, worker, job, ctx, error_type, message, stack=None, give_up=False, backoff=(None, None)):
+        """A failed attempt, retried after the backoff of the run (its definition's), else of its
+        job type, else of the settings; dead instead when give_up or out of attempts."""
+        base = backoff[0] or (job and job.backoff_base) or self.backoff[0]
+        cap = backoff[1] or (job and job.backoff_cap) or self.backoff[1]
+        return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "failed", error_type=error_type,
+                       error=clip(message, self.error_chars), stack=clip(stack, self.stack_chars),
+                       delay=retry.backoff_seconds(ctx.attempt, base, cap), give_up=give_up)
+
+    def outcome_of(self, worker, finished, stopping):
+        """What a handler's return comes to: succeeded, cancelled by an operator, released by a
+        stopping worker, or failed (retried or dead)."""
+        held, exc = finished.held, finished.exc
+        ctx = held.ctx
+        if exc is None:
+            return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "succeeded", result=finished.result)
+        if was_cancelled(exc) and held.cancel_requested:
+            return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "cancelled",
+                           error_type="cancelled", error="cancelled by an operator")
+        if was_cancelled(exc) and stopping:
+            return self.interrupted(worker, ctx, "stopped by worker shutdown")
+        error_type, message, stack = describe_error(exc)
+        return self.failed(worker, held.job, ctx, error_type, message, stack,
+                           give_up=held.job.is_permanent(exc), backoff=held.backoff)
+
+    def interrupted(self, worker, ctx, why):
+        """An attempt that did not end by itself: the run goes back to the queue, due now."""
+        return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "interrupted",
+                       error_type="interrupted", error=f"worker {worker}: {why}")
+
+
+def finish_params(outcomes):
+    """FINISH_RUNS parameters: one array per column, one element per outcome."""
+    return {
+        "ids": [o.run_id for o in outcomes],
+        "attempts": [o.attempt for o in outcomes],
+        "workers": [o.worker for o in outcomes],
+        "outcomes": [o.outcome for o in outcomes],
+        "results": [None if o.result is None else Jsonb(o.result) for o in outcomes],
+        "error_types": [o.error_type for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "stacks": [o.stack for o in outcomes],
+        "delays": [o.delay for o in outcomes],
+        "give_up": [o.give_up for o in outcomes],
+    }
+
+
+def log_finished(outcomes, rows):
+    """One log line per written outcome; a warning for each the guard rejected. Returns count written."""
+    by_id = {o.run_id: o for o in outcomes}
+    for run_id, status, retry_in, seconds in rows:
+        o = by_id.pop(run_id)
+        fields = dict(run_id=run_id, job_type=o.job_type, attempt=o.attempt, duration=seconds, worker=o.worker)
+        if status == "succeeded":
+            run_event(log, logging.INFO, "succeeded", "run %d %s succeeded (attempt %d)", run_id, o.job_type,
+                      o.attempt, **fields)
+        elif status == "failed":
+            run_event(log, logging.WARNING, "failed", "run %d %s failed (attempt %d): %s: %s; retry in %.1fs",
+                      run_id, o.job_type, o.attempt, o.error_type, o.error, float(retry_in), **fields)
+        elif status == "dead":
+            run_event(log, logging.ERROR, "dead", "run %d %s is dead after attempt %d: %s: %s", run_id,
+                      o.job_type, o.attempt, o.error_type, o.error, **fields)
+        elif status == "cancelled":
+            run_event(log, logging.INFO, "cancelled", "run %d %s cancelled (attempt %d)", run_id, o.job_type,
+                      o.attempt, **fields)
+        else:
+            run_event(log, logging.INFO, "released", "run %d %s released back to the queue (attempt %d "
+                      "interrupted)", run_id, o.job_type, o.attempt, **fields)
+    for o in by_id.values():
+        run_event(log, logging.WARNING, "rejected", "run %d %s: outcome of attempt %d rejected: the run is no "
+                  "longer held by %s", o.run_id, o.job_type, o.attempt, o.worker, run_id=o.run_id,
+                  job_type=o.job_type, attempt=o.attempt, worker=o.worker)
+    return len(rows)

@@ -1,0 +1,42 @@
+"""Lease recovery: the attempts of runs whose worker stopped heartbeating (killed, crashed,
+frozen) are recorded as failed, so those runs retry or die instead of staying `running`.
+
+A duty of every worker, handed to it by the command that builds it, like Oban's Lifeline.
+"""
+
+from . import registry, statements
+from .execution import Failures, finish_params, log_finished
+from .registry import JobContext
+from .worker import Duty
+
+RECOVER_BATCH = 100  # expired leases recovered per statement
+
+
+def recover_expired_leases(link, failures, limit=RECOVER_BATCH):
+    """Fail the attempts of up to `limit` runs whose lease ran out; returns how many.
+
+    EXPIRED_LEASES locks them (SKIP LOCKED: one recoverer per run) and FINISH_RUNS, guarded by
+    the dead holder and the attempt, finishes them in the same transaction.
+    """
+
+    def recover(conn):
+        rows = conn.execute(statements.EXPIRED_LEASES, {"limit": limit}).fetchall()
+        outcomes = []
+        for run_id, attempt, holder, job_type, backoff_base, backoff_cap in rows:
+            ctx = JobContext(run_id, job_type, {}, attempt, 0)
+            # The dead holder is the one FINISH_RUNS's guard expects.
+            outcomes.append(failures.failed(holder, registry.get(job_type), ctx, "lease_expired",
+                                            f"lease expired: worker {holder} stopped heartbeating "
+                                            "(killed, crashed or stuck)", backoff=(backoff_base, backoff_cap)))
+        if outcomes:
+            log_finished(outcomes, conn.execute(statements.FINISH_RUNS, finish_params(outcomes)).fetchall())
+        return len(outcomes)
+
+    return link.in_transaction(recover)
+
+
+def duty(config):
+    """Recover expired leases as often as a worker heartbeats (a third of the lease)."""
+    failures = Failures.from_config(config)
+    return Duty("lease recovery", lambda link: recover_expired_leases(link, failures) > 0,
+                every=config["JOBSWEB_LEASE_SECONDS"] / 3)

@@ -1,0 +1,108 @@
+"""The job-type registry: `@job` registers a handler; the worker looks handlers up by type."""
+
+import importlib
+import threading
+from dataclasses import dataclass, field
+
+from . import effects
+from ..core.errors import ConfigError
+
+
+class PermanentError(Exception):
+    """Raised by a handler to give up at once: the run goes to `dead` without further retries."""
+
+
+class Cancelled(Exception):
+    """Raised by a handler (or ctx.raise_if_cancelled) when its cancellation flag is set."""
+
+
+@dataclass(frozen=True)
+class JobType:
+    name: str
+    func: object
+    max_attempts: int | None = None
+    timeout: float | None = None  # seconds
+    backoff_base: float | None = None  # seconds
+    backoff_cap: float | None = None  # seconds
+    permanent: tuple = ()  # exception types that go straight to dead
+
+    def is_permanent(self, exc):
+        return isinstance(exc, (PermanentError, *self.permanent))
+
+
+_registry: dict[str, JobType] = {}
+
+
+def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=()):
+    """Register the decorated function as the handler of job type `name`.
+
+    The handler is called with a JobContext. `permanent` lists exception types that mean
+    "retrying cannot help" and send the run straight to dead, like PermanentError.
+    """
+
+    def register(func):
+        _registry[name] = JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap,
+                                  tuple(permanent))
+        return func
+
+    return register
+
+
+def get(name):
+    """The registered JobType for `name`, or None."""
+    return _registry.get(name)
+
+
+def names():
+    """Every registered job type, sorted."""
+    return sorted(_registry)
+
+
+def load(modules):
+    """Import the modules named in JOBSWEB_HANDLERS so that their @job decorators run."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"JOBSWEB_HANDLERS names {module!r}, which cannot be imported: {exc}") from exc
+
+
+@dataclass
+class JobContext:
+    """What a handler receives: its payload and run, a cancellation flag, a way to keep its lease."""
+
+    run_id: int
+    job_type: str
+    payload: dict
+    attempt: int
+    max_attempts: int
+    definition_id: int | None = None
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    _extend_lease: object = None
+
+    @property
+    def cancelled(self):
+        """True once the worker wants this run to stop (shutdown, timeout, lost lease)."""
+        return self.cancel_event.is_set()
+
+    def raise_if_cancelled(self):
+        """Stop here with Cancelled if the worker asked this run to stop."""
+        if self.cancel_event.is_set():
+            raise Cancelled(f"run {self.run_id} was asked to stop")
+
+    def sleep(self, seconds):
+        """Wait up to `seconds`, waking early (with Cancelled) when the run is asked to stop."""
+        if self.cancel_event.wait(seconds):
+            self.raise_if_cancelled()
+
+    def extend_lease(self, seconds=None):
+        """Hold this run for `seconds` more (default: the worker's lease); False if it was lost."""
+        return self._extend_lease(self, seconds)
+
+    def once(self, key, conn=None):
+        """`with ctx.once("invoice_charge:812") as first:` True only for the first attempt to
+        record `key`, in the same transaction as the effect's writes (see engine/effects.py).
+
+        `conn`: a psycopg connection or SQLAlchemy session; default Flask-SQLAlchemy's db.session.
+        """
+        return effects.once(key, conn, run_id=self.run_id, attempt=self.attempt)

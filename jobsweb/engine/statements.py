@@ -1,0 +1,375 @@
+"""The run state machine and the worker's hot path, as SQL written as the database runs it.
+
+Every statement that changes `job_runs.status` is here, next to the others: enqueue, run now
+and schedule slots create runs; the claim, the finish and lease recovery move them along; the
+admin's retry and cancel and the retention job end or revive them. docs/ARCHITECTURE.md draws
+the states and names the statement behind each arrow.
+
+Every statement that changes a run a worker holds is guarded by who holds it (`locked_by`) and
+which attempt it is (`attempts`), and reports through RETURNING which rows it changed: a worker
+whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
+Times are always the database's `now()`; the worker's clock is never written. Parameters are
+psycopg's `%(name)s` everywhere (core/database.py runs them in a SQLAlchemy session).
+"""
+
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
+# skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
+ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
+RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
+CANCELLABLE = ("queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
+
+# -- runs come into being: queued (or, for schedule slots, skipped / missed) ------------------
+
+# Enqueue one run. ON CONFLICT lets the unique index on idempotency_key decide between
+# concurrent enqueuers: the loser inserts nothing and reads the winner's id afterwards.
+# A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
+ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key)
+    VALUES (%(job_type)s, %(payload)s, coalesce(%(run_at)s, now()), %(max_attempts)s,
+            %(idempotency_key)s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, run_at
+)
+SELECT id FROM inserted
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '') WHERE inserted.run_at <= now()) wake ON true
+"""
+
+RUN_BY_IDEMPOTENCY_KEY = "SELECT id FROM job_runs WHERE idempotency_key = %(idempotency_key)s"
+
+# Enqueue many runs of one job type in one statement: one round trip and one index pass per
+# chunk instead of one per run. Payloads travel as one text[] (cheaper to send than jsonb[]);
+# WITH ORDINALITY keeps their order, so ids come out in the order of the payloads.
+ENQUEUE_MANY = """
+INSERT INTO job_runs (job_type, payload, run_at, max_attempts)
+SELECT %(job_type)s, p.payload::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s
+FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, n)
+ORDER BY p.n
+RETURNING id
+"""
+
+# Wake the workers LISTENing on this channel (engine/wakeup.py) when a run becomes due now.
+# Delivered when the transaction commits, and PostgreSQL folds identical notifications of one
+# transaction into one: a bulk enqueue wakes each worker once, not once per run.
+NOTIFY_CHANNEL = "jobsweb_runs"
+NOTIFY = "SELECT pg_notify('jobsweb_runs', '')"
+
+# "Run now": a run of a definition due at once, outside its schedule (next_run_at does not
+# move). The job's settings are copied from the definition, as INSERT_SLOTS copies them.
+RUN_NOW = """
+WITH inserted AS (
+    INSERT INTO job_runs (definition_id, job_type, payload, run_at, status, max_attempts,
+                          timeout_seconds, lease_seconds, backoff_base, backoff_cap)
+    SELECT id, job_type, payload, now(), 'queued', max_attempts, timeout_seconds, lease_seconds,
+           backoff_base, backoff_cap
+    FROM job_definitions
+    WHERE id = %(definition_id)s
+    RETURNING id
+)
+SELECT id FROM inserted
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '')) wake ON true
+"""
+
+# The slots of a batch of definitions become runs, in one statement: queued to execute, or
+# already finished as 'skipped'/'missed' with their reason. The job's settings come from the
+# definition rows, locked by DUE_DEFINITIONS (scheduling/materialise.py) since they were read. Rows come back for the
+# slots created; a slot missing from RETURNING existed already and is not created again.
+#
+# Exactly once: slots that exist already are left out (NOT EXISTS), and the unique
+# (definition_id, scheduled_for) stays the last guard (ON CONFLICT). Leaving them out first
+# matters for `chain`, which needs the ids of runs created by this same statement: ids are
+# drawn from the sequence up front (ascending in slot order), so that
+# - chain 'queue' (overlap 'queue', catching up): the run waits for the previous queued slot
+#   of its definition in this batch (after_run_id), or, first in line, for the run the
+#   definition had already (the after_run_id sent);
+# - chain 'skip' (overlap 'skip', catching up): the first queued slot of its definition in
+#   this batch runs; the others are skipped while it is queued.
+# A chained slot thus never points at a run that was not created: a slot a concurrent writer
+# created between NOT EXISTS and the insert (only possible outside scheduling/materialise.py, which holds
+# the definition's lock) would make after_run_id point nowhere, and the foreign key fails the
+# whole transaction rather than chain a run wrongly.
+INSERT_SLOTS = """
+WITH planned AS (
+    SELECT * FROM unnest(
+        %(definition_ids)s::bigint[], %(slots)s::timestamptz[], %(statuses)s::text[],
+        %(reasons)s::text[], %(after_run_ids)s::bigint[], %(chains)s::text[]
+    ) WITH ORDINALITY AS p(definition_id, scheduled_for, status, reason, after_run_id, chain, n)
+),
+fresh AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('job_runs', 'id')) AS id, p.*
+    FROM (
+        SELECT * FROM planned
+        WHERE NOT EXISTS (SELECT 1 FROM job_runs r
+                          WHERE r.definition_id = planned.definition_id
+                            AND r.scheduled_for = planned.scheduled_for)
+        ORDER BY n
+    ) p
+),
+queued AS (
+    SELECT id, lag(id) OVER slots AS previous_id, first_value(id) OVER slots AS first_id
+    FROM fresh
+    WHERE status = 'queued'
+    WINDOW slots AS (PARTITION BY definition_id ORDER BY n)
+),
+decided AS (
+    SELECT f.id, f.definition_id, f.scheduled_for, f.n,
+           CASE WHEN f.chain = 'skip' AND q.first_id <> f.id THEN 'skipped' ELSE f.status END AS status,
+           CASE WHEN f.chain = 'skip' AND q.first_id <> f.id
+                THEN 'previous run ' || q.first_id || ' still queued' ELSE f.reason END AS reason,
+           CASE WHEN f.chain = 'queue' THEN coalesce(q.previous_id, f.after_run_id)
+                ELSE f.after_run_id END AS after_run_id
+    FROM fresh f LEFT JOIN queued q ON q.id = f.id
+)
+INSERT INTO job_runs (id, definition_id, job_type, payload, run_at, status, max_attempts,
+                      scheduled_for, reason, after_run_id, finished_at, timeout_seconds,
+                      lease_seconds, backoff_base, backoff_cap)
+SELECT s.id, s.definition_id, d.job_type, d.payload, now(), s.status, d.max_attempts,
+       s.scheduled_for, s.reason, s.after_run_id, CASE WHEN s.status <> 'queued' THEN now() END,
+       d.timeout_seconds, d.lease_seconds, d.backoff_base, d.backoff_cap
+FROM decided s JOIN job_definitions d ON d.id = s.definition_id
+ORDER BY s.n
+ON CONFLICT (definition_id, scheduled_for) DO NOTHING
+RETURNING id, definition_id, scheduled_for, status, reason
+"""
+
+# -- a worker claims, holds and finishes runs: queued/failed -> running -> any --------------
+
+# Claim up to `limit` due runs in one statement. SKIP LOCKED lets concurrent workers take
+# disjoint sets instead of queueing on each other's row locks; the outer UPDATE happens under
+# the locks the inner SELECT took, so no run is claimed twice. Only job types this worker can
+# execute are claimed, so an older worker in a rolling deploy leaves new job types alone.
+# Uses index job_runs_claimable.
+CLAIM_RUNS = """
+UPDATE job_runs r
+SET status = 'running',
+    attempts = r.attempts + 1,
+    locked_by = %(worker)s,
+    -- A run's own lease (from its definition) can only lengthen the worker's: see Worker._start.
+    locked_until = now() + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
+    started_at = now(),
+    updated_at = now()
+FROM (
+    SELECT id FROM job_runs
+    WHERE status IN ('queued', 'failed')
+      AND run_at <= now()
+      AND job_type = ANY(%(job_types)s)
+      -- Overlap policy 'queue': not before the run it waits for has finished. A run whose
+      -- predecessor is being claimed in this same instant still sees it queued, so the two
+      -- are never claimed together.
+      AND (after_run_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM job_runs p
+          WHERE p.id = job_runs.after_run_id AND p.status IN ('queued', 'running', 'failed')))
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) due
+WHERE r.id = due.id
+RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_id,
+          r.timeout_seconds, r.lease_seconds, r.backoff_base, r.backoff_cap
+"""
+
+# Runs locked by this worker that it does not know it holds: after a broken connection, the
+# claim's transaction may have committed while its rows never arrived. Without this they
+# would sit `running` until their lease ran out (60 s by default). Scans index
+# job_runs_running_lease (running runs only).
+LOST_CLAIMS = """
+SELECT id, job_type, attempts FROM job_runs
+WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s))
+"""
+
+# Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
+# over (its lease had expired) or cancelled: the worker must stop treating it as its own.
+# cancel_requested says an operator asked a running run to stop (admin "cancel"): the worker
+# sets the handler's cancellation flag, and keeps the lease until the handler returns.
+EXTEND_LEASES = """
+UPDATE job_runs r
+SET locked_until = now() + make_interval(secs => o.lease), updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[]) AS o(id, attempt, lease)
+WHERE r.id = o.id
+  AND r.attempts = o.attempt
+  AND r.locked_by = %(worker)s
+  AND r.status = 'running'
+RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
+"""
+
+# Finish many attempts in one statement and record each in job_attempts. One row per attempt:
+# outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of
+# attempts, then dead), 'interrupted' (back to queued, due now) or 'cancelled' (the handler
+# stopped because an operator cancelled it). A run whose cancellation was requested is never
+# retried or re-queued: whatever else its attempt came to, it ends cancelled. `worker` is the holder the
+# guard expects: this worker for its own runs, the dead holder when recovering a lease.
+# Runs of a definition also update that definition's state, in the same round trip.
+FINISH_RUNS = """
+WITH outcome AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(attempts)s::int[], %(workers)s::text[], %(outcomes)s::text[],
+        %(results)s::jsonb[], %(error_types)s::text[], %(errors)s::text[], %(stacks)s::text[],
+        %(delays)s::float8[], %(give_up)s::bool[]
+    ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up)
+),
+decided AS (
+    SELECT o.*,
+           CASE
+               WHEN o.outcome = 'succeeded' THEN 'succeeded'
+               WHEN o.outcome = 'cancelled' OR r.cancel_requested_at IS NOT NULL THEN 'cancelled'
+               WHEN o.outcome = 'interrupted' THEN 'queued'
+               WHEN o.give_up OR r.attempts >= r.max_attempts THEN 'dead'
+               ELSE 'failed'
+           END AS new_status
+    FROM outcome o JOIN job_runs r ON r.id = o.id
+),
+finished AS (
+    UPDATE job_runs r
+    SET status = d.new_status,
+        run_at = CASE d.new_status
+                     WHEN 'failed' THEN now() + make_interval(secs => d.delay)
+                     WHEN 'queued' THEN now()
+                     ELSE r.run_at
+                 END,
+        finished_at = CASE WHEN d.new_status IN ('succeeded', 'dead', 'cancelled') THEN now() END,
+        result = CASE WHEN d.outcome = 'succeeded' THEN d.result ELSE r.result END,
+        last_error = coalesce(d.error, r.last_error),
+        error_type = coalesce(d.error_type, r.error_type),
+        last_stack = CASE WHEN d.error IS NULL THEN r.last_stack ELSE d.stack END,
+        locked_by = NULL,
+        locked_until = NULL,
+        updated_at = now()
+    FROM decided d
+    WHERE r.id = d.id
+      AND r.attempts = d.attempt
+      AND r.locked_by = d.worker
+      AND r.status = 'running'
+    RETURNING r.id, r.status, r.run_at, r.started_at, r.definition_id, d.attempt, d.worker,
+              d.outcome, d.error_type, d.error, d.stack
+),
+-- Definitions are locked in id order before they are updated: two workers finishing runs of
+-- the same definitions at once then queue behind each other instead of deadlocking.
+definitions_locked AS (
+    SELECT id FROM job_definitions
+    WHERE id IN (SELECT definition_id FROM finished WHERE status IN ('succeeded', 'dead'))
+    ORDER BY id
+    FOR NO KEY UPDATE
+),
+-- A definition's state follows its newest finished run; failure_count counts consecutive
+-- dead runs and a success resets it. One batch may hold several runs of a definition, so
+-- only the dead runs newer than the batch's newest success count (successes_after = 0),
+-- added to the old count only when the batch holds no success at all.
+definition_state AS (
+    UPDATE job_definitions d
+    SET last_run_at = s.started_at,
+        last_status = s.status,
+        last_duration_ms = s.duration_ms,
+        failure_count = CASE WHEN s.any_success THEN 0 ELSE d.failure_count END + s.deaths
+    FROM (
+        SELECT DISTINCT ON (definition_id) definition_id, status, started_at,
+               (extract(epoch FROM now() - started_at) * 1000)::bigint AS duration_ms,
+               count(*) FILTER (WHERE status = 'dead' AND successes_after = 0)
+                   OVER (PARTITION BY definition_id) AS deaths,
+               bool_or(status = 'succeeded') OVER (PARTITION BY definition_id) AS any_success
+        FROM (
+            SELECT definition_id, id, status, started_at,
+                   count(*) FILTER (WHERE status = 'succeeded')
+                       OVER (PARTITION BY definition_id ORDER BY id DESC) AS successes_after
+            FROM finished
+            WHERE definition_id IS NOT NULL AND status IN ('succeeded', 'dead')
+        ) newest_first
+        ORDER BY definition_id, id DESC
+    ) s
+    JOIN definitions_locked l ON l.id = s.definition_id
+    WHERE d.id = s.definition_id
+),
+recorded AS (
+    INSERT INTO job_attempts (run_id, attempt, worker, started_at, finished_at, outcome,
+                              error_type, error, stack)
+    SELECT id, attempt, worker, started_at, now(), outcome, error_type, error, stack
+    FROM finished
+)
+-- seconds: how long the attempt took by the database clock, for the worker's log line.
+SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,
+       extract(epoch FROM now() - started_at) AS seconds
+FROM finished
+"""
+
+# Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
+# and finished with FINISH_RUNS in the same transaction. Uses index job_runs_running_lease.
+EXPIRED_LEASES = """
+SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap
+FROM job_runs
+WHERE status = 'running' AND locked_until < now()
+ORDER BY locked_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+# -- operators and retention: retry, cancel, prune --------------------------------------------
+# These race with workers claiming and finishing the same runs, so each is one guarded UPDATE
+# whose WHERE names the statuses it may act on; READ COMMITTED re-checks that WHERE after
+# waiting for a worker's row lock, so a run a worker claimed meanwhile is left alone (and, for
+# cancel, gets a cancellation request instead).
+
+# failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
+# next claim records attempt n+1. The status guard leaves a run a worker just claimed alone.
+RETRY_RUNS = """
+UPDATE job_runs
+SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
+    finished_at = NULL, cancel_requested_at = NULL, updated_at = now()
+WHERE id = ANY(%(ids)s) AND status IN ('failed', 'dead', 'cancelled')
+RETURNING id
+"""
+
+# queued/failed -> cancelled at once: no worker holds them.
+CANCEL_WAITING = """
+UPDATE job_runs
+SET status = 'cancelled', finished_at = now(), updated_at = now()
+WHERE id = ANY(%(ids)s) AND status IN ('queued', 'failed')
+RETURNING id
+"""
+
+# running: ask the holder to stop. Its heartbeat (EXTEND_LEASES) sees the request and sets the
+# handler's cancellation flag; FINISH_RUNS then ends the run cancelled. Runs after
+# CANCEL_WAITING in the same transaction, so a run claimed between the two is caught here.
+REQUEST_CANCEL = """
+UPDATE job_runs
+SET cancel_requested_at = now(), updated_at = now()
+WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
+RETURNING id
+"""
+
+# Retention: the oldest finished runs of a status past its retention are deleted with their
+# attempts, one batch per transaction (ops/retention.py). SKIP LOCKED: a run an operator is
+# retrying right now is left for the next pass. The lock also re-checks status, so a run
+# retried since it was read is not deleted. Uses index job_runs_prunable; job_runs_after_run
+# serves the ON DELETE SET NULL of runs queued behind a deleted one, and
+# job_attempts_run_attempt the attempts' delete.
+PRUNE_RUNS = """
+WITH doomed AS (
+    SELECT id FROM job_runs
+    WHERE status = %(status)s AND finished_at < now() - make_interval(days => %(days)s)
+    ORDER BY finished_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+attempts AS (
+    DELETE FROM job_attempts a USING doomed d WHERE a.run_id = d.id RETURNING a.id
+),
+runs AS (
+    DELETE FROM job_runs r USING doomed d WHERE r.id = d.id RETURNING r.id
+)
+SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM attempts)
+"""
+
+# -- worker processes: registered at start, seen at each heartbeat, stopped at exit ------------
+
+REGISTER_WORKER = """
+INSERT INTO job_workers (id, host, pid, job_types) VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s)
+"""
+
+WORKER_SEEN = """
+UPDATE job_workers SET last_seen_at = now(), runs_done = runs_done + %(done)s
+WHERE id = %(worker)s
+"""
+
+WORKER_STOPPED = """
+UPDATE job_workers SET last_seen_at = now(), stopped_at = now(), runs_done = runs_done + %(done)s
+WHERE id = %(worker)s
+"""

@@ -1,0 +1,63 @@
+"""Wake a --forever worker the moment a run is enqueued for now: LISTEN on its own connection.
+
+Enqueuing a run due now sends NOTIFY (statements.NOTIFY); a listener thread turns each
+notification into a wake-up of the worker loop, which then claims at once instead of
+sleeping out its poll interval. Polling stays the fallback: a run written by plain SQL,
+a notification lost while this connection was down, or a retry falling due later are all
+found at the next poll.
+"""
+
+import logging
+import threading
+
+import psycopg
+
+from . import statements
+from .link import CONNECT_TIMEOUT, describe
+
+log = logging.getLogger("jobsweb.wakeup")
+
+CHECK_STOP_EVERY = 0.2  # seconds the listener waits for a notification before checking stop;
+# short, because a stopping worker waits for the listener: a whole second was most of the
+# time from the shutdown deadline to exit in the deploy drill (a wait costs no query)
+RECONNECT_DELAY = 5.0  # seconds between attempts to LISTEN again after the connection broke
+
+
+class Listener:
+    """A daemon thread that calls wake() for every notification on statements.NOTIFY_CHANNEL."""
+
+    def __init__(self, conninfo, wake):
+        self.conninfo = conninfo
+        self.wake = wake
+        self.stopping = threading.Event()
+        self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
+        self.thread = threading.Thread(target=self._serve, name="jobsweb-listener", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(timeout=CHECK_STOP_EVERY * 2)
+
+    def _serve(self):
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+                    conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")
+                    self.listening.set()
+                    # A run may have been enqueued while we were not listening: look once.
+                    self.wake()
+                    while not self.stopping.is_set():
+                        for _ in conn.notifies(timeout=CHECK_STOP_EVERY, stop_after=1):
+                            self.wake()
+            except psycopg.Error as exc:
+                self.listening.clear()
+                if self.stopping.is_set():
+                    return
+                log.warning("cannot LISTEN for new runs (%s); polling only, trying again in %gs",
+                            describe(exc), RECONNECT_DELAY)
+                self.stopping.wait(RECONNECT_DELAY)
+        self.listening.clear()
+

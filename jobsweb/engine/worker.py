@@ -1,0 +1,387 @@
+"""The worker: a thin loop around tick(), which claims due runs for a bounded pool of threads.
+
+The loop thread alone talks to the database for claims, heartbeats and completions; handler
+threads only run handlers and report back. So no database session is ever held open across
+a job's own work, and completions that arrive together are written in one statement.
+
+The queue core knows nothing of schedules, alerts or lease recovery: whoever builds a worker
+hands it those as duties (commands.build_worker), as Oban hands plugins to its queues.
+"""
+
+import logging
+import os
+import queue
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import registry, statements
+from ..core.logs import flush_events, run_event
+from .execution import Failures, Held, Outcome, Pool, finish_params, log_finished
+from .link import DatabaseUnavailable, Link
+from .registry import JobContext
+from .wakeup import Listener
+
+log = logging.getLogger("jobsweb.worker")
+
+RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
+RECONNECT_MAX_DELAY = 30.0  # seconds
+_WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
+
+
+@dataclass
+class Duty:
+    """Periodic work of the loop besides running jobs, handed in by whoever builds the worker.
+
+    `run(link)` does one pass on the worker's connection and says whether it found work: a
+    one-shot worker keeps going while its duties find work, and `after_work` (when given)
+    spaces the next pass instead of `every`. The loop writes pending outcomes before a pass,
+    so a duty sees every attempt that ended (overlap 'skip' must see a run that just ended).
+    """
+
+    name: str
+    run: Callable  # (Link) -> bool; may raise DatabaseUnavailable, like the loop's own statements
+    every: float  # seconds from a pass that found nothing to the next
+    after_work: float | None = None  # seconds from a pass that found work to the next (None: every)
+    stop: Callable = lambda: None  # called once when the worker stops
+    next_at: float = 0.0  # time.monotonic() of the next pass
+
+
+def worker_id():
+    """host:pid:random, so two containers that both run as pid 1 still differ."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
+                 max_runtime=None, forever=False, duties=()):
+        config = app.config
+        self.app = app
+        self.link = Link(conninfo)
+        self.id = worker_id()
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.shutdown_timeout = shutdown_timeout
+        self.max_runtime = max_runtime
+        self.forever = forever
+        # Only a --forever worker waits for new runs; a one-shot one exits when idle.
+        self.listen = forever and config["JOBSWEB_LISTEN"]
+        self.listener = None
+        self.lease = config["JOBSWEB_LEASE_SECONDS"]
+        # A third of the lease: two heartbeats can fail before another worker may take over.
+        self.heartbeat_every = self.lease / 3
+        self.default_timeout = config["JOBSWEB_DEFAULT_TIMEOUT"]
+        self.failures = Failures.from_config(config)
+        self.duties = list(duties)
+        self.finished = queue.SimpleQueue()  # SimpleQueue.put is safe to call from a signal handler
+        self.held: dict[int, Held] = {}
+        self.busy = 0  # pool threads inside a handler, including ones this worker gave up on
+        self.pending: list[Outcome] = []  # attempts that ended and are not yet written
+        self.done = 0  # runs finished since job_workers was last updated
+        self.stop_requested = 0  # SIGTERM/SIGINT received
+        self.more_due = False  # the last claim filled every free slot: more may be waiting
+        self.reconnect_delay = RECONNECT_FIRST_DELAY
+        self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
+        self.pool = None
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self):
+        """Work until nothing is due (or until stopped, with forever), then shut down cleanly."""
+        # Signal handlers first: a worker that is in job_workers always stops cleanly on SIGTERM
+        # (registered first, a SIGTERM in between killed it and left its row looking alive).
+        restore = self._install_signal_handlers()
+        try:
+            registered = self._register()
+        except BaseException:
+            restore()
+            raise
+        if not registered:
+            restore()
+            return 0
+        self.pool = Pool(self.app, self.concurrency, self.finished.put)
+        if self.listen:
+            self.listener = Listener(self.link.conninfo, lambda: self.finished.put(_WAKE)).start()
+        log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
+                 self.lease, ", forever" if self.forever else "")
+        started = time.monotonic()
+        next_beat = started + self.heartbeat_every
+        drain_until = None
+        try:
+            while True:
+                now = time.monotonic()
+                if self.stop_requested and drain_until is None:
+                    drain_until = now + self.shutdown_timeout
+                    self._cancel_held("worker is shutting down")
+                if self.stop_requested > 1:  # a second signal: stop waiting for handlers
+                    drain_until = now
+                out_of_time = self.max_runtime is not None and now - started >= self.max_runtime
+                claiming = drain_until is None and not out_of_time
+                found = False
+                try:
+                    self._expire_timeouts()
+                    if claiming:
+                        found = self.tick()  # writes pending outcomes together with its claim
+                    self._flush()  # outcomes no claim took along (no free slot, or not claiming)
+                    if now >= next_beat:
+                        self._heartbeat()
+                        next_beat = now + self.heartbeat_every
+                    self.reconnect_delay = RECONNECT_FIRST_DELAY
+                except DatabaseUnavailable as exc:
+                    self._wait_for_database(exc)
+                    continue
+                if drain_until is not None and (not self.held or now >= drain_until):
+                    break
+                if not self.held and (not claiming or (not found and not self.forever)):
+                    break
+                flush_events()  # this pass's run events, in one write
+                self._collect(self._wait_seconds(now, next_beat, drain_until, claiming))
+        finally:
+            self._shut_down()
+            restore()
+        return 0
+
+    def _register(self):
+        """Add this worker to job_workers; False if it was stopped before it could.
+
+        A --forever worker waits for the database with backoff, as it does mid-run: started
+        while PostgreSQL restarts, it would otherwise exit and its supervisor crash-loop it.
+        One cron tick fails fast instead, so that a wrong DATABASE_URL is reported at once.
+        """
+        while not self.stop_requested:
+            try:
+                self.link.fetch(statements.REGISTER_WORKER,
+                                {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+                                 "job_types": registry.names()})
+                return True
+            except DatabaseUnavailable as exc:
+                if not self.forever:
+                    raise
+                self._wait_for_database(exc)
+        return False
+
+    def tick(self):
+        """One pass: the duties that are due (in the order given), then claim due runs for the
+        free slots.
+
+        Returns whether it found work.
+        """
+        did_work = False
+        now = time.monotonic()
+        # Before claiming, so that a slot a duty materialised is claimed in this same tick.
+        for duty in self.duties:
+            if now >= duty.next_at:
+                self._flush()
+                found = duty.run(self.link)
+                did_work = did_work or found
+                duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
+        if self.claims_in_doubt:
+            self._release_lost_claims()
+        free = self.concurrency - self.busy
+        if free <= 0:
+            return did_work
+        rows = self._finish_and_claim(free)
+        for row in rows:
+            self._start(*row)
+        self.more_due = len(rows) == free
+        return did_work or bool(rows)
+
+    def _wait_seconds(self, now, next_beat, drain_until, claiming):
+        """How long the loop may sleep before it has something to do."""
+        if claiming and self.more_due and self.busy < self.concurrency:
+            return 0
+        wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
+        if drain_until is not None:
+            wake.append(drain_until)
+        wait = min(wake) - now
+        if claiming and self.busy < self.concurrency:
+            wait = min(wait, self.poll_interval)
+        return max(wait, 0)
+
+    # -- runs starting and ending --------------------------------------------------------
+
+    def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id,
+               run_timeout, run_lease, backoff_base, backoff_cap):
+        job = registry.get(job_type)
+        ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
+                         _extend_lease=self.extend_lease)
+        # A definition's own settings (copied onto its runs) come before the job type's.
+        timeout = run_timeout or job.timeout or self.default_timeout
+        deadline = time.monotonic() + timeout if timeout else None
+        # A definition may lengthen the lease, never shorten it: heartbeats come every third
+        # of this worker's lease, and a shorter one would expire between two of them.
+        self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
+                                 (backoff_base, backoff_cap))
+        self.busy += 1
+        run_event(log, logging.INFO, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
+                  attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
+        self.pool.submit(self.held[run_id])
+
+    def _collect(self, wait):
+        """Take what handler threads reported, waiting up to `wait` seconds for the first."""
+        try:
+            items = [self.finished.get(timeout=wait) if wait > 0 else self.finished.get_nowait()]
+        except queue.Empty:
+            return
+        while True:
+            try:
+                items.append(self.finished.get_nowait())
+            except queue.Empty:
+                break
+        for item in items:
+            if item is not _WAKE:
+                self._handler_returned(item)
+
+    def _handler_returned(self, finished):
+        self.busy -= 1
+        held = finished.held
+        ctx = held.ctx
+        if self.held.get(ctx.run_id) is not held:
+            # Timed out or lease lost: the attempt was already finished without this result.
+            log.warning("run %d %s: attempt %d returned after this worker gave it up; result ignored",
+                        ctx.run_id, ctx.job_type, ctx.attempt)
+            return
+        del self.held[ctx.run_id]
+        self.pending.append(self.failures.outcome_of(self.id, finished, stopping=bool(self.stop_requested)))
+
+    def _expire_timeouts(self):
+        now = time.monotonic()
+        for run_id, held in list(self.held.items()):
+            if held.deadline is not None and now >= held.deadline:
+                timeout = held.timeout
+                del self.held[run_id]
+                held.ctx.cancel_event.set()
+                log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
+                            held.ctx.attempt, timeout)
+                self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
+                                                         f"timed out after {timeout:g} seconds",
+                                                         backoff=held.backoff))
+
+    def _cancel_held(self, why):
+        for held in self.held.values():
+            held.ctx.cancel_event.set()
+        if self.held:
+            log.info("%s: asked %d running job(s) to stop", why, len(self.held))
+
+    # -- writing to the database ---------------------------------------------------------
+
+    def _flush(self):
+        """Write every pending outcome in one FINISH_RUNS statement."""
+        self._finish_and_claim(0)
+
+    def _finish_and_claim(self, free):
+        """Write pending outcomes and claim up to `free` runs in one transaction; the claimed rows.
+
+        Finish before claiming: a slot's next run starts after its last one ended. Together
+        they cost one round trip and one commit, the worker's main cost with no-op jobs.
+        """
+        outcomes, self.pending = self.pending, []
+        batch = [(statements.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
+        if free:
+            batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease,
+                                                  "job_types": registry.names(), "limit": free}))
+        if not batch:
+            return []
+        try:
+            results = self.link.fetch_together(batch)
+        except DatabaseUnavailable:
+            self.pending = outcomes + self.pending  # written again once the database is back
+            raise
+        if outcomes:
+            self.done += log_finished(outcomes, results[0])
+        return results[-1] if free else []
+
+    def _heartbeat(self):
+        if self.held:
+            held = list(self.held.values())
+            rows = self.link.fetch(statements.EXTEND_LEASES, {
+                "worker": self.id, "ids": [h.ctx.run_id for h in held],
+                "attempts": [h.ctx.attempt for h in held], "leases": [h.lease for h in held]})
+            kept = {run_id: cancel_requested for run_id, cancel_requested in rows}
+            for h in held:
+                if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
+                    h.cancel_requested = True
+                    h.ctx.cancel_event.set()
+                    log.info("run %d %s: cancelled by an operator; asking the handler to stop",
+                             h.ctx.run_id, h.ctx.job_type)
+                if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
+                    del self.held[h.ctx.run_id]
+                    h.ctx.cancel_event.set()
+                    log.warning("run %d %s: lease lost (another worker took it over or it was "
+                                "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
+        self.link.fetch(statements.WORKER_SEEN, {"worker": self.id, "done": self.done})
+        self.done = 0
+
+    def extend_lease(self, ctx, seconds=None):
+        """JobContext.extend_lease: called from a handler thread."""
+        held = self.held.get(ctx.run_id)
+        if held is None or held.ctx is not ctx:
+            return False
+        held.lease = float(seconds or self.lease)
+        try:
+            rows = self.link.fetch(statements.EXTEND_LEASES, {
+                "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})
+        except DatabaseUnavailable as exc:
+            log.warning("run %d: could not extend its lease: %s", ctx.run_id, exc)
+            return False
+        return bool(rows)
+
+    def _release_lost_claims(self):
+        """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
+        known = list(self.held) + [o.run_id for o in self.pending]
+        for run_id, job_type, attempt in self.link.fetch(statements.LOST_CLAIMS, {"worker": self.id, "known": known}):
+            log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
+                        "the queue", run_id, job_type, attempt)
+            self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
+                                        error_type="interrupted", error=f"worker {self.id}: claimed while "
+                                        "the database connection broke, never started"))
+        self.claims_in_doubt = False
+
+    def _wait_for_database(self, exc):
+        self.claims_in_doubt = True
+        log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
+        deadline = time.monotonic() + self.reconnect_delay
+        self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_MAX_DELAY)
+        while not self.stop_requested and (left := deadline - time.monotonic()) > 0:
+            self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
+
+    def _shut_down(self):
+        if self.listener is not None:
+            self.listener.stop()
+        leftover = list(self.held.values())
+        self.held.clear()
+        for held in leftover:
+            log.warning("run %d %s: still running at the shutdown deadline; released back to the queue",
+                        held.ctx.run_id, held.ctx.job_type)
+            self.pending.append(self.failures.interrupted(self.id, held.ctx, "shut down before the run finished"))
+        try:
+            self._flush()
+            self.link.fetch(statements.WORKER_STOPPED, {"worker": self.id, "done": self.done})
+        except DatabaseUnavailable as exc:
+            log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
+                      "another worker will retry them", len(self.pending), exc)
+        self.link.close()
+        for duty in self.duties:
+            duty.stop()
+        log.info("worker %s stopped", self.id)
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore():
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def request_stop(self, signum=None, frame=None):
+        """Signal handler: only sets the flag and wakes the loop."""
+        self.stop_requested += 1
+        self.finished.put(_WAKE)
+

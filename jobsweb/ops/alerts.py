@@ -1,0 +1,343 @@
+"""Alerts: incidents that worker ticks open and resolve, and the notifications they queue.
+
+An incident is one problem, notified once when it opens and once when it clears:
+- overdue: a definition's slot is past its grace and nothing of it is queued or running
+  (the ticks stopped), or its run has waited queued past the grace (no worker takes it, or
+  none handles its job type);
+- failing: a definition's dead runs in a row reached its alert_after_failures; runs of
+  definitions alert only through this threshold, so set it to 1 to hear about every dead run;
+  (both from scheduling/definitions.py's problems(), which the dashboard reads too)
+- dead: a run enqueued outside any definition died. One open incident per job type counts
+  every run of that type that dies while it is open, so a hundred dead invoices are one alert.
+Each clears with the next success: a run of the definition that started after the incident
+began, or for dead, a later run of the job type (or a dead one retried) that succeeded.
+An overdue or failing incident also clears when its definition is deleted, and an overdue
+one when it is paused.
+
+evaluate() does all of this in one transaction, notifications included (rows in
+alert_deliveries, sent by notify.py): an incident exists exactly when its notification was
+queued. Exactly once across workers: evaluations take a transaction-level advisory lock
+(a worker that finds it taken skips its turn), and the unique partial indexes on open
+incidents refuse a second one whatever happens.
+"""
+
+import logging
+import threading
+
+from sqlalchemy.exc import OperationalError
+
+from . import notify
+from ..core.database import db, execute
+from ..core.models import AlertDelivery, AlertIncident
+from ..engine.worker import Duty
+from ..scheduling import definitions
+
+log = logging.getLogger("jobsweb.alerts")
+
+INCIDENT_KINDS = ("overdue", "failing", "dead")
+EVALUATE_EVERY = 5.0  # seconds between evaluations in one worker process
+# Dead runs are looked for among those that died this recently: the anti-join against
+# alert_incident_runs then stays small however many dead runs the table keeps. Every
+# worker tick evaluates, so only an hour with no worker at all could miss one (and that
+# hour shows up as overdue definitions).
+DEAD_LOOKBACK_SECONDS = 3600
+DEAD_RUNS_PER_PASS = 1000
+# A finished attempt becomes visible when its transaction commits, stamped with the time the
+# transaction began: FINISH_RUNS is one statement, so a minute is far more than it takes.
+COMMIT_MARGIN_SECONDS = 60
+ERROR_CHARS = 300  # of a run's error, quoted in a notification
+LOCK_KEY = 0x6A6F6273  # pg advisory lock id of the alerts evaluation ('jobs')
+
+TAKE_TURN = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
+# Open an overdue or failing incident unless one is open; RETURNING tells the winner.
+# Uses unique index alert_incidents_open_definition.
+OPEN_DEFINITION_INCIDENT = """
+INSERT INTO alert_incidents (kind, definition_id, subject, summary, since)
+VALUES (%(kind)s, %(definition_id)s, %(subject)s, %(summary)s, coalesce(%(since)s, now()))
+ON CONFLICT (definition_id, kind) WHERE resolved_at IS NULL AND definition_id IS NOT NULL DO NOTHING
+RETURNING id
+"""
+
+# Close overdue and failing incidents: a run of the definition that started at or after the
+# incident began succeeded (last_run_at is the start of its newest finished run), or the
+# definition went away. Guarded by resolved_at IS NULL: a second evaluator resolves nothing.
+RESOLVE_DEFINITION_INCIDENTS = """
+UPDATE alert_incidents i
+SET resolved_at = now(),
+    resolution = CASE
+        WHEN d.id IS NULL THEN 'the definition was deleted'
+        WHEN i.kind = 'overdue' AND NOT d.enabled THEN 'the definition was paused'
+        ELSE 'a run started at ' || to_char(d.last_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+             || ' UTC succeeded'
+    END
+FROM alert_incidents o
+LEFT JOIN job_definitions d ON d.id = o.definition_id
+WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind IN ('overdue', 'failing')
+  AND (d.id IS NULL
+       OR (i.kind = 'overdue' AND NOT d.enabled)
+       OR (d.last_status = 'succeeded' AND d.last_run_at >= i.since))
+RETURNING i.id
+"""
+
+# Close dead incidents: a run of the job type at least as new as the first dead one (or
+# that one, retried) succeeded after the newest death counted. Successes are found through
+# the attempts that finished since the previous pass (index job_attempts_finished_outcome), so a
+# pass reads about a minute of attempts however long the incident has been open, rather than
+# every run of the type since it began. It looks back COMMIT_MARGIN past the previous pass: an
+# attempt's finished_at is its transaction's start, and it becomes visible only at commit.
+RESOLVE_DEAD_INCIDENTS = """
+UPDATE alert_incidents i
+SET resolved_at = now(), resolution = 'run ' || ok.run_id || ' succeeded'
+FROM alert_incidents o
+CROSS JOIN LATERAL (
+    SELECT a.run_id FROM job_attempts a JOIN job_runs s ON s.id = a.run_id
+    WHERE a.finished_at > greatest(o.last_failure_at, o.checked_at - make_interval(secs => %(margin)s))
+      AND a.outcome = 'succeeded' AND s.job_type = o.job_type AND s.id >= o.run_id
+    ORDER BY a.finished_at
+    LIMIT 1
+) ok
+WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind = 'dead'
+RETURNING i.id
+"""
+
+DEAD_INCIDENTS_CHECKED = "UPDATE alert_incidents SET checked_at = now() WHERE kind = 'dead' AND resolved_at IS NULL"
+
+# Runs outside any definition that died recently and that no incident has counted yet.
+# Uses index job_runs_dead_finished and alert_incident_runs' primary key.
+NEW_DEAD_RUNS = """
+SELECT r.id, r.job_type, r.finished_at, r.attempts, r.error_type, r.last_error
+FROM job_runs r
+WHERE r.status = 'dead' AND r.definition_id IS NULL
+  AND r.finished_at > now() - make_interval(secs => %(lookback)s)
+  AND NOT EXISTS (SELECT 1 FROM alert_incident_runs l WHERE l.run_id = r.id AND l.attempt = r.attempts)
+ORDER BY r.id
+LIMIT %(limit)s
+"""
+
+# Uses unique index alert_incidents_open_job_type.
+OPEN_DEAD_INCIDENT = """
+INSERT INTO alert_incidents (kind, job_type, subject, summary, since, last_failure_at, run_id)
+VALUES ('dead', %(job_type)s, %(job_type)s, %(summary)s, %(since)s, %(last_failure_at)s, %(run_id)s)
+ON CONFLICT (job_type) WHERE resolved_at IS NULL AND kind = 'dead' DO NOTHING
+RETURNING id
+"""
+
+OPEN_DEAD_INCIDENT_ID = """
+SELECT id FROM alert_incidents WHERE job_type = %(job_type)s AND kind = 'dead' AND resolved_at IS NULL
+"""
+
+# Count deaths into an incident; one already counted (primary key) is not counted again.
+COUNT_DEAD_RUNS = """
+WITH counted AS (
+    INSERT INTO alert_incident_runs (run_id, attempt, incident_id)
+    SELECT run_id, attempt, %(incident_id)s
+    FROM unnest(%(run_ids)s::bigint[], %(attempts)s::int[]) AS d(run_id, attempt)
+    ON CONFLICT (run_id, attempt) DO NOTHING
+    RETURNING run_id
+)
+UPDATE alert_incidents
+SET run_count = run_count + (SELECT count(*) FROM counted),
+    last_failure_at = greatest(last_failure_at, %(last_failure_at)s)
+WHERE id = %(incident_id)s
+"""
+
+
+OPEN_DEFINITION_INCIDENT_KEYS = """
+SELECT definition_id, kind FROM alert_incidents WHERE resolved_at IS NULL AND definition_id IS NOT NULL
+"""
+
+# The newest dead run of a failing definition, quoted in its notification. Uses index
+# job_runs_definition.
+NEWEST_DEAD_RUN = """
+SELECT id, error_type, last_error FROM job_runs
+WHERE definition_id = %(definition_id)s AND status = 'dead'
+ORDER BY id DESC LIMIT 1
+"""
+
+INCIDENT_WITH_ROUTING = """
+SELECT i.*, d.alert_webhook_url, d.alert_email_to FROM alert_incidents i
+LEFT JOIN job_definitions d ON d.id = i.definition_id
+WHERE i.id = %(id)s
+"""
+
+
+def evaluate():
+    """Open and resolve incidents and queue their notifications; commit. Returns
+    (opened ids, resolved ids), or None when another worker was evaluating."""
+    try:
+        if not execute(TAKE_TURN, {"key": LOCK_KEY}).scalar():
+            db.session.rollback()
+            return None
+        resolved = [row[0] for row in execute(RESOLVE_DEFINITION_INCIDENTS)]
+        resolved += [row[0] for row in execute(RESOLVE_DEAD_INCIDENTS, {"margin": COMMIT_MARGIN_SECONDS})]
+        execute(DEAD_INCIDENTS_CHECKED)
+        opened = _open_definition_incidents() + _open_dead_incidents()
+        for incident_id in resolved:
+            _queue(incident_id, "resolved")
+        for incident_id in opened:
+            _queue(incident_id, "opened")
+        db.session.commit()
+    except BaseException:
+        db.session.rollback()
+        raise
+    return opened, resolved
+
+
+def _open_definition_incidents():
+    # Definitions with an incident open already are left out before inserting: ON CONFLICT
+    # would refuse them anyway, but only after taking an id from the sequence each pass.
+    already = {tuple(row) for row in execute(OPEN_DEFINITION_INCIDENT_KEYS)}
+    opened = []
+    for problem in definitions.problems(skip=already):
+        d, run = problem.definition, problem.run
+        if problem.kind == "failing":
+            error = execute(NEWEST_DEAD_RUN, {"definition_id": d.id}).first()
+            summary = f"{d.name} has failed its last {d.failure_count} runs"
+            if error is not None:
+                summary += f"; run {error.id} died with {_error(error.error_type, error.last_error)}"
+            opened += _open_for_definition("failing", d, summary + ".", d.last_run_at)
+        elif run is None:
+            summary = (f"{d.name} is overdue: its run due at {_utc(d.next_run_at)} has not started and "
+                       "nothing of it is queued or running. Is cron or a worker running?")
+            opened += _open_for_definition("overdue", d, summary, d.next_run_at)
+        else:
+            summary = (f"{d.name} is overdue: its run {run.id}, due at {_utc(run.run_at)}, is still queued and "
+                       f"no worker has taken it. Is a worker running that handles job type {d.job_type}?")
+            opened += _open_for_definition("overdue", d, summary, run.run_at)
+    return opened
+
+
+def _open_for_definition(kind, d, summary, since):
+    row = execute(OPEN_DEFINITION_INCIDENT, {
+        "kind": kind, "definition_id": d.id, "subject": d.name, "summary": summary, "since": since,
+    }).first()
+    return [row[0]] if row else []
+
+
+def _open_dead_incidents():
+    rows = execute(NEW_DEAD_RUNS, {"lookback": DEAD_LOOKBACK_SECONDS, "limit": DEAD_RUNS_PER_PASS}).all()
+    by_type = {}
+    for row in rows:
+        by_type.setdefault(row.job_type, []).append(row)
+    opened = []
+    for job_type, runs in by_type.items():
+        first = runs[0]  # the oldest run: a success of any newer one clears the incident
+        since = min(r.finished_at for r in runs)
+        last_failure_at = max(r.finished_at for r in runs)
+        summary = (f"run {first.id} of {job_type} is dead after {first.attempts} "
+                   f"attempt{'s' if first.attempts != 1 else ''}: {_error(first.error_type, first.last_error)}")
+        if len(runs) > 1:
+            summary += f" ({len(runs) - 1} more {job_type} run{'s' if len(runs) > 2 else ''} died with it)"
+        incident_id = execute(OPEN_DEAD_INCIDENT_ID, {"job_type": job_type}).scalar()
+        if incident_id is None:
+            row = execute(OPEN_DEAD_INCIDENT, {
+                "job_type": job_type, "summary": summary + ".", "since": since,
+                "last_failure_at": last_failure_at, "run_id": first.id}).first()
+            if row is None:
+                continue  # another evaluator opened one just now: counted into it next pass
+            incident_id = row[0]
+            opened.append(incident_id)
+        execute(COUNT_DEAD_RUNS, {
+            "run_ids": [r.id for r in runs], "attempts": [r.attempts for r in runs], "incident_id": incident_id,
+            "last_failure_at": last_failure_at})
+    return opened
+
+
+def _queue(incident_id, event):
+    """Add the notifications of one incident event, one per channel, to the session."""
+    incident = execute(INCIDENT_WITH_ROUTING, {"id": incident_id}).first()
+    if event == "opened":
+        subject = f"jobsweb ALERT: {incident.subject} {_KIND_WORDS[incident.kind]}"
+        body = incident.summary
+        log.warning("incident %d opened: %s", incident.id, incident.summary)
+    else:
+        subject = f"jobsweb RESOLVED: {incident.subject} {_KIND_WORDS[incident.kind]}"
+        body = (f"Resolved: {incident.subject} {_KIND_WORDS[incident.kind]} since {_utc(incident.since)}; "
+                f"{incident.resolution}.")
+        log.info("incident %d resolved: %s", incident.id, incident.resolution)
+    link = notify.incident_link(incident_id)
+    if link:
+        body += f"\n{link}"
+    data = {"event": event, "incident_id": incident.id, "kind": incident.kind,
+            "subject": incident.subject, "definition_id": incident.definition_id,
+            "job_type": incident.job_type, "summary": incident.summary,
+            "since": incident.since.isoformat(), "resolution": incident.resolution, "url": link}
+    for channel, target in notify.routes(incident.alert_webhook_url, incident.alert_email_to):
+        db.session.add(AlertDelivery(incident_id=incident.id, event=event, channel=channel, target=target,
+                                     subject=subject, body=body, data=data))
+
+
+_KIND_WORDS = {"overdue": "is overdue", "failing": "is failing", "dead": "has dead runs"}
+
+
+def open_incidents(definition_id=None):
+    """Open incidents, oldest first; only those of one definition when given."""
+    stmt = db.select(AlertIncident).where(AlertIncident.resolved_at.is_(None)).order_by(AlertIncident.id)
+    if definition_id is not None:
+        stmt = stmt.where(AlertIncident.definition_id == definition_id)
+    return db.session.scalars(stmt).all()
+
+
+def _utc(moment):
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "never"
+
+
+def _error(error_type, message):
+    message = " ".join((message or "").split())
+    if len(message) > ERROR_CHARS:
+        message = message[:ERROR_CHARS - 1] + "…"
+    return f"{error_type or 'error'}: {message}" if message else (error_type or "an error")
+
+
+class Alerter:
+    """A worker's share of alerting: evaluate every EVALUATE_EVERY seconds from the loop
+    (a few short statements), and send due notifications on a thread of its own, so that a
+    slow webhook or SMTP server never delays claims, heartbeats or completions."""
+
+    def __init__(self, app):
+        self.app = app
+        self.sender = None
+        self.stopping = threading.Event()
+
+    def duty(self):
+        """Alerting as a worker duty: it never finds work that keeps a cron tick going."""
+        return Duty("alerts", self.evaluate_and_send, every=EVALUATE_EVERY, stop=self.stop)
+
+    def evaluate_and_send(self, link=None):
+        """Evaluate, then start the sender if something is waiting to be sent; never raises.
+
+        Runs in its own app context and session, not on the worker's connection (`link`)."""
+        try:
+            with self.app.app_context():
+                evaluate()
+                due = notify.any_due()
+        except OperationalError as exc:
+            log.warning("alerts: database unavailable (%s); next try in %gs",
+                        str(exc.orig).strip().splitlines()[0] if exc.orig else exc, EVALUATE_EVERY)
+            return False
+        except Exception:  # a bug here must not stop the worker from running jobs
+            log.exception("alerts: evaluation failed; next try in %gs", EVALUATE_EVERY)
+            return False
+        if due and (self.sender is None or not self.sender.is_alive()):
+            self.sender = threading.Thread(target=self._send, name="jobsweb-alerts", daemon=True)
+            self.sender.start()
+        return False
+
+    def _send(self):
+        try:
+            with self.app.app_context():
+                notify.deliver_due(self.stopping)
+        except Exception:
+            log.exception("alerts: sending failed; pending notifications are tried again later")
+
+    def stop(self):
+        """At worker exit: give the sender JOBSWEB_ALERT_TIMEOUT to send what is due (a cron
+        tick exits right after it opened an incident, and should not leave its notification
+        to the next tick), then let a send in progress finish and start no other."""
+        if self.sender is None:
+            return
+        timeout = self.app.config["JOBSWEB_ALERT_TIMEOUT"]
+        self.sender.join(timeout)
+        self.stopping.set()
+        self.sender.join(timeout)

@@ -1,0 +1,99 @@
+"""Retention: delete finished runs (and their attempts) older than their status's setting.
+
+Run daily by the built-in `jobsweb.prune` definition (migration 0007_retention), whose job type
+is defined here, and by `flask jobs prune [--dry-run]`. Deletes go in batches of JOBSWEB_PRUNE_BATCH runs, each its own
+short transaction, so that workers claiming and finishing runs never wait long behind it and
+autovacuum can reclaim the space as it goes. `failed` runs will be retried: never pruned.
+"""
+
+from dataclasses import dataclass
+
+from flask import current_app
+
+from ..core.database import db, execute
+from ..engine.registry import job
+from ..engine.statements import PRUNE_RUNS
+
+# status -> the setting that says how many days its runs are kept (0: forever).
+RETENTION = {
+    "succeeded": "JOBSWEB_RETAIN_SUCCEEDED",
+    "dead": "JOBSWEB_RETAIN_DEAD",
+    "cancelled": "JOBSWEB_RETAIN_CANCELLED",
+    "skipped": "JOBSWEB_RETAIN_SKIPPED",
+    "missed": "JOBSWEB_RETAIN_MISSED",
+}
+WORKER_RETAIN_DAYS = 30  # rows of worker processes not seen for this long are deleted too
+
+# What PRUNE_RUNS (engine/statements.py) would delete, for --dry-run. Uses index job_runs_prunable.
+PRUNABLE = """
+SELECT count(*), min(finished_at), max(finished_at),
+       (SELECT count(*) FROM job_attempts a WHERE a.run_id IN (
+           SELECT id FROM job_runs WHERE status = %(status)s
+             AND finished_at < now() - make_interval(days => %(days)s)))
+FROM job_runs
+WHERE status = %(status)s AND finished_at < now() - make_interval(days => %(days)s)
+"""
+
+PRUNE_WORKERS = """
+DELETE FROM job_workers WHERE last_seen_at < now() - make_interval(days => %(days)s)
+"""
+
+
+@dataclass
+class Pruned:
+    """What was (or, for a dry run, would be) deleted for one status."""
+
+    status: str
+    days: int
+    runs: int = 0
+    attempts: int = 0
+    oldest: object = None  # finished_at of the oldest such run (dry run only)
+    newest: object = None
+
+
+def policy(config=None):
+    """[(status, days)] for every status that is pruned at all."""
+    config = config or current_app.config
+    return [(status, config[setting]) for status, setting in RETENTION.items() if config[setting] > 0]
+
+
+def dry_run():
+    """[Pruned] for each pruned status: what a prune now would delete."""
+    out = []
+    for status, days in policy():
+        runs, oldest, newest, attempts = execute(PRUNABLE, {"status": status, "days": days}).one()
+        out.append(Pruned(status, days, runs, attempts, oldest, newest))
+    db.session.rollback()
+    return out
+
+
+def prune(stop=lambda: None, batch=None):
+    """Delete what retention says, a batch per transaction; returns ([Pruned], workers deleted).
+
+    `stop` is called between batches and may raise to end early (a handler's
+    raise_if_cancelled): every batch already committed stays deleted.
+    """
+    batch = batch or current_app.config["JOBSWEB_PRUNE_BATCH"]
+    out = []
+    for status, days in policy():
+        done = Pruned(status, days)
+        out.append(done)
+        while True:
+            stop()
+            runs, attempts = execute(PRUNE_RUNS, {"status": status, "days": days, "batch": batch}).one()
+            db.session.commit()
+            done.runs += runs
+            done.attempts += attempts
+            if runs < batch:
+                break
+    workers = execute(PRUNE_WORKERS, {"days": WORKER_RETAIN_DAYS}).rowcount
+    db.session.commit()
+    return out, workers
+
+
+@job("jobsweb.prune", max_attempts=3)
+def prune_job(ctx):
+    """Delete finished runs past their retention (JOBSWEB_RETAIN_*), a small batch at a time."""
+    pruned, workers = prune(stop=ctx.raise_if_cancelled)
+    return {"deleted": {p.status: p.runs for p in pruned},
+            "attempts": sum(p.attempts for p in pruned), "workers": workers}

@@ -1,0 +1,140 @@
+"""What the dashboard shows, each from a query an index keeps small on a million-run table."""
+
+from datetime import timedelta
+
+from flask import current_app
+
+from ..core.database import execute
+from ..engine.statements import ACTIVE_STATUSES
+
+# Below this many rows an exact count is cheap; above it, finished statuses are estimated.
+EXACT_COUNT_LIMIT = 100_000
+
+# Active runs are a small set; index job_runs_status_id answers this with an index-only scan.
+ACTIVE_COUNTS = """
+SELECT status, count(*) FROM job_runs WHERE status IN ('queued', 'running', 'failed') GROUP BY status
+"""
+
+ALL_COUNTS = "SELECT status, count(*) FROM job_runs GROUP BY status"
+
+# Finished runs are most of a big table: estimated from the planner's statistics (ANALYZE,
+# autovacuum) instead of counted.
+ESTIMATED_COUNTS = """
+SELECT v.status, round(c.reltuples * v.freq)::bigint
+FROM pg_class c
+JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = 'job_runs' AND s.attname = 'status'
+CROSS JOIN unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
+WHERE c.oid = 'job_runs'::regclass
+"""
+
+TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = 'job_runs'::regclass"
+
+# Uses index job_runs_claimable: due runs waiting for a worker, and how long the oldest waited.
+DUE_NOW = """
+SELECT count(*), extract(epoch FROM now() - min(run_at))
+FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()
+"""
+
+# Due runs by job type (index job_runs_claimable). Workers claim only the types they have a
+# handler for, so a run of a type none of them knows (a typo in an INSERT, a handler module
+# missing from JOBSWEB_HANDLERS) would otherwise wait silently forever.
+# Due runs by job type, for the types that no worker seen within :window seconds handles
+# (job_workers.job_types; NULL is a worker from before 0008, which may handle anything).
+# A worker that exits between cron ticks still counts: crontab mode has no worker alive most
+# of the time. Groups first, so the NOT EXISTS runs once per job type, not per run.
+UNHANDLED_WINDOW = 3600  # seconds: workers seen this recently say which job types are handled
+UNHANDLED_DUE = """
+SELECT due.job_type, due.n FROM (
+    SELECT job_type, count(*) AS n FROM job_runs
+    WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type
+) due
+WHERE NOT EXISTS (
+    SELECT 1 FROM job_workers w
+    WHERE w.last_seen_at > now() - make_interval(secs => %(window)s)
+      AND (w.job_types IS NULL OR due.job_type = ANY (w.job_types))
+)
+"""
+
+# Running runs whose lease ran out and that lease recovery has not failed yet: their worker
+# stopped heartbeating. Uses index job_runs_running_lease.
+RUNS_PAST_LEASE = """
+SELECT id, job_type, locked_by, locked_until FROM job_runs
+WHERE status = 'running' AND locked_until < now() ORDER BY locked_until LIMIT 10
+"""
+
+# Uses index job_runs_status_id.
+RECENT_DEAD = """
+SELECT id, job_type, error_type, last_error, finished_at FROM job_runs
+WHERE status = 'dead' ORDER BY id DESC LIMIT 8
+"""
+
+RECENT_WORKERS = """
+SELECT id, host, pid, last_seen_at, runs_done FROM job_workers
+WHERE stopped_at IS NULL AND last_seen_at > now() - interval '5 minutes' ORDER BY last_seen_at DESC
+"""
+
+# Hourly buckets from :since to the current hour by the database clock, empty hours included;
+# each hour is a range scan of index job_attempts_finished_outcome, index-only because no
+# column outside it is read (an empty hour's NULL outcome matches neither FILTER).
+HOURLY_OUTCOMES = """
+SELECT h.hour,
+       count(*) FILTER (WHERE a.outcome = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE a.outcome = 'failed') AS failed
+FROM generate_series(greatest(CAST(%(since)s AS timestamptz), date_trunc('hour', now()) - interval '23 hours'),
+                     date_trunc('hour', now()), interval '1 hour') AS h(hour)
+LEFT JOIN job_attempts a ON a.finished_at >= h.hour AND a.finished_at < h.hour + interval '1 hour'
+GROUP BY h.hour
+ORDER BY h.hour
+"""
+
+CHART_HOURS = 24
+CURRENT_HOUR = "SELECT date_trunc('hour', now())"
+
+
+def status_counts():
+    """{status: (count, exact?)}: exact for active runs, estimated for finished ones on big tables."""
+    if execute(TABLE_ESTIMATE).scalar() < EXACT_COUNT_LIMIT:
+        return {status: (n, True) for status, n in execute(ALL_COUNTS)}
+    counts = {status: (n, False) for status, n in execute(ESTIMATED_COUNTS)
+              if status not in ACTIVE_STATUSES}
+    counts.update({status: (n, True) for status, n in execute(ACTIVE_COUNTS)})
+    return counts
+
+
+def unknown_due_types():
+    """{job_type: due runs} for due runs of job types no recently seen worker handles."""
+    return dict(execute(UNHANDLED_DUE, {"window": UNHANDLED_WINDOW}).all())
+
+
+def hourly_chart():
+    """24 hourly buckets, oldest first: (hour, succeeded, failed).
+
+    An hour that has ended no longer changes (attempts are written with the database's now()),
+    so its counts are kept per app: a refresh counts only the current hour and any hour not
+    yet seen, instead of a whole day of attempts (hundreds of thousands at a few a second).
+    """
+    done = current_app.extensions.setdefault("jobsweb_chart_hours", {})
+    now_hour = execute(CURRENT_HOUR).scalar()
+    hours = [now_hour - timedelta(hours=n) for n in range(CHART_HOURS - 1, -1, -1)]
+    since = next((h for h in hours[:-1] if h not in done), now_hour)
+    fresh = {row.hour: tuple(row) for row in execute(HOURLY_OUTCOMES, {"since": since})}
+    for hour in list(done):
+        if hour < hours[0]:
+            del done[hour]
+    done.update((hour, row) for hour, row in fresh.items() if hour < now_hour)
+    return [fresh.get(hour) or done[hour] for hour in hours]
+
+
+def overview():
+    """Everything on the dashboard, as one dict for the template."""
+    due, oldest = execute(DUE_NOW).one()
+    return {
+        "counts": status_counts(),
+        "due": due,
+        "oldest_due_seconds": float(oldest) if oldest is not None else None,
+        "expired": execute(RUNS_PAST_LEASE).all(),
+        "unknown_types": unknown_due_types(),
+        "dead": execute(RECENT_DEAD).all(),
+        "workers": execute(RECENT_WORKERS).all(),
+        "chart": hourly_chart(),
+    }

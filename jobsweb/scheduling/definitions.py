@@ -1,0 +1,227 @@
+"""Job definitions: define (create or update by name), pause, resume, run now, and what is
+wrong with them now (overdue, stuck, failing), which alerts, the dashboard and /metrics read.
+
+Every input is checked before anything is written, and each error names its field. Slot
+times come from the database clock (`now()` of the same transaction).
+
+define, pause, resume and run_now write in the caller's db.session and leave the commit to
+the caller, so that a change and what goes with it (the admin's audit entry) commit together.
+"""
+
+from dataclasses import dataclass
+
+from flask import current_app
+from sqlalchemy import case, exists, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import aliased
+
+from ..core.database import db, execute
+from ..core.errors import InvalidInput, check_emails, check_url
+from ..core.models import JobDefinition, JobRun
+from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
+from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
+from .schedule import Schedule
+
+NAME_MAX_CHARS = 200
+DEFAULT_GRACE = 300  # seconds a slot may be late before the definition counts as overdue
+FAILING_AFTER = 2  # default consecutive dead runs that make a definition "failing" (and alert)
+URL_MAX_CHARS = 2000
+MISFIRE_POLICIES = ("latest", "all", "skip")
+OVERLAP_POLICIES = ("skip", "queue", "allow")
+
+
+def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
+           overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
+           lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
+           alert_webhook_url=None, alert_email_to=None):
+    """Create the definition `name`, or update it; return it.
+
+    next_run_at is recomputed when the schedule or timezone changes (or the definition is
+    new); otherwise the pending slot is kept. A paused definition stays paused.
+    """
+    config = current_app.config
+    name = _check_name(name)
+    registered = check_job_type(job_type)
+    parsed = Schedule(schedule, timezone)
+    payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+    max_attempts = check_max_attempts(max_attempts, registered, config)
+    _check_choice("overlap", overlap, OVERLAP_POLICIES)
+    _check_choice("misfire", misfire, MISFIRE_POLICIES)
+    _check_whole("grace_seconds", grace_seconds, minimum=0)
+    for field, value in (("timeout", timeout), ("lease", lease), ("backoff_base", backoff_base),
+                         ("backoff_cap", backoff_cap)):
+        _check_seconds(field, value)
+    if backoff_base and backoff_cap and backoff_cap < backoff_base:
+        raise InvalidInput("backoff_cap", "must be at least backoff_base")
+    _check_whole("alert_after_failures", alert_after_failures, minimum=1)
+    alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
+
+    now = db.session.scalar(select(func.now()))
+    values = dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
+                  timezone=parsed.tz.key, max_attempts=max_attempts, overlap_policy=overlap,
+                  misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
+                  lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
+                  alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
+                  alert_email_to=alert_email_to, next_run_at=parsed.next_after(now))
+    table = JobDefinition.__table__
+    stmt = insert(table).values(**values)
+    # An unchanged schedule keeps its pending slot: re-running a deploy script that defines
+    # every job must not push a slot that is due in a second to the next day.
+    keep = (table.c.schedule.is_not_distinct_from(stmt.excluded.schedule)
+            & table.c.timezone.is_not_distinct_from(stmt.excluded.timezone)
+            & table.c.next_run_at.is_not(None))
+    # One statement, so two people defining one name at once cannot both insert.
+    stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={
+        **{key: stmt.excluded[key] for key in values if key not in ("name", "next_run_at")},
+        "next_run_at": case((keep, table.c.next_run_at), else_=stmt.excluded.next_run_at),
+        "updated_at": func.now(),
+    }).returning(table.c.id)
+    definition_id = db.session.execute(stmt).scalar_one()
+    # populate_existing: the caller may hold this definition already, loaded before the upsert.
+    return db.session.get(JobDefinition, definition_id, populate_existing=True)
+
+
+def get(name):
+    """The definition called `name`, or InvalidInput naming `name`."""
+    definition = db.session.scalar(select(JobDefinition).where(JobDefinition.name == name))
+    if definition is None:
+        raise InvalidInput("name", f"no job definition is called {name!r}")
+    return definition
+
+
+def all_definitions():
+    """Every definition, by name."""
+    return db.session.scalars(select(JobDefinition).order_by(JobDefinition.name)).all()
+
+
+def pause(name):
+    """Stop materialising slots of `name`; runs already created are left alone."""
+    definition = _locked(name)
+    definition.enabled = False
+    definition.updated_at = func.now()
+    return definition
+
+
+def resume(name):
+    """Materialise `name` again from its next future slot; slots while paused are not owed."""
+    definition = _locked(name)
+    if not definition.enabled:
+        now = db.session.scalar(select(func.now()))
+        definition.next_run_at = Schedule(definition.schedule, definition.timezone).next_after(now)
+        definition.enabled = True
+        definition.updated_at = func.now()
+    return definition
+
+
+def run_now(name):
+    """Create a run of `name` due now, outside its schedule (RUN_NOW); return its id.
+    next_run_at does not move; listening workers start the run when the caller commits."""
+    return execute(RUN_NOW, {"definition_id": get(name).id}).scalar_one()
+
+
+def _in_flight():
+    return exists().where(JobRun.definition_id == JobDefinition.id,
+                          JobRun.status.in_(ACTIVE_STATUSES))
+
+
+def overdue():
+    """Enabled definitions whose slot is over its grace and nothing of theirs is queued or
+    running: the tick did not happen (cron broken, every worker down)."""
+    late = JobDefinition.next_run_at < func.now() - func.make_interval(
+        0, 0, 0, 0, 0, 0, JobDefinition.grace_seconds)
+    return db.session.scalars(
+        select(JobDefinition).where(JobDefinition.enabled, late, ~_in_flight())
+        .order_by(JobDefinition.next_run_at)).all()
+
+
+def stuck():
+    """[(definition, run)]: enabled definitions whose oldest queued run has been due for more
+    than the grace and no worker took it (none is running, or none handles its job type).
+    A run queued behind its predecessor (overlap 'queue') is waiting on purpose and left out.
+    Uses index job_runs_definition_active."""
+    grace = func.make_interval(0, 0, 0, 0, 0, 0, JobDefinition.grace_seconds)
+    waiting = aliased(JobRun)
+    oldest = (select(waiting.id).where(waiting.definition_id == JobDefinition.id, waiting.status == "queued",
+                                       waiting.after_run_id.is_(None), waiting.run_at < func.now() - grace)
+              .order_by(waiting.id).limit(1).correlate(JobDefinition).scalar_subquery())
+    return db.session.execute(
+        select(JobDefinition, JobRun).join(JobRun, JobRun.id == oldest).where(JobDefinition.enabled)
+        .order_by(JobRun.run_at)).all()
+
+
+def failing():
+    """Definitions whose last alert_after_failures (default FAILING_AFTER) or more runs all
+    ended dead."""
+    return db.session.scalars(
+        select(JobDefinition).where(JobDefinition.failure_count >= JobDefinition.alert_after_failures)
+        .order_by(JobDefinition.failure_count.desc(), JobDefinition.name)).all()
+
+
+@dataclass
+class Problem:
+    """Something wrong with a definition now, in the words of its incident kind."""
+
+    kind: str  # 'overdue' or 'failing'
+    definition: JobDefinition
+    run: JobRun | None = None  # overdue because this queued run waits and no worker takes it
+
+
+def problems(skip=()):
+    """Overdue definitions (their ticks stopped, or a run waits that no worker takes) and
+    failing ones: at most one Problem per definition and kind, leaving out the (definition id,
+    kind) pairs in `skip` (those with an open incident). Alerts and the dashboard read this."""
+    skip = set(skip)
+    found = ([Problem("overdue", d) for d in overdue()]
+             + [Problem("overdue", d, run) for d, run in stuck()]
+             + [Problem("failing", d) for d in failing()])
+    out = []
+    for problem in found:
+        key = (problem.definition.id, problem.kind)
+        if key not in skip:
+            skip.add(key)
+            out.append(problem)
+    return out
+
+
+def _locked(name):
+    definition = db.session.scalar(
+        select(JobDefinition).where(JobDefinition.name == name).with_for_update())
+    if definition is None:
+        raise InvalidInput("name", f"no job definition is called {name!r}")
+    return definition
+
+
+def _check_name(name):
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput("name", "is required")
+    if len(name) > NAME_MAX_CHARS:
+        raise InvalidInput("name", f"must be at most {NAME_MAX_CHARS} characters")
+    return name.strip()
+
+
+def _check_choice(field, value, choices):
+    if value not in choices:
+        raise InvalidInput(field, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_whole(field, value, minimum):
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidInput(field, f"must be a whole number of at least {minimum}, got {value!r}")
+
+
+def _check_routing(webhook_url, email_to):
+    """(URL or None, 'a@x, b@y' or None): a definition's own alert channels, checked."""
+    webhook_url = check_url("alert_webhook_url", (webhook_url or "").strip())
+    emails = check_emails("alert_email_to", email_to or "")
+    if webhook_url and len(webhook_url) > URL_MAX_CHARS:
+        raise InvalidInput("alert_webhook_url", f"must be at most {URL_MAX_CHARS} characters")
+    if emails and not current_app.config["JOBSWEB_SMTP_HOST"]:
+        raise InvalidInput("alert_email_to", "needs JOBSWEB_SMTP_HOST set on the server to send email")
+    return webhook_url, ", ".join(emails) or None
+
+
+def _check_seconds(field, value):
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise InvalidInput(field, f"must be a number of seconds greater than 0, got {value!r}")

@@ -1,0 +1,70 @@
+"""Who may sign in: users, their passwords and roles, and the demo operator `flask dev` makes on
+a first run."""
+
+import secrets
+from functools import cache
+
+from sqlalchemy import func, select
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from ..core.database import db
+from ..core.errors import EMAIL_MAX_CHARS, InvalidInput
+from ..core.models import ROLES, User
+
+DEMO_EMAIL = "operator@example.com"
+PASSWORD_MIN_CHARS = 8
+
+
+@cache
+def _dummy_hash():
+    """Hashed on first use, not at import: every worker and CLI command imports this module.
+
+    A password check for an unknown email verifies against it, so response time does not
+    tell which emails have accounts.
+    """
+    return generate_password_hash("not a real password")
+
+
+def find_user(email):
+    """The user with this email, compared without case, or None."""
+    return db.session.scalar(select(User).where(func.lower(User.email) == email.strip().lower()))
+
+
+def check_credentials(email, password):
+    """The user with this email and password, or None."""
+    user = find_user(email)
+    if user is None:
+        check_password_hash(_dummy_hash(), password)
+        return None
+    return user if check_password_hash(user.password_hash, password) else None
+
+
+def create_user(email, password, role):
+    """Add a user to the session (the caller commits, with its audit entry if any).
+
+    InvalidInput names the field when the email is taken or the input is unusable.
+    """
+    email = email.strip()
+    if "@" not in email or len(email) > EMAIL_MAX_CHARS:
+        raise InvalidInput("email", f"{email!r} is not an email address")
+    if role not in ROLES:
+        raise InvalidInput("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    if len(password) < PASSWORD_MIN_CHARS:
+        raise InvalidInput("password", f"must have at least {PASSWORD_MIN_CHARS} characters")
+    if find_user(email) is not None:
+        raise InvalidInput("email", f"a user with email {email} already exists")
+    user = User(email=email, password_hash=generate_password_hash(password), role=role)
+    db.session.add(user)
+    db.session.flush()  # assigns user.id
+    return user
+
+
+def ensure_demo_operator():
+    """With no user at all, add an operator with a random password; return (email, password).
+
+    The caller commits."""
+    if db.session.scalar(select(func.count()).select_from(User)):
+        return None
+    password = secrets.token_urlsafe(12)
+    create_user(DEMO_EMAIL, password, "operator")
+    return DEMO_EMAIL, password

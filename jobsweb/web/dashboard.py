@@ -1,0 +1,37 @@
+"""The dashboard: what needs attention first, then the state of the queue."""
+
+from flask import Blueprint, url_for
+
+from ..ops import alerts, stats
+from ..scheduling import definitions
+from .rendering import render, time_ago
+
+bp = Blueprint("dashboard", __name__)
+
+
+def attention(incidents=()):
+    """Overdue and failing definitions, in words a person can act on; those with an open
+    incident of that kind are left out (the dashboard lists open incidents above)."""
+    items = []
+    for problem in definitions.problems(skip={(i.definition_id, i.kind) for i in incidents}):
+        d, run = problem.definition, problem.run
+        if problem.kind == "failing":
+            items.append({"url": url_for("runs.index", definition=d.id, status="dead"), "name": d.name,
+                          "words": f"has failed its last {d.failure_count} runs: open them to see why."})
+        elif run is None:
+            items.append({"url": url_for("definitions.detail", definition_id=d.id), "name": d.name,
+                          "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "
+                                   "or running: is cron or a worker running?"})
+        else:
+            items.append({"url": url_for("runs.detail", run_id=run.id), "name": d.name,
+                          "words": f"has a run due {time_ago(run.run_at)} that no worker has taken: is a worker "
+                                   f"running that handles {d.job_type}?"})
+    return items
+
+
+@bp.get("/")
+def index():
+    """Counts, queue depth, problems and the last 24 hours; htmx refreshes the body."""
+    incidents = alerts.open_incidents()
+    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(),
+                  attention=attention(incidents), open_incidents=incidents)

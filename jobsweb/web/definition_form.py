@@ -1,0 +1,127 @@
+"""Create and edit job definitions, with a live preview of the schedule.
+
+The form's fields are scheduling.definitions.define()'s arguments, and the preview is
+Schedule.describe() and next_fire_times().
+"""
+
+import json
+import zoneinfo
+from functools import cache
+
+from flask import Blueprint, current_app, flash, request, url_for
+
+from . import audit
+from ..core.database import db
+from ..core.errors import InvalidInput
+from ..core.models import JobDefinition
+from ..engine import registry
+from ..engine.enqueuing import parse_payload
+from ..scheduling import definitions
+from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER
+from ..scheduling.schedule import Schedule, next_fire_times
+from .access import role_required
+from .forms import DefinitionForm
+from .rendering import redirect_to, render
+
+bp = Blueprint("definition_form", __name__, url_prefix="/definitions")
+
+PREVIEW_FIRE_TIMES = 5
+
+
+@cache
+def timezones():
+    """Every IANA zone name, UTC first."""
+    return ["UTC"] + sorted(zoneinfo.available_timezones() - {"UTC"})
+
+
+def _form(definition=None):
+    form = DefinitionForm(obj=None)
+    form.job_type.choices = registry.names()
+    form.timezone.choices = timezones()
+    if definition is not None and request.method == "GET":
+        for field in ("name", "job_type", "schedule", "timezone", "max_attempts", "backoff_base",
+                      "backoff_cap", "grace_seconds", "alert_after_failures", "alert_webhook_url",
+                      "alert_email_to"):
+            getattr(form, field).data = getattr(definition, field)
+        form.payload.data = json.dumps(definition.payload, indent=2, sort_keys=True)
+        form.timeout.data = definition.timeout_seconds
+        form.overlap.data = definition.overlap_policy
+        form.misfire.data = definition.misfire_policy
+    return form
+
+
+def preview(schedule, timezone):
+    """(words, next fire times, error) for the schedule preview."""
+    try:
+        words = Schedule(schedule, timezone).describe()
+        return words, next_fire_times(schedule, timezone, PREVIEW_FIRE_TIMES), None
+    except InvalidInput as exc:
+        return None, [], exc.message
+
+
+@bp.get("/preview")
+def schedule_preview():
+    """The schedule in words and its next fire times in its timezone, or the error (htmx)."""
+    schedule = request.args.get("schedule", "")[:200]
+    timezone = request.args.get("timezone", "UTC")[:100]
+    words, times, error = preview(schedule, timezone) if schedule.strip() else (None, [], None)
+    return render("partials/_schedule_preview.html", "partials/_schedule_preview.html",
+                  words=words, times=times, error=error)
+
+
+def _save(form, definition=None):
+    """define() from the form; InvalidInput goes onto the field it names. Returns the definition."""
+    try:
+        payload = parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+        return definitions.define(
+            definition.name if definition else form.name.data, form.job_type.data, form.schedule.data,
+            timezone=form.timezone.data, payload=payload, max_attempts=form.max_attempts.data,
+            overlap=form.overlap.data, misfire=form.misfire.data,
+            grace_seconds=DEFAULT_GRACE if form.grace_seconds.data is None else form.grace_seconds.data,
+            timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data,
+            alert_after_failures=form.alert_after_failures.data or FAILING_AFTER,
+            alert_webhook_url=form.alert_webhook_url.data, alert_email_to=form.alert_email_to.data)
+    except InvalidInput as exc:
+        field = {"n": "schedule"}.get(exc.field, exc.field)
+        getattr(form, field, form.name).errors.append(exc.message)
+        db.session.rollback()
+        return None
+
+
+def _page(form, definition):
+    words, times, error = preview(form.schedule.data, form.timezone.data) if form.schedule.data else (None, [], None)
+    response = render("definition_form.html", "partials/_definition_form.html", form=form,
+                      definition=definition, words=words, times=times, error=error)
+    response.status_code = 422 if form.errors else 200
+    return response
+
+
+@bp.route("/new", methods=["GET", "POST"])
+@role_required("admin")
+def create():
+    """A new definition; errors come back in place."""
+    form = _form()
+    if form.validate_on_submit():
+        if db.session.scalar(db.select(JobDefinition.id).where(JobDefinition.name == form.name.data.strip())):
+            form.name.errors.append("is taken: another definition has this name")
+        elif (saved := _save(form)) is not None:
+            audit.record("create", "definition", saved.id, schedule=saved.schedule)
+            db.session.commit()
+            flash(f"{saved.name} is defined; next run {saved.next_run_at:%Y-%m-%d %H:%M %Z}.")
+            return redirect_to(url_for("definitions.detail", definition_id=saved.id))
+    return _page(form, None)
+
+
+@bp.route("/<int:definition_id>/edit", methods=["GET", "POST"])
+@role_required("admin")
+def edit(definition_id):
+    """Change a definition (not its name); an unchanged schedule keeps its pending slot."""
+    definition = db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
+    form = _form(definition)
+    form.name.data = definition.name
+    if form.validate_on_submit() and (saved := _save(form, definition)) is not None:
+        audit.record("edit", "definition", saved.id, schedule=saved.schedule, job_type=saved.job_type)
+        db.session.commit()
+        flash(f"{saved.name} is saved.")
+        return redirect_to(url_for("definitions.detail", definition_id=saved.id))
+    return _page(form, definition)

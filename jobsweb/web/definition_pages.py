@@ -1,0 +1,110 @@
+"""Job definitions: list, one definition with its runs, and pause/resume/run now/delete.
+
+The create/edit form and the schedule preview live in definition_form.py.
+"""
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from sqlalchemy import select
+
+from . import audit, runlist
+from ..core.database import db
+from ..core.models import JobDefinition
+from ..engine import registry
+from ..ops import alerts, notify
+from ..scheduling import definitions as definition_api
+from .access import role_required
+from .rendering import redirect_to, render
+
+bp = Blueprint("definitions", __name__, url_prefix="/definitions")
+
+SEARCH_MAX_CHARS = 200
+SHOWN = 500
+
+
+@bp.get("")
+def index():
+    """Definitions by name, filtered by enabled state and type, searched by name."""
+    state = request.args.get("state", "")
+    if state not in ("", "enabled", "paused"):
+        abort(400, "Bad filter: state must be enabled or paused.")
+    job_type = request.args.get("job_type", "").strip()
+    q = request.args.get("q", "").strip()
+    if len(q) > SEARCH_MAX_CHARS or len(job_type) > SEARCH_MAX_CHARS:
+        abort(400, f"Bad filter: at most {SEARCH_MAX_CHARS} characters.")
+    stmt = select(JobDefinition).order_by(JobDefinition.name).limit(SHOWN)
+    if state:
+        stmt = stmt.where(JobDefinition.enabled.is_(state == "enabled"))
+    if job_type:
+        stmt = stmt.where(JobDefinition.job_type == job_type)
+    if q:
+        stmt = stmt.where(JobDefinition.name.icontains(q, autoescape=True))
+    return render("definitions.html", "partials/_definitions_table.html",
+                  definitions=db.session.scalars(stmt).all(), state=state, job_type=job_type, q=q,
+                  job_types=registry.names())
+
+
+def _definition_or_404(definition_id):
+    return db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
+
+
+@bp.get("/<int:definition_id>")
+def detail(definition_id):
+    """A definition, its latest runs (keyset pages like the runs list) and its audit entries."""
+    definition = _definition_or_404(definition_id)
+    before = runlist.number(request.args, "before")
+    rows, next_before = runlist.page(runlist.RunFilter(definition_id=definition_id), before, size=25)
+    return render("definition.html", "partials/_definition_runs.html", definition=definition,
+                  rows=rows, next_before=next_before, before=before,
+                  audit_entries=audit.entries_for("definition", definition_id),
+                  open_incidents=alerts.open_incidents(definition_id),
+                  alert_routes=notify.routes(definition.alert_webhook_url, definition.alert_email_to), redact=notify.redact)
+
+
+@bp.post("/<int:definition_id>/pause")
+@role_required("operator")
+def pause(definition_id):
+    """Stop scheduling new runs; queued runs stay."""
+    return _set_enabled(definition_id, False)
+
+
+@bp.post("/<int:definition_id>/resume")
+@role_required("operator")
+def resume(definition_id):
+    """Schedule runs again."""
+    return _set_enabled(definition_id, True)
+
+
+def _set_enabled(definition_id, enabled):
+    definition = _definition_or_404(definition_id)
+    # resume recomputes next_run_at, so slots that fell while paused are not owed.
+    (definition_api.resume if enabled else definition_api.pause)(definition.name)
+    audit.record("resume" if enabled else "pause", "definition", definition_id)
+    db.session.commit()
+    flash(f"{definition.name} is {'enabled' if enabled else 'paused'}.")
+    return redirect_to(url_for("definitions.detail", definition_id=definition_id))
+
+
+@bp.post("/<int:definition_id>/run-now")
+@role_required("operator")
+def run_now(definition_id):
+    """Enqueue one run of this definition, due now, and open it."""
+    definition = _definition_or_404(definition_id)
+    run_id = definition_api.run_now(definition.name)  # copies timeout, lease and backoff too
+    audit.record("run_now", "definition", definition_id, run_id=run_id)
+    db.session.commit()
+    flash(f"Run {run_id} of {definition.name} enqueued.")
+    return redirect_to(url_for("runs.detail", run_id=run_id))
+
+
+@bp.route("/<int:definition_id>/delete", methods=["GET", "POST"])
+@role_required("admin")
+def delete(definition_id):
+    """Ask first (GET), then delete (POST); its runs stay as history without a definition."""
+    definition = _definition_or_404(definition_id)
+    if request.method == "GET":
+        return render_template("definition_delete.html", definition=definition)
+    audit.record("delete", "definition", definition_id, name=definition.name)
+    db.session.delete(definition)
+    db.session.commit()
+    flash(f"{definition.name} was deleted; its runs are kept.")
+    return redirect(url_for("definitions.index"))

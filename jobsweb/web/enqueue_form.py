@@ -1,0 +1,42 @@
+"""Enqueue an ad-hoc run of a registered job type."""
+
+from flask import Blueprint, current_app, flash, url_for
+from flask_login import current_user
+
+from . import audit
+from ..core.database import db
+from ..core.errors import InvalidInput
+from ..engine import registry
+from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
+from .access import role_required
+from .forms import EnqueueForm
+from .rendering import redirect_to, render
+
+bp = Blueprint("enqueue", __name__)
+
+
+@bp.route("/enqueue", methods=["GET", "POST"])
+@role_required("operator")
+def form():
+    """The form; errors come back in place (the form alone for htmx), success opens the run."""
+    form = EnqueueForm()
+    form.job_type.choices = registry.names()
+    if form.validate_on_submit():
+        try:
+            run_id = enqueue(
+                form.job_type.data,
+                parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]),
+                run_at=parse_run_at(form.run_at.data) if form.run_at.data else None,
+                idempotency_key=form.idempotency_key.data or None,
+                max_attempts=form.max_attempts.data, session=db.session)
+        except InvalidInput as exc:
+            getattr(form, exc.field).errors.append(exc.message)
+        else:
+            audit.record("enqueue", "run", run_id, job_type=form.job_type.data)
+            db.session.commit()
+            flash(f"Run {run_id} enqueued by {current_user.email}.")
+            return redirect_to(url_for("runs.detail", run_id=run_id))
+    status = 422 if form.errors else 200
+    response = render("enqueue.html", "partials/_enqueue_form.html", form=form)
+    response.status_code = status
+    return response

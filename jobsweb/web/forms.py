@@ -1,0 +1,64 @@
+"""The admin screen's forms (Flask-WTF: each carries its CSRF token)."""
+
+from flask_wtf import FlaskForm
+from wtforms import EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
+from wtforms.validators import DataRequired, Length, NumberRange, Optional
+
+from ..core.models import ROLES
+from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER, MISFIRE_POLICIES, OVERLAP_POLICIES
+
+
+class SignInForm(FlaskForm):
+    email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
+    password = PasswordField("Password", validators=[DataRequired(), Length(max=200)])
+
+
+class EnqueueForm(FlaskForm):
+    job_type = SelectField("Job type", validators=[DataRequired()])
+    payload = TextAreaField("Payload (JSON object)", default="{}", validators=[Length(max=200_000)])
+    run_at = StringField("Run at", validators=[Optional(), Length(max=64)],
+                         description="Empty: now. Or an ISO 8601 time with its offset, e.g. 2026-11-21T06:00:00+01:00")
+    idempotency_key = StringField("Idempotency key", validators=[Optional(), Length(max=200)],
+                                  description="Optional: at most one run is created per key.")
+    max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
+                                description="Empty: the job type's default.")
+
+
+class UserForm(FlaskForm):
+    email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
+    role = SelectField("Role", choices=list(ROLES),
+                       description="Viewers read; operators also act on runs; admins also manage "
+                                   "definitions and users.")
+    password = PasswordField("Password", validators=[DataRequired(), Length(min=8, max=200)],
+                             description="At least 8 characters; tell it to them another way.")
+
+
+class DefinitionForm(FlaskForm):
+    """A job definition; names match the arguments of definitions.define() (issue 3), so an
+    InvalidInput from it lands on the field it names."""
+
+    name = StringField("Name", validators=[DataRequired(), Length(max=200)])
+    job_type = SelectField("Job type", validators=[DataRequired()])
+    schedule = StringField("Schedule", validators=[DataRequired(), Length(max=200)],
+                           description="Cron (0 6 * * 1-5), a macro (@daily, @hourly) or @every 10m")
+    timezone = SelectField("Timezone", default="UTC")
+    payload = TextAreaField("Payload (JSON object)", default="{}", validators=[Length(max=200_000)])
+    max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
+                                description="Empty: the job type's default.")
+    backoff_base = FloatField("Retry delay base (s)", validators=[Optional(), NumberRange(min=0.001)])
+    backoff_cap = FloatField("Retry delay cap (s)", validators=[Optional(), NumberRange(min=0.001)])
+    timeout = FloatField("Timeout (s)", validators=[Optional(), NumberRange(min=0.001)],
+                         description="Empty: the job type's timeout, if any.")
+    overlap = SelectField("If the previous run is still going", default="skip", choices=list(OVERLAP_POLICIES),
+                          description="skip this slot · queue it after · allow both")
+    misfire = SelectField("After downtime", default="latest", choices=list(MISFIRE_POLICIES),
+                          description="run the latest missed slot · run all · skip them")
+    grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0)],
+                                 description="How late a slot may be before it counts as overdue.")
+    alert_after_failures = IntegerField("Alert after (dead runs)", default=FAILING_AFTER,
+                                        validators=[Optional(), NumberRange(min=1, max=1000)],
+                                        description="1: alert on every dead run.")
+    alert_webhook_url = StringField("Alert webhook URL", validators=[Optional(), Length(max=2000)],
+                                    description="Empty: the default (JOBSWEB_ALERT_WEBHOOK_URL).")
+    alert_email_to = StringField("Alert emails", validators=[Optional(), Length(max=2000)],
+                                 description="Comma-separated. Empty: the default (JOBSWEB_ALERT_EMAIL_TO).")

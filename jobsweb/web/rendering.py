@@ -1,0 +1,98 @@
+"""How pages answer: the page-or-fragment helper, redirects after a POST, and the template
+filters that turn times, durations, schedules and payloads into words."""
+
+import json
+from datetime import datetime, timezone
+
+from flask import make_response, redirect, render_template, request
+from markupsafe import Markup
+
+from ..core.errors import InvalidInput
+from ..scheduling.schedule import Schedule
+
+STATUS_WORDS = {
+    "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
+    "dead": "Dead", "cancelled": "Cancelled",
+}
+MASK = "••••••"
+
+
+def render(page, fragment, **context):
+    """Render the whole `page`, or only `fragment` for an htmx request.
+
+    The page includes the same fragment, so both answers show the same markup; Vary keeps a
+    cache from serving one in place of the other.
+    """
+    template = fragment if request.htmx and not request.htmx.boosted else page
+    response = make_response(render_template(template, **context))
+    response.vary.add("HX-Request")
+    return response
+
+
+def redirect_to(url):
+    """After a successful POST: a redirect, or for htmx a full page load of `url`.
+
+    (htmx's request would follow a 302 silently and swap the next page into the form.)
+    """
+    if request.htmx:
+        return "", 204, {"HX-Redirect": url}
+    return redirect(url)
+
+
+def mask_secrets(value, words):
+    """A copy of a payload with the values of secret-looking keys replaced, at any depth."""
+    if isinstance(value, dict):
+        return {key: MASK if any(word in str(key).lower() for word in words) else mask_secrets(item, words)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(item, words) for item in value]
+    return value
+
+
+def pretty_json(value, words=()):
+    """Indented JSON with secrets masked; Jinja escapes it like any other text."""
+    return json.dumps(mask_secrets(value, words), indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def time_ago(moment, now=None):
+    """'3 min ago' / 'in 2 h': how far a time is from now, in words."""
+    if moment is None:
+        return "—"
+    now = now or datetime.now(timezone.utc)
+    seconds = (now - moment).total_seconds()
+    amount = seconds_words(abs(seconds))
+    return f"in {amount}" if seconds < 0 else f"{amount} ago"
+
+
+def seconds_words(seconds):
+    """A number of seconds as '45 s', '12 min', '3 h'."""
+    for limit, size, unit in ((60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h"), (None, 86400, "d")):
+        if limit is None or seconds < limit:
+            return f"{int(seconds // size)} {unit}"
+
+
+def when(moment):
+    """A time as UTC, with seconds, in a <time> element that says how long ago it was."""
+    if moment is None:
+        return "—"
+    utc = moment.astimezone(timezone.utc)
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        utc.isoformat(), time_ago(moment), utc.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def duration(start, end):
+    """Seconds between two times, in words ('1.2 s', '3 min 4 s')."""
+    if start is None or end is None:
+        return "—"
+    seconds = (end - start).total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def describe_schedule(definition):
+    """A definition's schedule in words, or None when it has none (or one written invalid in SQL)."""
+    try:
+        return Schedule(definition.schedule, definition.timezone).describe()
+    except InvalidInput:
+        return None

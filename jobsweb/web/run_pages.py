@@ -1,0 +1,121 @@
+"""The runs list with filters, live mode and bulk actions; one run's page and its actions."""
+
+from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
+from sqlalchemy import select
+
+from . import audit, runlist
+from ..core.database import db
+from ..core.models import JobAttempt, JobDefinition, JobRun
+from ..engine import registry, run_actions
+from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
+from .access import role_required
+from .rendering import render
+
+bp = Blueprint("runs", __name__, url_prefix="/runs")
+
+BULK_SELECTED_MAX = 1000  # ids one form may name; "everything matching" has no limit
+
+
+@bp.get("")
+def index():
+    """Runs, newest first, filtered; the table alone for htmx (filters, pages, live mode)."""
+    run_filter = runlist.RunFilter.from_args(request.args)
+    before = runlist.number(request.args, "before")
+    rows, next_before = runlist.page(run_filter, before)
+    live = request.args.get("live") == "1" and before is None
+    definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
+                                     .order_by(JobDefinition.name).limit(500)).all()
+    return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
+                  before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
+                  job_types=registry.names(), definitions=definitions)
+
+
+@bp.post("/bulk")
+@role_required("operator")
+def bulk():
+    """Retry or cancel the selected runs, or every run matching the filter, in batches."""
+    action, _, scope = request.form.get("action", "").partition("-")
+    if action not in ("retry", "cancel") or scope not in ("", "all"):
+        abort(400, "Bad action: choose retry or cancel.")
+    run_filter = runlist.RunFilter.from_args(request.form)
+    if scope == "all":
+        statuses = RETRYABLE if action == "retry" else CANCELLABLE
+        batches = runlist.matching_ids_in_batches(run_filter, statuses,
+                                                  current_app.config["JOBSWEB_BULK_BATCH"])
+        scope = "matching"
+    else:
+        raw = request.form.getlist("ids")
+        if not raw:
+            abort(400, "No runs selected: tick some rows, or choose everything matching the filter.")
+        if len(raw) > BULK_SELECTED_MAX or not all(r.isdigit() and len(r) < 19 for r in raw):
+            abort(400, f"Bad selection: at most {BULK_SELECTED_MAX} run numbers.")
+        batches = [[int(r) for r in raw]]
+        scope = "selected"
+    changed = requested = 0
+    for ids in batches:
+        if action == "retry":
+            changed += len(run_actions.retry(ids))
+        else:
+            done, asked = run_actions.cancel(ids)
+            changed, requested = changed + len(done), requested + len(asked)
+        db.session.commit()  # one short transaction per batch
+    audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
+                 changed=changed, cancel_requested=requested)
+    db.session.commit()
+    verb = "Retried" if action == "retry" else "Cancelled"
+    message = f"{verb} {changed} run{'s' * (changed != 1)}."
+    if requested:
+        message += f" Asked {requested} running run{'s' * (requested != 1)} to stop."
+    flash(message)
+    return redirect(url_for("runs.index", **run_filter.args()))
+
+
+def _run_or_404(run_id):
+    return db.get_or_404(JobRun, run_id, description=f"There is no run {run_id}.")
+
+
+@bp.get("/<int:run_id>")
+def detail(run_id):
+    """One run: payload, result, attempts timeline, last stack trace, audit entries."""
+    run = _run_or_404(run_id)
+    attempts = db.session.scalars(select(JobAttempt).where(JobAttempt.run_id == run_id)
+                                  .order_by(JobAttempt.attempt.desc())).all()
+    definition = db.session.get(JobDefinition, run.definition_id) if run.definition_id else None
+    return render("run.html", "partials/_run.html", run=run, attempts=attempts, definition=definition,
+                  audit_entries=audit.entries_for("run", run_id),
+                  # The page polls while its run may still change.
+                  active=run.status in ACTIVE_STATUSES, retryable=RETRYABLE,
+                  cancellable=CANCELLABLE)
+
+
+@bp.post("/<int:run_id>/retry")
+@role_required("operator")
+def retry(run_id):
+    """Queue a failed, dead or cancelled run again, due now; its attempts stay as history."""
+    run = _run_or_404(run_id)
+    if run_actions.retry([run_id]):
+        audit.record("retry", "run", run_id, previous_status=run.status)
+        flash(f"Run {run_id} is queued again.")
+    else:
+        flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.")
+    db.session.commit()
+    return redirect(url_for("runs.detail", run_id=run_id))
+
+
+@bp.post("/<int:run_id>/cancel")
+@role_required("operator")
+def cancel(run_id):
+    """Cancel a queued or failed run; ask the worker of a running one to stop."""
+    run = _run_or_404(run_id)
+    previous = run.status
+    done, requested = run_actions.cancel([run_id])
+    if done:
+        audit.record("cancel", "run", run_id, previous_status=previous)
+        flash(f"Run {run_id} is cancelled.")
+    elif requested:
+        audit.record("request_cancel", "run", run_id, previous_status=previous)
+        flash(f"Run {run_id} is running: its worker was asked to stop it.")
+    else:
+        flash(f"Run {run_id} is {previous}: there is nothing to cancel.")
+    db.session.commit()
+    return redirect(url_for("runs.detail", run_id=run_id))

@@ -1,0 +1,157 @@
+"""The runs list: filters read from the query string, keyset pages, and bulk actions over them.
+
+Pages are keyset pages on id (newest first: WHERE id < :before ORDER BY id DESC LIMIT n), never
+OFFSET, and there is no COUNT(*) over the table: with a million runs both would read most of it.
+Indexes job_runs_status_id, job_runs_job_type_id, job_runs_definition and job_runs_created_at
+(migration 0003) and job_attempts_worker (0007) serve the filters.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import load_only
+
+from ..core.database import db
+from ..core.models import JobAttempt, JobDefinition, JobRun
+from ..engine.statements import RUN_STATUSES
+
+PAGE_SIZE = 50
+TEXT_MAX_CHARS = 200
+
+
+class BadFilter(ValueError):
+    """A filter value that cannot be used; the message says which and why (shown as a 400)."""
+
+
+@dataclass
+class RunFilter:
+    statuses: list = field(default_factory=list)
+    job_type: str = ""
+    definition_id: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    text: str = ""
+    worker: str = ""  # runs this worker process executed (an attempt) or holds now
+
+    @classmethod
+    def from_args(cls, args):
+        """Read the filter from request.args (or a POSTed form); BadFilter on a bad value."""
+        statuses = [s for s in args.getlist("status") if s]
+        for status in statuses:
+            if status not in RUN_STATUSES:
+                raise BadFilter(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+        job_type = args.get("job_type", "").strip()
+        if len(job_type) > TEXT_MAX_CHARS:
+            raise BadFilter(f"job_type is longer than {TEXT_MAX_CHARS} characters")
+        text = args.get("q", "").strip()
+        if len(text) > TEXT_MAX_CHARS:
+            raise BadFilter(f"the error text to search for is longer than {TEXT_MAX_CHARS} characters")
+        worker = args.get("worker", "").strip()
+        if len(worker) > TEXT_MAX_CHARS:
+            raise BadFilter(f"worker is longer than {TEXT_MAX_CHARS} characters")
+        return cls(sorted(set(statuses), key=RUN_STATUSES.index), job_type,
+                   number(args, "definition"), _time(args, "since"), _time(args, "until"), text, worker)
+
+    def args(self):
+        """The filter as query-string arguments, for links and hidden form fields."""
+        out = {}
+        if self.statuses:
+            out["status"] = self.statuses
+        if self.job_type:
+            out["job_type"] = self.job_type
+        if self.definition_id is not None:
+            out["definition"] = self.definition_id
+        if self.since:
+            out["since"] = self.since.strftime("%Y-%m-%dT%H:%M")
+        if self.until:
+            out["until"] = self.until.strftime("%Y-%m-%dT%H:%M")
+        if self.text:
+            out["q"] = self.text
+        if self.worker:
+            out["worker"] = self.worker
+        return out
+
+    def conditions(self):
+        where = []
+        if self.statuses:
+            where.append(JobRun.status.in_(self.statuses))
+        if self.job_type:
+            where.append(JobRun.job_type == self.job_type)
+        if self.definition_id is not None:
+            where.append(JobRun.definition_id == self.definition_id)
+        if self.since:
+            where.append(JobRun.created_at >= self.since)
+        if self.until:
+            where.append(JobRun.created_at < self.until)
+        if self.text:
+            where.append(JobRun.last_error.icontains(self.text, autoescape=True))
+        if self.worker:
+            # Finished attempts are recorded with their worker (index job_attempts_worker); the
+            # attempt a worker is running now is only in locked_by (few running runs).
+            executed = select(JobAttempt.run_id).where(JobAttempt.worker == self.worker)
+            where.append(or_(JobRun.id.in_(executed),
+                             and_(JobRun.status == "running", JobRun.locked_by == self.worker)))
+        return where
+
+
+def number(args, name):
+    """A positive whole number from the query string (a run or definition id, a page cursor)."""
+    raw = args.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise BadFilter(f"{name} must be a whole number, got {raw!r}")
+    return int(raw)
+
+
+def _time(args, name):
+    """A date-time from a datetime-local input (taken as UTC) or ISO 8601 with an offset."""
+    raw = args.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadFilter(f"{name} must be a date and time such as 2026-11-21T06:00, got {raw!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,
+                JobRun.run_at, JobRun.created_at, JobRun.finished_at, JobRun.error_type, JobRun.last_error,
+                JobRun.definition_id, JobRun.cancel_requested_at)
+
+
+def page(run_filter, before=None, size=PAGE_SIZE):
+    """One page of runs, newest first, and the id to pass as `before` for the next (or None)."""
+    stmt = (select(JobRun, JobDefinition.name).outerjoin(JobDefinition, JobDefinition.id == JobRun.definition_id)
+            .options(load_only(*LIST_COLUMNS)).where(*run_filter.conditions())
+            .order_by(JobRun.id.desc()).limit(size + 1))
+    if before is not None:
+        stmt = stmt.where(JobRun.id < before)
+    rows = db.session.execute(stmt).all()
+    more = len(rows) > size
+    rows = rows[:size]
+    return rows, (rows[-1][0].id if more else None)
+
+
+def matching_ids_in_batches(run_filter, statuses, batch_size):
+    """Ids of runs matching the filter and in `statuses`, newest first, `batch_size` at a time.
+
+    Each batch is read fresh after the caller has committed the previous one, so a bulk action
+    over 100,000 runs is many short transactions, never one long lock on the table.
+    """
+    wanted = [s for s in (run_filter.statuses or statuses) if s in statuses]
+    if not wanted:
+        return
+    before = None
+    while True:
+        stmt = (select(JobRun.id).where(*run_filter.conditions(), JobRun.status.in_(wanted))
+                .order_by(JobRun.id.desc()).limit(batch_size))
+        if before is not None:
+            stmt = stmt.where(JobRun.id < before)
+        ids = db.session.scalars(stmt).all()
+        if not ids:
+            return
+        yield ids
+        before = ids[-1]

@@ -1,0 +1,54 @@
+"""Admins manage who may sign in, and with which role."""
+
+from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask_login import current_user
+from sqlalchemy import select
+
+from . import audit
+from ..core.database import db
+from ..core.errors import InvalidInput
+from ..core.models import ROLES, User
+from .access import role_required
+from .accounts import create_user
+from .forms import UserForm
+from .rendering import redirect_to, render
+
+bp = Blueprint("users", __name__, url_prefix="/users")
+
+
+@bp.route("", methods=["GET", "POST"])
+@role_required("admin")
+def index():
+    """Every user, and a form to add one (errors come back in place)."""
+    form = UserForm()
+    if form.validate_on_submit():
+        try:
+            user = create_user(form.email.data, form.password.data, form.role.data)
+        except InvalidInput as exc:
+            getattr(form, exc.field).errors.append(exc.message)
+        else:
+            audit.record("create_user", "user", user.id, email=user.email, role=user.role)
+            db.session.commit()
+            flash(f"{user.email} can now sign in as {user.role}.")
+            return redirect_to(url_for("users.index"))
+    users = db.session.scalars(select(User).order_by(User.email)).all()
+    response = render("users.html", "partials/_user_form.html", users=users, form=form, roles=ROLES)
+    response.status_code = 422 if form.errors else 200
+    return response
+
+
+@bp.post("/<int:user_id>/role")
+@role_required("admin")
+def change_role(user_id):
+    """Give a user another role; admins cannot demote themselves (someone must stay admin)."""
+    user = db.get_or_404(User, user_id, description=f"There is no user {user_id}.")
+    role = request.form.get("role")
+    if role not in ROLES:
+        abort(400, f"Bad role: choose one of {', '.join(ROLES)}.")
+    if user.id == current_user.id and role != "admin":
+        abort(400, "You cannot take the admin role from yourself; ask another admin.")
+    audit.record("change_role", "user", user.id, email=user.email, old=user.role, new=role)
+    user.role = role
+    db.session.commit()
+    flash(f"{user.email} is now {role}.")
+    return redirect(url_for("users.index"))
