@@ -1,0 +1,128 @@
+"""Packaging: the wheel built from this checkout is the whole of jobsweb.
+
+Built with pip, installed into a fresh virtualenv (its dependencies from the package index), and
+run from an empty directory, so nothing of the checkout can stand in for a missing file.
+"""
+
+import http.cookiejar
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import psycopg
+import pytest
+
+from jobsweb.core.database import libpq_url
+from tests.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.slow  # builds a wheel and installs it with its dependencies (~1 min)
+
+PASSWORD = "wheel-test-password"
+# Every page of the admin screen, as a signed-in admin sees it ({run} and {definition}: ids).
+PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
+         "/definitions/{definition}/edit", "/enqueue", "/workers", "/incidents", "/users"]
+
+
+def source_copy(destination):
+    """The files git tracks or would track, copied: no build/ or *.egg-info/ left by an editable
+    install, whose file lists would otherwise put files in the wheel that its settings leave out."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+    return destination
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A virtualenv with the wheel of this checkout installed: its bin/ folder."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = source_copy(work / "source")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", work / "dist",
+                    source], check=True, cwd=work)
+    [wheel] = (work / "dist").glob("jobsweb-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", work / "venv"], check=True)
+    subprocess.run([work / "venv" / "bin" / "pip", "install", "--quiet", wheel], check=True, cwd=work)
+    return work / "venv" / "bin"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_directory(
+        installed, scratch_database, tmp_path):
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    url = scratch_database("jobsweb_wheel", revision=None)
+    # Nothing of the checkout on the path: no PYTHONPATH, no FLASK_APP, no JOBSWEB_HANDLERS.
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("JOBSWEB_", "FLASK_", "PYTHON"))}
+    env.update(DATABASE_URL=libpq_url(url), SECRET_KEY="wheel-test")
+
+    def flask(*args):
+        result = subprocess.run([installed / "flask", "--app", "jobsweb", *args], cwd=empty, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    where = subprocess.run([installed / "python", "-c", "import jobsweb; print(jobsweb.__file__)"], cwd=empty,
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(installed.parent)), where
+
+    assert "up to date" in flask("jobs", "migrate")
+    run_id = int(flask("jobs", "enqueue", "jobsweb.noop"))
+    flask("run-jobs")
+    flask("jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "0 3 * * *")
+    flask("users", "create", "admin@example.com", "--role", "admin", "--password", PASSWORD)
+
+    with psycopg.connect(libpq_url(url)) as conn:
+        assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [run_id]).fetchone() == ("succeeded",)
+        [definition_id] = conn.execute("SELECT id FROM job_definitions WHERE name = 'nightly'").fetchone()
+
+    port = free_port()
+    web = subprocess.Popen([installed / "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+                            "jobsweb:create_app()"], cwd=empty, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _status(f"{base}/healthz") == 200, timeout=60, message="gunicorn to serve /healthz")
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        sign_in_page = browser.open(f"{base}/sign-in").read().decode()
+        token = re.search(r'name="csrf-token" content="([^"]+)"', sign_in_page).group(1)
+        form = urllib.parse.urlencode({"email": "admin@example.com", "password": PASSWORD, "csrf_token": token})
+        assert browser.open(f"{base}/sign-in", data=form.encode()).geturl() == f"{base}/"
+
+        assets = set()
+        for page in PAGES:
+            path = page.format(run=run_id, definition=definition_id)
+            response = browser.open(base + path)
+            html = response.read().decode()
+            assert response.status == 200, path
+            assert "<title>" in html and "Sign out" in html, path  # base.html around the page
+            assets.update(re.findall(r'(?:href|src)="(/(?:static|vendor)/[^"?]+)', html))
+        assert any(a.endswith(".css") for a in assets) and any("htmx" in a for a in assets), assets
+        for asset in assets:
+            body = browser.open(base + asset).read()
+            assert len(body) > 100, asset
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
+
+
+def _status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except (urllib.error.URLError, OSError):
+        return None
