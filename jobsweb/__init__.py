@@ -3,15 +3,17 @@
 The public API. The layers below it, each importing only those before it:
 core (settings, errors, database, tables) -> engine (enqueue, registry, the run state
 machine's SQL, the worker) -> scheduling -> ops (alerts, retention, metrics) -> web (the
-admin screen) -> app and commands. docs/ARCHITECTURE.md draws them.
+admin screen) -> the extension, the standalone app and the commands. docs/ARCHITECTURE.md
+draws them.
 """
 
 from .app import create_app
 from .core.errors import InvalidInput
 from .engine.enqueuing import enqueue, enqueue_many
 from .engine.registry import Cancelled, JobContext, PermanentError, job
+from .extension import JobsWeb
 # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
 from .scheduling import definitions, schedule
 
-__all__ = ["create_app", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
+__all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
            "InvalidInput", "definitions", "schedule"]

@@ -1,49 +1,60 @@
-"""The standalone app: `create_app()` builds jobsweb as its own Flask app (wsgi.py, `flask --app
-jobsweb`, `gunicorn 'jobsweb:create_app()'`): settings, database, job types, commands, pages."""
+"""The standalone app: `create_app()` builds jobsweb as a site of its own (wsgi.py, `flask --app
+jobsweb`, `gunicorn 'jobsweb:create_app()'`), the JobsWeb extension mounted at the root.
+
+Being the whole site, it may set what an extension must not: the session cookie's flags, the
+reverse-proxy headers it trusts, its 404 page, an embedded PostgreSQL and a secret key of its own.
+"""
 
 import secrets
 from pathlib import Path
 
-from flask import Flask
+from flask import Flask, request
+from flask.sessions import SecureCookieSessionInterface
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import commands
 from .core import embedded, settings
-from .core.database import db, migrate
-from .engine import builtin_jobs, registry  # noqa: F401 - importing builtin_jobs registers jobsweb.noop/sleep/fail
-from .ops import retention  # noqa: F401 - importing it registers jobsweb.prune
-from .web import site
-
-PACKAGE = Path(__file__).resolve().parent
+from .core.database import migrate, own_db
+from .core.package_files import resource
+from .extension import JobsWeb
+from .web.site import error_page
 
 
-def resource(name):
-    """The templates, static or migrations folder: inside the package when installed from the
-    wheel, at the repository's top level in a checkout (pyproject.toml maps one to the other)."""
-    inside = PACKAGE / name
-    return inside if inside.is_dir() else PACKAGE.parent / name
+class SessionInterface(SecureCookieSessionInterface):
+    """Session cookies marked Secure whenever the request came over HTTPS."""
+
+    def get_cookie_secure(self, app):
+        return super().get_cookie_secure(app) or request.is_secure
 
 
 def create_app(test_config=None):
-    """Build the Flask app: settings, database, job handlers, CLI commands and pages."""
-    app = Flask("jobsweb", instance_relative_config=True,
-                template_folder=str(resource("templates")), static_folder=str(resource("static")))
-    app.config.from_mapping(SQLALCHEMY_ENGINE_OPTIONS={"pool_pre_ping": True})
+    """Build the standalone app: settings, database, job handlers, CLI commands and pages."""
+    # No app-level static route: the admin blueprint serves /static itself.
+    app = Flask("jobsweb", instance_relative_config=True, static_folder=None)
     app.config.update(settings.from_environment())
     if test_config:
         app.config.update(test_config)
-    settings.check(app.config)
 
     Path(app.instance_path).mkdir(parents=True, exist_ok=True)
     if not app.config.get("SQLALCHEMY_DATABASE_URI"):
         app.config["SQLALCHEMY_DATABASE_URI"] = embedded.start(Path(app.instance_path) / "pgdata")
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = _local_secret_key(Path(app.instance_path) / "secret_key")
+    hops = app.config["JOBSWEB_PROXY_HOPS"]
+    if hops:
+        # Behind a PaaS router: the client's address, scheme (https, for Secure cookies) and host
+        # come from the X-Forwarded-* headers the last `hops` proxies set, and only from them.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
+    # Lax: the cookie is not sent on cross-site POSTs (CSRF tokens are the other half).
+    app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
+    app.config["SESSION_COOKIE_HTTPONLY"] = True
+    app.session_interface = SessionInterface()
+    # A URL that matches no route never reaches the admin blueprint: the site's own 404 page.
+    app.register_error_handler(404, lambda exc: error_page(404, "Not found", exc.description))
 
-    db.init_app(app)
-    migrate.init_app(app, db, directory=str(resource("migrations")))
-    registry.load(app.config["JOBSWEB_HANDLERS"])
-    commands.init_app(app)
-    site.init_app(app)
+    JobsWeb(app, url_prefix="")
+    migrate.init_app(app, own_db, directory=str(resource("migrations")))  # `flask db upgrade` too
+    commands.init_standalone(app)
     return app
 
 

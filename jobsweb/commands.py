@@ -1,6 +1,6 @@
 """The `flask` commands: run-jobs (the worker, built here with its duties), jobs migrate/
-enqueue/demo/prune, the schedule commands (jobs define/pause/resume/run-now/schedules), users
-create, and dev (web + worker)."""
+enqueue/demo/prune, the schedule commands (jobs define/pause/resume/run-now/schedules), jobs
+users create, and for the standalone app dev (web + worker) and users create."""
 
 import json
 import os
@@ -15,7 +15,7 @@ from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from .core import logs
+from .core import logs, schema
 from .core.database import db, libpq_url
 from .core.errors import InvalidInput
 from .core.models import ROLES
@@ -93,10 +93,8 @@ def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout)
 @jobs.command("migrate")
 def migrate_command():
     """Create jobsweb's tables, or upgrade them to this version (safe to run from several processes)."""
-    from flask_migrate import upgrade
-
     with plain_errors():
-        upgrade()
+        schema.upgrade()
     click.echo("jobsweb's schema is up to date")
 
 
@@ -236,10 +234,8 @@ def demo_command():
 @with_appcontext
 def dev_command(host, port, demo):
     """Migrate, then run the web app (gunicorn) and a worker together until Ctrl-C."""
-    from flask_migrate import upgrade
-
     with plain_errors():
-        upgrade()
+        schema.upgrade()
         demo_user = ensure_demo_operator()
         db.session.commit()
         if demo:
@@ -292,8 +288,16 @@ def create_user_command(email, role, password):
 
 
 def init_app(app):
-    """Add jobsweb's commands to the app's `flask`."""
+    """Add jobsweb's commands to the app's `flask`: `run-jobs` and the `jobs` group (`jobs users`
+    inside it, so that a host's own `flask users` is left alone)."""
     app.cli.add_command(run_jobs)
     app.cli.add_command(jobs)
+
+
+def init_standalone(app):
+    """The standalone app's own commands: `flask dev`, and `flask users` as the docs have it."""
     app.cli.add_command(users)
     app.cli.add_command(dev_command)
+
+
+jobs.add_command(users)

@@ -17,8 +17,9 @@ from jobsweb.core.database import database_url, libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
-TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users, "
-          "job_duration_totals, job_metrics_state, alert_deliveries, alert_incident_runs, alert_incidents")
+TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
+          "jobsweb_users, job_duration_totals, job_metrics_state, jobsweb_alert_deliveries, "
+          "jobsweb_alert_incident_runs, jobsweb_alert_incidents")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -250,3 +251,45 @@ def scratch_database(postgres_server):
     with psycopg.connect(admin, autocommit=True) as conn:
         for name in made:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+# -- real browsers and servers --------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium through Playwright (never a downloaded browser)."""
+    from playwright import sync_api
+
+    if not os.path.exists(CHROMIUM):
+        raise RuntimeError(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def serve():
+    """serve(app): the app on a real HTTP server on 127.0.0.1 until the test ends; its base URL."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    running = []
+
+    def start(app):
+        httpd = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        running.append((httpd, thread))
+        return f"http://127.0.0.1:{httpd.server_port}"
+
+    yield start
+    for httpd, thread in running:
+        httpd.shutdown()
+        thread.join()

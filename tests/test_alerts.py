@@ -76,7 +76,7 @@ def test_an_overdue_definition_opens_one_incident_and_notifies_once_however_ofte
     [text] = receiver.texts()
     assert "nightly is overdue" in text and "Is cron or a worker running?" in text
     assert receiver.posts[0]["jobsweb"]["kind"] == "overdue"
-    assert sql("SELECT id, kind, resolved_at FROM alert_incidents") == [(opened[0], "overdue", None)]
+    assert sql("SELECT id, kind, resolved_at FROM jobsweb_alert_incidents") == [(opened[0], "overdue", None)]
 
 
 def test_the_next_success_resolves_the_incident_with_one_recovery_notification(alerting, receiver, sql):
@@ -91,7 +91,7 @@ def test_the_next_success_resolves_the_incident_with_one_recovery_notification(a
     texts = receiver.texts()
     assert len(texts) == 2
     assert "overdue" in texts[0] and texts[1].startswith("Resolved: nightly is overdue")
-    [(resolution,)] = sql("SELECT resolution FROM alert_incidents WHERE resolved_at IS NOT NULL")
+    [(resolution,)] = sql("SELECT resolution FROM jobsweb_alert_incidents WHERE resolved_at IS NOT NULL")
     assert resolution.endswith("succeeded")
 
 
@@ -111,7 +111,7 @@ def test_a_definition_alerts_when_its_dead_runs_in_a_row_reach_its_own_threshold
     [text] = receiver.texts()
     assert "nightly has failed its last 3 runs" in text and "PermanentError" in text
     # A single dead run of a definition under its threshold opens nothing of kind 'dead'.
-    assert sql("SELECT kind FROM alert_incidents") == [("failing",)]
+    assert sql("SELECT kind FROM jobsweb_alert_incidents") == [("failing",)]
 
 
 def test_dead_runs_of_one_job_type_share_an_incident_until_a_run_of_that_type_succeeds(alerting, receiver, sql):
@@ -124,7 +124,7 @@ def test_dead_runs_of_one_job_type_share_an_incident_until_a_run_of_that_type_su
         enqueue("jobsweb.fail", {"permanent": True})
     run_worker(alerting)
     assert evaluate(alerting) == ([], [])  # counted into the open incident, not a new alert
-    assert sql("SELECT run_count FROM alert_incidents") == [(3,)]
+    assert sql("SELECT run_count FROM jobsweb_alert_incidents") == [(3,)]
 
     with committed(alerting):
         enqueue("jobsweb.fail", {"times": 0})
@@ -150,10 +150,10 @@ def test_a_failed_delivery_is_retried_and_its_error_stays_visible(alerting, rece
     with committed(alerting):
         notify.queue_test("ann@example.com")
     assert deliver(alerting) == 0
-    [(status, attempts, error)] = sql("SELECT status, attempts, last_error FROM alert_deliveries")
+    [(status, attempts, error)] = sql("SELECT status, attempts, last_error FROM jobsweb_alert_deliveries")
     assert (status, attempts, error) == ("pending", 1, "HTTP 500 Internal Server Error: receiver is down")
     wait_for(lambda: deliver(alerting), timeout=5, message="the retry")
-    assert sql("SELECT status, attempts FROM alert_deliveries") == [("sent", 2)]
+    assert sql("SELECT status, attempts FROM jobsweb_alert_deliveries") == [("sent", 2)]
     assert len(receiver.posts) == 2
 
 
@@ -162,9 +162,9 @@ def test_a_delivery_gives_up_after_its_last_attempt(alerting, receiver, sql):
     receiver.fail_first = 99
     with committed(alerting):
         notify.queue_test("ann@example.com")
-    wait_for(lambda: deliver(alerting) == 0 and sql("SELECT status FROM alert_deliveries") == [("failed",)],
+    wait_for(lambda: deliver(alerting) == 0 and sql("SELECT status FROM jobsweb_alert_deliveries") == [("failed",)],
              timeout=5, message="the delivery to give up")
-    assert sql("SELECT attempts FROM alert_deliveries") == [(2,)]
+    assert sql("SELECT attempts FROM jobsweb_alert_deliveries") == [(2,)]
 
 
 def test_an_unreachable_webhook_is_an_error_not_a_crash(app, sql):
@@ -172,7 +172,7 @@ def test_an_unreachable_webhook_is_an_error_not_a_crash(app, sql):
     with committed(app):
         notify.queue_test("ann@example.com")
     assert deliver(app) == 0
-    [(error,)] = sql("SELECT last_error FROM alert_deliveries")
+    [(error,)] = sql("SELECT last_error FROM jobsweb_alert_deliveries")
     assert error.startswith("could not POST to http://127.0.0.1:9/…")
 
 
@@ -207,8 +207,8 @@ def test_concurrent_worker_processes_open_one_incident_and_send_one_notification
     workers = [spawn_worker(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url) for _ in range(4)]
     for proc in workers:
         assert proc.wait(timeout=60) == 0, proc.stdout.read()
-    assert sql("SELECT kind, job_type, run_count FROM alert_incidents") == [("dead", "send_invoice", 1)]
-    assert sql("SELECT status, attempts FROM alert_deliveries") == [("sent", 1)]
+    assert sql("SELECT kind, job_type, run_count FROM jobsweb_alert_incidents") == [("dead", "send_invoice", 1)]
+    assert sql("SELECT status, attempts FROM jobsweb_alert_deliveries") == [("sent", 1)]
     [text] = receiver.texts()
     assert text.startswith("run 1 of send_invoice is dead after 5 attempts: RuntimeError: SMTP refused")
 
@@ -243,7 +243,7 @@ def test_the_database_refuses_a_second_open_incident_for_a_definition(app, sql):
     import psycopg
 
     define(app)
-    insert = ("INSERT INTO alert_incidents (kind, definition_id, subject, summary, since) "
+    insert = ("INSERT INTO jobsweb_alert_incidents (kind, definition_id, subject, summary, since) "
               "SELECT 'overdue', id, name, 'x', now() FROM job_definitions")
     sql(insert)
     with pytest.raises(psycopg.errors.UniqueViolation):
@@ -299,7 +299,7 @@ def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting
     run_worker(alerting)
     reopened, _ = evaluate(alerting)
     assert len(reopened) == 1
-    assert sql("SELECT run_id, attempt FROM alert_incident_runs ORDER BY attempt") == [(run_id, 1), (run_id, 2)]
+    assert sql("SELECT run_id, attempt FROM jobsweb_alert_incident_runs ORDER BY attempt") == [(run_id, 1), (run_id, 2)]
 
 
 def test_a_run_that_waits_queued_past_its_grace_makes_its_definition_overdue_until_it_succeeds(alerting, receiver, sql):
@@ -330,4 +330,4 @@ def test_a_one_shot_worker_sends_the_notification_of_the_incident_it_opened_befo
     proc = spawn_worker(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url)
     assert proc.wait(timeout=60) == 0, proc.stdout.read()
     assert len(receiver.texts()) == 1
-    assert sql("SELECT status FROM alert_deliveries") == [("sent",)]
+    assert sql("SELECT status FROM jobsweb_alert_deliveries") == [("sent",)]

@@ -3,46 +3,24 @@
 Screenshots of every page, laptop and phone sized, go to tests/artifacts/ for a person to look at.
 """
 
-import os
 import re
-import threading
 from pathlib import Path
 
 import pytest
 from playwright import sync_api
-from werkzeug.serving import make_server
 
 from tests.conftest import PASSWORD
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"
 SIZES = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
-
-if not os.path.exists(CHROMIUM):
-    raise RuntimeError(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
 
 expect = sync_api.expect
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
-def server(app):
+def server(app, serve):
     """The app on a real HTTP server on 127.0.0.1, for this test."""
-    httpd = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-    thread.join()
+    return serve(app)
 
 
 @pytest.fixture

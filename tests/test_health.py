@@ -55,9 +55,9 @@ def test_healthz_recovers_once_the_schema_is_upgraded(scratch_database):
 
 
 def test_healthz_stays_ok_when_a_deploy_migrated_past_this_older_code(app, sql):
-    [(head,)] = sql("SELECT version_num FROM alembic_version")
-    sql("UPDATE alembic_version SET version_num = '0099_from_newer_code'")
+    [(head,)] = sql("SELECT version_num FROM jobsweb_alembic_version")
+    sql("UPDATE jobsweb_alembic_version SET version_num = '0099_from_newer_code'")
     try:
         assert app.test_client().get("/healthz").status_code == 200
     finally:
-        sql("UPDATE alembic_version SET version_num = %s", [head])
+        sql("UPDATE jobsweb_alembic_version SET version_num = %s", [head])

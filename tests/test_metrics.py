@@ -90,9 +90,9 @@ def test_every_scrape_reads_the_database_so_processes_agree(metrics_app, databas
 
 
 def test_open_incidents_are_counted_by_kind(metrics_app, sql):
-    sql("INSERT INTO alert_incidents (kind, job_type, subject, summary, since) VALUES "
+    sql("INSERT INTO jobsweb_alert_incidents (kind, job_type, subject, summary, since) VALUES "
         "('dead', 'a', 'a', 'a died', now()), ('dead', 'b', 'b', 'b died', now())")
-    sql("INSERT INTO alert_incidents (kind, job_type, subject, summary, since, resolved_at) VALUES "
+    sql("INSERT INTO jobsweb_alert_incidents (kind, job_type, subject, summary, since, resolved_at) VALUES "
         "('overdue', 'c', 'c', 'c is late', now(), now())")
     m = scrape(metrics_app)
     assert m[("jobsweb_incidents_open", (("kind", "dead"),))] == 2

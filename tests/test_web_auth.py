@@ -97,7 +97,7 @@ def test_users_create_names_the_field_it_refuses_and_writes_nothing(runner, sql)
     assert short.exit_code == 2 and "password: must have at least 8 characters" in short.output
     not_email = runner.invoke(args=["users", "create", "nobody", "--password", PASSWORD])
     assert not_email.exit_code == 2 and "email: 'nobody' is not an email address" in not_email.output
-    assert sql("SELECT count(*) FROM users") == [(0,)]
+    assert sql("SELECT count(*) FROM jobsweb_users") == [(0,)]
 
 
 def test_users_create_refuses_a_taken_email_and_a_bad_role(runner):

@@ -21,7 +21,7 @@ def overdue_incident(app, sql, name="nightly"):
 def test_the_incidents_page_shows_open_incidents_and_notification_errors_escaped(app, sign_in, sql):
     app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = HOOK
     overdue_incident(app, sql, name="<b>nightly</b>")
-    sql("UPDATE alert_deliveries SET attempts = 1, last_error = 'HTTP 500: <script>x</script>'")
+    sql("UPDATE jobsweb_alert_deliveries SET attempts = 1, last_error = 'HTTP 500: <script>x</script>'")
     html = sign_in("viewer").get("/incidents").get_data(as_text=True)
     assert "&lt;b&gt;nightly&lt;/b&gt; is overdue" in html
     assert "HTTP 500: &lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
@@ -46,8 +46,8 @@ def test_an_operator_sends_a_test_alert_and_it_is_audited(app, sign_in, sql):
     client = sign_in("operator")
     response = client.post("/incidents/test", data={"csrf_token": csrf_token(client, "/")})
     assert response.status_code == 302 and response.headers["Location"] == "/incidents"
-    assert sql("SELECT event, channel, target, status FROM alert_deliveries") == [("test", "webhook", HOOK, "pending")]
-    assert sql("SELECT action, target_type, detail FROM audit_log") == [
+    assert sql("SELECT event, channel, target, status FROM jobsweb_alert_deliveries") == [("test", "webhook", HOOK, "pending")]
+    assert sql("SELECT action, target_type, detail FROM jobsweb_audit_log") == [
         ("send_test_alert", "alerts", {"channels": ["webhook"]})]
     assert "Test alert queued on 1 channel" in client.get("/incidents").get_data(as_text=True)
 
@@ -56,8 +56,8 @@ def test_a_test_alert_without_any_channel_says_what_to_set_and_queues_nothing(si
     client = sign_in("operator")
     client.post("/incidents/test", data={"csrf_token": csrf_token(client, "/")})
     assert "set JOBSWEB_ALERT_WEBHOOK_URL" in client.get("/incidents").get_data(as_text=True)
-    assert sql("SELECT count(*) FROM alert_deliveries") == [(0,)]
-    assert sql("SELECT count(*) FROM audit_log") == [(0,)]
+    assert sql("SELECT count(*) FROM jobsweb_alert_deliveries") == [(0,)]
+    assert sql("SELECT count(*) FROM jobsweb_audit_log") == [(0,)]
 
 
 def test_a_test_alert_needs_the_csrf_token_and_the_operator_role(app, sign_in, sql):
@@ -66,7 +66,7 @@ def test_a_test_alert_needs_the_csrf_token_and_the_operator_role(app, sign_in, s
     assert client.post("/incidents/test").status_code == 400
     assert client.post("/incidents/test", data={"csrf_token": csrf_token(client, "/")}).status_code == 403
     assert "Send test alert" not in client.get("/incidents").get_data(as_text=True)
-    assert sql("SELECT count(*) FROM alert_deliveries") == [(0,)]
+    assert sql("SELECT count(*) FROM jobsweb_alert_deliveries") == [(0,)]
 
 
 def test_an_admin_sets_a_definitions_threshold_and_own_webhook(sign_in, sql):

@@ -193,7 +193,7 @@ def test_bulk_retry_of_everything_matching_works_in_batches(app, sign_in, sql):
     assert response.status_code == 302 and "q=bank" in response.headers["Location"]
     assert dict(sql("SELECT last_error || ' ' || status, count(*) FROM job_runs GROUP BY 1")) == {
         "timeout talking to bank queued": 30, "other dead": 4, "timeout talking to bank succeeded": 1}
-    [(detail,)] = sql("SELECT detail FROM audit_log WHERE action = 'bulk_retry'")
+    [(detail,)] = sql("SELECT detail FROM jobsweb_audit_log WHERE action = 'bulk_retry'")
     assert detail["changed"] == 30 and detail["scope"] == "matching"
 
 

@@ -1,18 +1,57 @@
-"""The database: the extensions (created once here, bound to the app by the factory), the URL
-spellings jobsweb converts between, and how named SQL runs in a Flask-SQLAlchemy session.
+"""The database: the Flask-SQLAlchemy instance jobsweb talks through, the URL spellings jobsweb
+converts between, and how named SQL runs in a session.
+
+Inside a team's own Flask app, jobsweb uses the app's own Flask-SQLAlchemy (an app may have only
+one), so a handler's writes and `enqueue(..., session=db.session)` share its transactions; a
+standalone app, or a host without one, gets jobsweb's own (`own_db`). `db` below is the facade
+every module imports: it finds the one of the current app.
 
 Every named statement of jobsweb takes psycopg's `%(name)s` parameters, whoever runs it: the
 worker on its own psycopg connection, the web app and the CLI in db.session (execute below).
 """
 
+import sqlalchemy as sa
+from flask import current_app
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import make_url
 
 from .errors import ConfigError
 
-db = SQLAlchemy()
-migrate = Migrate()
+own_db = SQLAlchemy()
+migrate = Migrate()  # `flask db upgrade`, for the standalone app only (`flask jobs migrate` is everywhere)
+
+
+class Database:
+    """The current app's Flask-SQLAlchemy instance, as the attributes jobsweb uses."""
+
+    select = staticmethod(sa.select)
+    func = sa.func
+
+    @staticmethod
+    def extension():
+        return current_app.extensions["sqlalchemy"]
+
+    @property
+    def session(self):
+        return self.extension().session
+
+    @property
+    def engine(self):
+        return self.extension().engine
+
+    def get_or_404(self, entity, ident, *, description=None):
+        return self.extension().get_or_404(entity, ident, description=description)
+
+
+db = Database()
+
+
+def init_app(app):
+    """Bind jobsweb to the app's Flask-SQLAlchemy, creating jobsweb's own if the app has none."""
+    if "sqlalchemy" not in app.extensions:
+        app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", {"pool_pre_ping": True})
+        own_db.init_app(app)
 
 
 def database_url(raw):

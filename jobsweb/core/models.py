@@ -6,18 +6,19 @@ classes but the named SQL in engine/statements.py, where the run statuses are li
 
 from datetime import datetime
 
-from flask_login import UserMixin
-from sqlalchemy import BigInteger, DateTime, Double, ForeignKey, Text
+from sqlalchemy import BigInteger, DateTime, Double, ForeignKey, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.orm import Mapped, mapped_column
-
-from .database import db
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 TIMESTAMPTZ = DateTime(timezone=True)  # every jobsweb time is set by the database clock
 
 
+class Model(DeclarativeBase):
+    """jobsweb's own declarative base: its tables never join a host app's metadata."""
 
-class JobDefinition(db.Model):
+
+
+class JobDefinition(Model):
     __tablename__ = "job_definitions"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -45,18 +46,18 @@ class JobDefinition(db.Model):
     alert_after_failures: Mapped[int] = mapped_column(server_default="2")
     alert_webhook_url: Mapped[str | None] = mapped_column(Text)
     alert_email_to: Mapped[str | None] = mapped_column(Text)  # comma-separated
-    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
-    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 
 
-class JobRun(db.Model):
+class JobRun(Model):
     __tablename__ = "job_runs"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     definition_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("job_definitions.id"))
     job_type: Mapped[str] = mapped_column(Text)
     payload: Mapped[dict] = mapped_column(JSONB, server_default="{}")
-    run_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    run_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     status: Mapped[str] = mapped_column(Text, server_default="queued")
     attempts: Mapped[int] = mapped_column(server_default="0")
     max_attempts: Mapped[int] = mapped_column(server_default="5")
@@ -77,11 +78,11 @@ class JobRun(db.Model):
     backoff_base: Mapped[float | None] = mapped_column(Double)
     backoff_cap: Mapped[float | None] = mapped_column(Double)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
-    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
-    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 
 
-class JobAttempt(db.Model):
+class JobAttempt(Model):
     __tablename__ = "job_attempts"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -89,21 +90,21 @@ class JobAttempt(db.Model):
     attempt: Mapped[int]
     worker: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
-    finished_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    finished_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     outcome: Mapped[str] = mapped_column(Text)
     error_type: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     stack: Mapped[str | None] = mapped_column(Text)
 
 
-class JobWorker(db.Model):
+class JobWorker(Model):
     __tablename__ = "job_workers"
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
     host: Mapped[str] = mapped_column(Text)
     pid: Mapped[int]
-    started_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
-    last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    started_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
+    last_seen_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     job_types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: a worker from before 0008
@@ -112,14 +113,14 @@ class JobWorker(db.Model):
 ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may
 
 
-class User(UserMixin, db.Model):
-    __tablename__ = "users"
+class User(Model):
+    __tablename__ = "jobsweb_users"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     email: Mapped[str] = mapped_column(Text)
     password_hash: Mapped[str] = mapped_column(Text)
     role: Mapped[str] = mapped_column(Text, server_default="viewer")
-    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     last_sign_in_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
 
     def can(self, role):
@@ -127,12 +128,12 @@ class User(UserMixin, db.Model):
         return ROLES.index(self.role) >= ROLES.index(role)
 
 
-class AuditEntry(db.Model):
-    __tablename__ = "audit_log"
+class AuditEntry(Model):
+    __tablename__ = "jobsweb_audit_log"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
-    user_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="SET NULL"))
+    at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
+    user_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("jobsweb_users.id", ondelete="SET NULL"))
     user_email: Mapped[str] = mapped_column(Text)
     action: Mapped[str] = mapped_column(Text)
     target_type: Mapped[str] = mapped_column(Text)
@@ -140,8 +141,8 @@ class AuditEntry(db.Model):
     detail: Mapped[dict] = mapped_column(JSONB, server_default="{}")
 
 
-class AlertIncident(db.Model):
-    __tablename__ = "alert_incidents"
+class AlertIncident(Model):
+    __tablename__ = "jobsweb_alert_incidents"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     kind: Mapped[str] = mapped_column(Text)
@@ -153,16 +154,16 @@ class AlertIncident(db.Model):
     last_failure_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     run_id: Mapped[int | None] = mapped_column(BigInteger)
     run_count: Mapped[int] = mapped_column(server_default="0")
-    opened_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    opened_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     resolved_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     resolution: Mapped[str | None] = mapped_column(Text)
 
 
-class AlertDelivery(db.Model):
-    __tablename__ = "alert_deliveries"
+class AlertDelivery(Model):
+    __tablename__ = "jobsweb_alert_deliveries"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    incident_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("alert_incidents.id"))
+    incident_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("jobsweb_alert_incidents.id"))
     event: Mapped[str] = mapped_column(Text)
     channel: Mapped[str] = mapped_column(Text)
     target: Mapped[str] = mapped_column(Text)
@@ -171,7 +172,7 @@ class AlertDelivery(db.Model):
     data: Mapped[dict] = mapped_column(JSONB, server_default="{}")
     status: Mapped[str] = mapped_column(Text, server_default="pending")
     attempts: Mapped[int] = mapped_column(server_default="0")
-    next_attempt_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    next_attempt_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
+    created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     sent_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)

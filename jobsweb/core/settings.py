@@ -1,4 +1,8 @@
-"""Settings: defaults, then the environment, then test overrides; a bad value stops start-up."""
+"""Settings: defaults, then the environment, then the app's config; a bad value stops start-up.
+
+Inside a team's app, `app.config["JOBSWEB_..."]` wins over the environment (resolve); the
+standalone app reads the environment alone (from_environment).
+"""
 
 import os
 
@@ -89,6 +93,13 @@ _url = _checked(check_url)
 _emails = _checked(check_emails)
 
 
+def _login_url(name, raw):
+    """A path on the host (/login) or an http(s) URL; empty means none."""
+    if raw == "" or raw.startswith("/") and not raw.startswith("//") and not any(c.isspace() for c in raw):
+        return raw or None
+    return _url(name, raw)
+
+
 def _optional_text(name, raw):
     return raw or None
 
@@ -156,6 +167,9 @@ SETTINGS = {
     "JOBSWEB_ALERT_RETRY_BASE": (30.0, _positive_float),  # seconds; doubles per failure, capped at 1 h
     # Links in notifications point here (e.g. https://jobs.example.com); none without it.
     "JOBSWEB_BASE_URL": (None, _url),
+    # Inside a team's app with `authorize`: where a person who is not signed in is sent (with
+    # ?next=); without it, such a person gets a 401.
+    "JOBSWEB_LOGIN_URL": (None, _login_url),
     "JOBSWEB_SMTP_HOST": (None, _optional_text),
     "JOBSWEB_SMTP_PORT": (587, _port),
     "JOBSWEB_SMTP_USER": (None, _optional_text),
@@ -176,6 +190,28 @@ def from_environment(environ=None):
         config["SQLALCHEMY_DATABASE_URI"] = database_url(environ["DATABASE_URL"].strip())
     if environ.get("SECRET_KEY"):
         config["SECRET_KEY"] = environ["SECRET_KEY"]
+    return config
+
+
+def resolve(app_config, environ=None):
+    """Every setting for an app: its config's value where it sets one (text is read as the
+    environment's is; numbers, booleans and lists are checked the same way), else the
+    environment's, else the default. Also the database URL and secret key from the environment
+    when the app sets none."""
+    environ = os.environ if environ is None else environ
+    config = from_environment(environ)
+    for name, (default, parse) in SETTINGS.items():
+        value = app_config.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(str(item) for item in value)
+        config[name] = parse(name, str(value).strip())
+    for name in ("SQLALCHEMY_DATABASE_URI", "SECRET_KEY"):
+        if app_config.get(name):
+            config.pop(name, None)
     return config
 
 

@@ -15,7 +15,7 @@ An overdue or failing incident also clears when its definition is deleted, and a
 one when it is paused.
 
 evaluate() does all of this in one transaction, notifications included (rows in
-alert_deliveries, sent by notify.py): an incident exists exactly when its notification was
+jobsweb_alert_deliveries, sent by notify.py): an incident exists exactly when its notification was
 queued. Exactly once across workers: evaluations take a transaction-level advisory lock
 (a worker that finds it taken skips its turn), and the unique partial indexes on open
 incidents refuse a second one whatever happens.
@@ -37,7 +37,7 @@ log = logging.getLogger("jobsweb.alerts")
 INCIDENT_KINDS = ("overdue", "failing", "dead")
 EVALUATE_EVERY = 5.0  # seconds between evaluations in one worker process
 # Dead runs are looked for among those that died this recently: the anti-join against
-# alert_incident_runs then stays small however many dead runs the table keeps. Every
+# jobsweb_alert_incident_runs then stays small however many dead runs the table keeps. Every
 # worker tick evaluates, so only an hour with no worker at all could miss one (and that
 # hour shows up as overdue definitions).
 DEAD_LOOKBACK_SECONDS = 3600
@@ -51,9 +51,9 @@ LOCK_KEY = 0x6A6F6273  # pg advisory lock id of the alerts evaluation ('jobs')
 TAKE_TURN = "SELECT pg_try_advisory_xact_lock(%(key)s)"
 
 # Open an overdue or failing incident unless one is open; RETURNING tells the winner.
-# Uses unique index alert_incidents_open_definition.
+# Uses unique index jobsweb_alert_incidents_open_definition.
 OPEN_DEFINITION_INCIDENT = """
-INSERT INTO alert_incidents (kind, definition_id, subject, summary, since)
+INSERT INTO jobsweb_alert_incidents (kind, definition_id, subject, summary, since)
 VALUES (%(kind)s, %(definition_id)s, %(subject)s, %(summary)s, coalesce(%(since)s, now()))
 ON CONFLICT (definition_id, kind) WHERE resolved_at IS NULL AND definition_id IS NOT NULL DO NOTHING
 RETURNING id
@@ -63,7 +63,7 @@ RETURNING id
 # incident began succeeded (last_run_at is the start of its newest finished run), or the
 # definition went away. Guarded by resolved_at IS NULL: a second evaluator resolves nothing.
 RESOLVE_DEFINITION_INCIDENTS = """
-UPDATE alert_incidents i
+UPDATE jobsweb_alert_incidents i
 SET resolved_at = now(),
     resolution = CASE
         WHEN d.id IS NULL THEN 'the definition was deleted'
@@ -71,7 +71,7 @@ SET resolved_at = now(),
         ELSE 'a run started at ' || to_char(d.last_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
              || ' UTC succeeded'
     END
-FROM alert_incidents o
+FROM jobsweb_alert_incidents o
 LEFT JOIN job_definitions d ON d.id = o.definition_id
 WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind IN ('overdue', 'failing')
   AND (d.id IS NULL
@@ -87,9 +87,9 @@ RETURNING i.id
 # every run of the type since it began. It looks back COMMIT_MARGIN past the previous pass: an
 # attempt's finished_at is its transaction's start, and it becomes visible only at commit.
 RESOLVE_DEAD_INCIDENTS = """
-UPDATE alert_incidents i
+UPDATE jobsweb_alert_incidents i
 SET resolved_at = now(), resolution = 'run ' || ok.run_id || ' succeeded'
-FROM alert_incidents o
+FROM jobsweb_alert_incidents o
 CROSS JOIN LATERAL (
     SELECT a.run_id FROM job_attempts a JOIN job_runs s ON s.id = a.run_id
     WHERE a.finished_at > greatest(o.last_failure_at, o.checked_at - make_interval(secs => %(margin)s))
@@ -101,42 +101,42 @@ WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind = 'dead'
 RETURNING i.id
 """
 
-DEAD_INCIDENTS_CHECKED = "UPDATE alert_incidents SET checked_at = now() WHERE kind = 'dead' AND resolved_at IS NULL"
+DEAD_INCIDENTS_CHECKED = "UPDATE jobsweb_alert_incidents SET checked_at = now() WHERE kind = 'dead' AND resolved_at IS NULL"
 
 # Runs outside any definition that died recently and that no incident has counted yet.
-# Uses index job_runs_dead_finished and alert_incident_runs' primary key.
+# Uses index job_runs_dead_finished and jobsweb_alert_incident_runs' primary key.
 NEW_DEAD_RUNS = """
 SELECT r.id, r.job_type, r.finished_at, r.attempts, r.error_type, r.last_error
 FROM job_runs r
 WHERE r.status = 'dead' AND r.definition_id IS NULL
   AND r.finished_at > now() - make_interval(secs => %(lookback)s)
-  AND NOT EXISTS (SELECT 1 FROM alert_incident_runs l WHERE l.run_id = r.id AND l.attempt = r.attempts)
+  AND NOT EXISTS (SELECT 1 FROM jobsweb_alert_incident_runs l WHERE l.run_id = r.id AND l.attempt = r.attempts)
 ORDER BY r.id
 LIMIT %(limit)s
 """
 
-# Uses unique index alert_incidents_open_job_type.
+# Uses unique index jobsweb_alert_incidents_open_job_type.
 OPEN_DEAD_INCIDENT = """
-INSERT INTO alert_incidents (kind, job_type, subject, summary, since, last_failure_at, run_id)
+INSERT INTO jobsweb_alert_incidents (kind, job_type, subject, summary, since, last_failure_at, run_id)
 VALUES ('dead', %(job_type)s, %(job_type)s, %(summary)s, %(since)s, %(last_failure_at)s, %(run_id)s)
 ON CONFLICT (job_type) WHERE resolved_at IS NULL AND kind = 'dead' DO NOTHING
 RETURNING id
 """
 
 OPEN_DEAD_INCIDENT_ID = """
-SELECT id FROM alert_incidents WHERE job_type = %(job_type)s AND kind = 'dead' AND resolved_at IS NULL
+SELECT id FROM jobsweb_alert_incidents WHERE job_type = %(job_type)s AND kind = 'dead' AND resolved_at IS NULL
 """
 
 # Count deaths into an incident; one already counted (primary key) is not counted again.
 COUNT_DEAD_RUNS = """
 WITH counted AS (
-    INSERT INTO alert_incident_runs (run_id, attempt, incident_id)
+    INSERT INTO jobsweb_alert_incident_runs (run_id, attempt, incident_id)
     SELECT run_id, attempt, %(incident_id)s
     FROM unnest(%(run_ids)s::bigint[], %(attempts)s::int[]) AS d(run_id, attempt)
     ON CONFLICT (run_id, attempt) DO NOTHING
     RETURNING run_id
 )
-UPDATE alert_incidents
+UPDATE jobsweb_alert_incidents
 SET run_count = run_count + (SELECT count(*) FROM counted),
     last_failure_at = greatest(last_failure_at, %(last_failure_at)s)
 WHERE id = %(incident_id)s
@@ -144,7 +144,7 @@ WHERE id = %(incident_id)s
 
 
 OPEN_DEFINITION_INCIDENT_KEYS = """
-SELECT definition_id, kind FROM alert_incidents WHERE resolved_at IS NULL AND definition_id IS NOT NULL
+SELECT definition_id, kind FROM jobsweb_alert_incidents WHERE resolved_at IS NULL AND definition_id IS NOT NULL
 """
 
 # The newest dead run of a failing definition, quoted in its notification. Uses index
@@ -156,7 +156,7 @@ ORDER BY id DESC LIMIT 1
 """
 
 INCIDENT_WITH_ROUTING = """
-SELECT i.*, d.alert_webhook_url, d.alert_email_to FROM alert_incidents i
+SELECT i.*, d.alert_webhook_url, d.alert_email_to FROM jobsweb_alert_incidents i
 LEFT JOIN job_definitions d ON d.id = i.definition_id
 WHERE i.id = %(id)s
 """

@@ -1,28 +1,23 @@
 """Whether this process can serve: its database answers and its schema is the one the code
 expects (GET /healthz, web/probes.py, answers with it)."""
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from flask import current_app
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..core import schema
 from ..core.database import db, execute
 
-# A database never migrated has no alembic_version table: checked first (a query naming a
+# A database never migrated has no version table: checked first (a query naming a
 # missing table fails however it is written), so that it is a reason to report.
-HAS_VERSION_TABLE = "SELECT to_regclass('alembic_version') IS NOT NULL"
-SCHEMA_VERSION = "SELECT version_num FROM alembic_version"
+HAS_VERSION_TABLE = f"SELECT to_regclass('{schema.VERSION_TABLE}') IS NOT NULL"
+SCHEMA_VERSION = f"SELECT version_num FROM {schema.VERSION_TABLE}"
 
 
 def migrations(app):
     """(heads, every revision) of the code this process runs, read from the scripts once per app."""
     known = app.extensions.get("jobsweb_migrations")
     if known is None:
-        config = Config()
-        config.set_main_option("script_location", app.extensions["migrate"].directory)
-        script = ScriptDirectory.from_config(config)
-        known = app.extensions["jobsweb_migrations"] = (
-            frozenset(script.get_heads()), frozenset(r.revision for r in script.walk_revisions()))
+        known = app.extensions["jobsweb_migrations"] = schema.revisions()
     return known
 
 

@@ -25,7 +25,7 @@ WHERE stopped_at IS NULL AND last_seen_at > now() - make_interval(days => %(days
 
 
 # Incidents (alerts.py) not yet resolved, by kind: overdue, failing, dead.
-OPEN_INCIDENTS = "SELECT kind, count(*) FROM alert_incidents WHERE resolved_at IS NULL GROUP BY kind"
+OPEN_INCIDENTS = "SELECT kind, count(*) FROM jobsweb_alert_incidents WHERE resolved_at IS NULL GROUP BY kind"
 
 
 class DatabaseCollector:

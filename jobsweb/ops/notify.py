@@ -1,4 +1,4 @@
-"""Sending notifications: where they go (routes), the alert_deliveries outbox, a webhook channel
+"""Sending notifications: where they go (routes), the jobsweb_alert_deliveries outbox, a webhook channel
 and an email channel.
 
 A delivery row is written in the transaction that opened or resolved its incident (alerts.py)
@@ -34,18 +34,18 @@ RETRY_CAP = 3600.0  # seconds: the longest wait between two tries of one notific
 ERROR_CHARS = 500  # of a receiver's answer, kept as last_error
 SMTP_SSL_PORT = 465  # implicit TLS; any other port uses STARTTLS when JOBSWEB_SMTP_STARTTLS
 
-# Uses index alert_deliveries_due.
-ANY_DUE = "SELECT EXISTS (SELECT 1 FROM alert_deliveries WHERE status = 'pending' AND next_attempt_at <= now())"
+# Uses index jobsweb_alert_deliveries_due.
+ANY_DUE = "SELECT EXISTS (SELECT 1 FROM jobsweb_alert_deliveries WHERE status = 'pending' AND next_attempt_at <= now())"
 
 # Claim the most overdue delivery. SKIP LOCKED: a row another worker is claiming right now
 # is left to it. The claim is committed before sending; next_attempt_at moves past the send
 # lease, so no other worker takes the row while this one is sending.
-# Uses index alert_deliveries_due.
+# Uses index jobsweb_alert_deliveries_due.
 CLAIM_DELIVERY = """
-UPDATE alert_deliveries d
+UPDATE jobsweb_alert_deliveries d
 SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => %(lease)s)
 FROM (
-    SELECT id FROM alert_deliveries
+    SELECT id FROM jobsweb_alert_deliveries
     WHERE status = 'pending' AND next_attempt_at <= now()
     ORDER BY next_attempt_at, id
     LIMIT 1
@@ -58,12 +58,12 @@ RETURNING d.id, d.attempts, d.channel, d.target, d.subject, d.body, d.data
 # Record a send. Guarded by the attempt: if this worker's lease ran out and another worker
 # claimed the row again, the older attempt's outcome is not written over the newer one.
 DELIVERY_SENT = """
-UPDATE alert_deliveries SET status = 'sent', sent_at = now()
+UPDATE jobsweb_alert_deliveries SET status = 'sent', sent_at = now()
 WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'pending'
 """
 
 DELIVERY_FAILED = """
-UPDATE alert_deliveries
+UPDATE jobsweb_alert_deliveries
 SET last_error = %(error)s,
     status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
     next_attempt_at = now() + make_interval(secs => %(delay)s)
@@ -203,7 +203,7 @@ def incident_link(incident_id=None):
         return None
     anchor = f"incident-{incident_id}" if incident_id else None
     with current_app.test_request_context(base_url=base):
-        return url_for("incidents.index", _external=True, _anchor=anchor)
+        return url_for("jobsweb.incidents.index", _external=True, _anchor=anchor)
 
 
 def queue_test(sent_by):

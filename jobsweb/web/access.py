@@ -1,56 +1,125 @@
-"""Who may see and do what: Flask-Login sessions, roles, and the sign-in gate on every page."""
+"""Who may see and do what on the admin screen: the viewer of each request, roles, the sign-in
+gate and CSRF checks, all on jobsweb's blueprint only (a host app's own pages are not touched).
 
+A viewer comes from the host's `authorize` callable when the app gave one (it returns None or
+(identity, role)), otherwise from jobsweb's own users and sign-in page.
+"""
+
+from dataclasses import dataclass
 from functools import wraps
+from urllib.parse import urlencode
 
-from flask import abort, redirect, request, url_for
-from flask_login import LoginManager, current_user
+from flask import abort, current_app, g, redirect, request, session, url_for
+from flask_wtf.csrf import CSRFError, validate_csrf
+from wtforms import ValidationError
 
 from ..core.database import db
 from ..core.models import ROLES, User
+from .rendering import htmx
 
-login_manager = LoginManager()
-login_manager.login_view = "auth.sign_in"
-login_manager.login_message = None  # the sign-in page says enough
+SESSION_KEY = "jobsweb_user_id"  # jobsweb's own sign-in, in the app's session
+# Seconds a form's CSRF token stays good: as long as a session cookie lives, so that a page
+# left open overnight still posts (the token is tied to the session anyway).
+CSRF_MAX_AGE = 31 * 86400
+# Reachable without signing in (local names inside jobsweb's blueprint); /metrics checks its
+# own bearer token.
+PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static"}
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
-# Reachable without signing in; everything else redirects to the sign-in page.
-# /metrics checks its own bearer token.
-PUBLIC_ENDPOINTS = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static"}
+
+@dataclass(frozen=True)
+class Viewer:
+    """The person behind a request: their identity (an email, or the host's identity), role and,
+    for jobsweb's own users, their id."""
+
+    identity: str
+    role: str
+    user_id: int | None = None
+
+    def can(self, role):
+        """Whether this viewer has `role` or a higher one."""
+        return ROLES.index(self.role) >= ROLES.index(role)
 
 
-@login_manager.user_loader
-def load_user(user_id):
-    return db.session.get(User, int(user_id))
+@dataclass(frozen=True)
+class Access:
+    """How one app signs people in to the admin screen."""
+
+    authorize: object = None  # the host's callable, or None for jobsweb's own users
+    login_url: str | None = None  # where the host signs people in (JOBSWEB_LOGIN_URL)
+
+
+def access():
+    return current_app.extensions["jobsweb_access"]
+
+
+def viewer():
+    """The viewer of this request (None before the gate ran, or when nobody is signed in)."""
+    return g.get("jobsweb_viewer")
+
+
+def local_endpoint():
+    """The request's endpoint inside jobsweb's blueprint ("runs.index"), wherever it is mounted."""
+    return (request.endpoint or "").partition(".")[2]
+
+
+def find_viewer():
+    """The viewer from the host's `authorize`, or from jobsweb's own sign-in; None if nobody."""
+    authorize = access().authorize
+    if authorize is not None:
+        answer = authorize()
+        if answer is None:
+            return None
+        identity, role = answer
+        if role not in ROLES:
+            raise RuntimeError(f"authorize() returned role {role!r}; it must be one of {', '.join(ROLES)}")
+        return Viewer(str(identity), role)
+    user_id = session.get(SESSION_KEY)
+    user = db.session.get(User, user_id) if isinstance(user_id, int) else None
+    return Viewer(user.email, user.role, user.id) if user is not None else None
+
+
+def check_csrf():
+    """before_request: every POST to jobsweb carries the CSRF token of the session (a form field,
+    or the X-CSRFToken header htmx sends); a host's own routes are not checked."""
+    if request.method in UNSAFE_METHODS:
+        token = request.form.get("csrf_token") or request.headers.get("X-CSRFToken")
+        try:
+            validate_csrf(token, time_limit=CSRF_MAX_AGE)
+        except ValidationError as exc:
+            raise CSRFError(exc.args[0]) from None
+
+
+def require_sign_in():
+    """before_request: every page but the public ones needs a viewer; without one, the sign-in
+    page (or the host's JOBSWEB_LOGIN_URL), or a 401."""
+    g.jobsweb_viewer = find_viewer()
+    if g.jobsweb_viewer is not None or local_endpoint() in PUBLIC:
+        return None
+    back = request.full_path.rstrip("?") if request.method == "GET" else None
+    if access().authorize is None:
+        target = url_for("jobsweb.auth.sign_in", next=back)
+    elif access().login_url:
+        target = access().login_url + ("&" if "?" in access().login_url else "?") + urlencode({"next": back or ""})
+    else:
+        abort(401, "Sign in to the application first.")
+    if htmx():
+        # An htmx swap of a sign-in page into a table would be confusing: reload whole.
+        return "", 401, {"HX-Redirect": target}
+    return redirect(target)
 
 
 def role_required(role):
-    """Views that change things: 403 for a signed-in user below `role`."""
+    """Views that change things: 403 for a viewer below `role`."""
     assert role in ROLES
 
     def decorate(view):
         @wraps(view)
         def guarded(*args, **kwargs):
-            if not current_user.can(role):
-                abort(403, f"This needs the {role} role; you are signed in as {current_user.role}.")
+            if not viewer().can(role):
+                abort(403, f"This needs the {role} role; you are signed in as {viewer().role}.")
             return view(*args, **kwargs)
 
         return guarded
 
     return decorate
-
-
-def require_sign_in():
-    """before_request: every page but the public ones needs a signed-in user."""
-    if request.endpoint in PUBLIC_ENDPOINTS or current_user.is_authenticated:
-        return None
-    if request.endpoint is None:
-        return None  # a 404 stays a 404
-    sign_in = url_for("auth.sign_in", next=request.full_path.rstrip("?") if request.method == "GET" else None)
-    if request.htmx:
-        # An htmx swap of a sign-in page into a table would be confusing: reload whole.
-        return "", 401, {"HX-Redirect": sign_in}
-    return redirect(sign_in)
-
-
-def init_app(app):
-    login_manager.init_app(app)
-    app.before_request(require_sign_in)

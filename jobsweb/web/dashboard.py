@@ -16,14 +16,14 @@ def attention(incidents=()):
     for problem in definitions.problems(skip={(i.definition_id, i.kind) for i in incidents}):
         d, run = problem.definition, problem.run
         if problem.kind == "failing":
-            items.append({"url": url_for("runs.index", definition=d.id, status="dead"), "name": d.name,
+            items.append({"url": url_for("jobsweb.runs.index", definition=d.id, status="dead"), "name": d.name,
                           "words": f"has failed its last {d.failure_count} runs: open them to see why."})
         elif run is None:
-            items.append({"url": url_for("definitions.detail", definition_id=d.id), "name": d.name,
+            items.append({"url": url_for("jobsweb.definitions.detail", definition_id=d.id), "name": d.name,
                           "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "
                                    "or running: is cron or a worker running?"})
         else:
-            items.append({"url": url_for("runs.detail", run_id=run.id), "name": d.name,
+            items.append({"url": url_for("jobsweb.runs.detail", run_id=run.id), "name": d.name,
                           "words": f"has a run due {time_ago(run.run_at)} that no worker has taken: is a worker "
                                    f"running that handles {d.job_type}?"})
     return items

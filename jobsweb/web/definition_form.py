@@ -108,7 +108,7 @@ def create():
             audit.record("create", "definition", saved.id, schedule=saved.schedule)
             db.session.commit()
             flash(f"{saved.name} is defined; next run {saved.next_run_at:%Y-%m-%d %H:%M %Z}.")
-            return redirect_to(url_for("definitions.detail", definition_id=saved.id))
+            return redirect_to(url_for("jobsweb.definitions.detail", definition_id=saved.id))
     return _page(form, None)
 
 
@@ -123,5 +123,5 @@ def edit(definition_id):
         audit.record("edit", "definition", saved.id, schedule=saved.schedule, job_type=saved.job_type)
         db.session.commit()
         flash(f"{saved.name} is saved.")
-        return redirect_to(url_for("definitions.detail", definition_id=saved.id))
+        return redirect_to(url_for("jobsweb.definitions.detail", definition_id=saved.id))
     return _page(form, definition)

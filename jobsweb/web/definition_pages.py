@@ -3,7 +3,7 @@
 The create/edit form and the schedule preview live in definition_form.py.
 """
 
-from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, redirect, request, url_for
 from sqlalchemy import select
 
 from . import audit, runlist
@@ -13,7 +13,7 @@ from ..engine import registry
 from ..ops import alerts, notify
 from ..scheduling import definitions as definition_api
 from .access import role_required
-from .rendering import redirect_to, render
+from .rendering import redirect_to, render, render_template
 
 bp = Blueprint("definitions", __name__, url_prefix="/definitions")
 
@@ -81,7 +81,7 @@ def _set_enabled(definition_id, enabled):
     audit.record("resume" if enabled else "pause", "definition", definition_id)
     db.session.commit()
     flash(f"{definition.name} is {'enabled' if enabled else 'paused'}.")
-    return redirect_to(url_for("definitions.detail", definition_id=definition_id))
+    return redirect_to(url_for("jobsweb.definitions.detail", definition_id=definition_id))
 
 
 @bp.post("/<int:definition_id>/run-now")
@@ -93,7 +93,7 @@ def run_now(definition_id):
     audit.record("run_now", "definition", definition_id, run_id=run_id)
     db.session.commit()
     flash(f"Run {run_id} of {definition.name} enqueued.")
-    return redirect_to(url_for("runs.detail", run_id=run_id))
+    return redirect_to(url_for("jobsweb.runs.detail", run_id=run_id))
 
 
 @bp.route("/<int:definition_id>/delete", methods=["GET", "POST"])
@@ -107,4 +107,4 @@ def delete(definition_id):
     db.session.delete(definition)
     db.session.commit()
     flash(f"{definition.name} was deleted; its runs are kept.")
-    return redirect(url_for("definitions.index"))
+    return redirect(url_for("jobsweb.definitions.index"))

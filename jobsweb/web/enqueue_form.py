@@ -1,14 +1,13 @@
 """Enqueue an ad-hoc run of a registered job type."""
 
 from flask import Blueprint, current_app, flash, url_for
-from flask_login import current_user
 
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..engine import registry
 from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
-from .access import role_required
+from .access import role_required, viewer
 from .forms import EnqueueForm
 from .rendering import redirect_to, render
 
@@ -34,8 +33,8 @@ def form():
         else:
             audit.record("enqueue", "run", run_id, job_type=form.job_type.data)
             db.session.commit()
-            flash(f"Run {run_id} enqueued by {current_user.email}.")
-            return redirect_to(url_for("runs.detail", run_id=run_id))
+            flash(f"Run {run_id} enqueued by {viewer().identity}.")
+            return redirect_to(url_for("jobsweb.runs.detail", run_id=run_id))
     status = 422 if form.errors else 200
     response = render("enqueue.html", "partials/_enqueue_form.html", form=form)
     response.status_code = status

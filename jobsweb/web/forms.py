@@ -1,4 +1,5 @@
-"""The admin screen's forms (Flask-WTF: each carries its CSRF token)."""
+"""The admin screen's forms (Flask-WTF). Their CSRF token is checked once for every POST to
+jobsweb (access.check_csrf), so the forms do not check it again."""
 
 from flask_wtf import FlaskForm
 from wtforms import EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
@@ -8,12 +9,17 @@ from ..core.models import ROLES
 from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER, MISFIRE_POLICIES, OVERLAP_POLICIES
 
 
-class SignInForm(FlaskForm):
+class Form(FlaskForm):
+    class Meta:
+        csrf = False
+
+
+class SignInForm(Form):
     email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
     password = PasswordField("Password", validators=[DataRequired(), Length(max=200)])
 
 
-class EnqueueForm(FlaskForm):
+class EnqueueForm(Form):
     job_type = SelectField("Job type", validators=[DataRequired()])
     payload = TextAreaField("Payload (JSON object)", default="{}", validators=[Length(max=200_000)])
     run_at = StringField("Run at", validators=[Optional(), Length(max=64)],
@@ -24,7 +30,7 @@ class EnqueueForm(FlaskForm):
                                 description="Empty: the job type's default.")
 
 
-class UserForm(FlaskForm):
+class UserForm(Form):
     email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
     role = SelectField("Role", choices=list(ROLES),
                        description="Viewers read; operators also act on runs; admins also manage "
@@ -33,7 +39,7 @@ class UserForm(FlaskForm):
                              description="At least 8 characters; tell it to them another way.")
 
 
-class DefinitionForm(FlaskForm):
+class DefinitionForm(Form):
     """A job definition; names match the arguments of definitions.define() (issue 3), so an
     InvalidInput from it lands on the field it names."""
 

@@ -1,14 +1,13 @@
 """Incidents: what is wrong now, what was, and whether the notifications got out."""
 
 from flask import Blueprint, flash, url_for
-from flask_login import current_user
 from sqlalchemy import select
 
 from . import audit
 from ..core.database import db
 from ..core.models import AlertDelivery, AlertIncident
 from ..ops import alerts, notify
-from .access import role_required
+from .access import role_required, viewer
 from .rendering import redirect_to, render
 
 bp = Blueprint("incidents", __name__)
@@ -35,13 +34,13 @@ def index():
 @role_required("operator")
 def send_test():
     """Queue a test notification on every default channel; a worker sends it."""
-    queued = notify.queue_test(current_user.email)
+    queued = notify.queue_test(viewer().identity)
     if not queued:
         db.session.rollback()
         flash("No alert channel is configured: set JOBSWEB_ALERT_WEBHOOK_URL, or JOBSWEB_ALERT_EMAIL_TO "
               "and JOBSWEB_SMTP_HOST.")
-        return redirect_to(url_for("incidents.index"))
+        return redirect_to(url_for("jobsweb.incidents.index"))
     audit.record("send_test_alert", "alerts", channels=[c for c, _ in notify.routes()])
     db.session.commit()
     flash(f"Test alert queued on {queued} channel{'s' if queued != 1 else ''}; the next worker tick sends it.")
-    return redirect_to(url_for("incidents.index"))
+    return redirect_to(url_for("jobsweb.incidents.index"))

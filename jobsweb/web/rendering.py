@@ -1,13 +1,23 @@
-"""How pages answer: the page-or-fragment helper, redirects after a POST, and the template
-filters that turn times, durations, schedules and payloads into words."""
+"""How pages answer: jobsweb's own template environment, the page-or-fragment helper, redirects
+after a POST, and the template filters that turn times, durations, schedules and payloads into
+words.
+
+The templates render in a Jinja environment of jobsweb's own, not the app's: inside a team's
+app, its `base.html`, its filters and its globals stay its own, and jobsweb's never mix in.
+"""
 
 import json
 from datetime import datetime, timezone
+from functools import cache
 
-from flask import make_response, redirect, render_template, request
+from flask import current_app, g, get_flashed_messages, make_response, redirect, request, url_for
+from flask_wtf.csrf import generate_csrf
+from htmx_flask.requests import HtmxHeaders
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from ..core.errors import InvalidInput
+from ..core.package_files import resource
 from ..scheduling.schedule import Schedule
 
 STATUS_WORDS = {
@@ -17,13 +27,26 @@ STATUS_WORDS = {
 MASK = "••••••"
 
 
+def htmx():
+    """The htmx headers of the current request (true when htmx sent it).
+
+    Read here rather than through htmx-flask's extension, which replaces the whole app's
+    request class."""
+    return HtmxHeaders(request.headers)
+
+
+def render_template(name, **context):
+    """One of jobsweb's templates, rendered in its own environment for the current request."""
+    return templates().get_template(name).render(viewer=g.get("jobsweb_viewer"), **context)
+
+
 def render(page, fragment, **context):
     """Render the whole `page`, or only `fragment` for an htmx request.
 
     The page includes the same fragment, so both answers show the same markup; Vary keeps a
     cache from serving one in place of the other.
     """
-    template = fragment if request.htmx and not request.htmx.boosted else page
+    template = fragment if htmx() and not htmx().boosted else page
     response = make_response(render_template(template, **context))
     response.vary.add("HX-Request")
     return response
@@ -34,7 +57,7 @@ def redirect_to(url):
 
     (htmx's request would follow a 302 silently and swap the next page into the form.)
     """
-    if request.htmx:
+    if htmx():
         return "", 204, {"HX-Redirect": url}
     return redirect(url)
 
@@ -96,3 +119,19 @@ def describe_schedule(definition):
         return Schedule(definition.schedule, definition.timezone).describe()
     except InvalidInput:
         return None
+
+
+def pretty(value):
+    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked."""
+    return pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"])
+
+
+@cache
+def templates():
+    """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
+    env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
+    env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
+                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule)
+    env.filters.update(when=when, time_ago=time_ago, duration=duration, seconds_words=seconds_words,
+                       pretty=pretty)
+    return env

@@ -67,7 +67,7 @@ def bulk():
     if requested:
         message += f" Asked {requested} running run{'s' * (requested != 1)} to stop."
     flash(message)
-    return redirect(url_for("runs.index", **run_filter.args()))
+    return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
 
 
 def _run_or_404(run_id):
@@ -99,7 +99,7 @@ def retry(run_id):
     else:
         flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.")
     db.session.commit()
-    return redirect(url_for("runs.detail", run_id=run_id))
+    return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
 
 
 @bp.post("/<int:run_id>/cancel")
@@ -118,4 +118,4 @@ def cancel(run_id):
     else:
         flash(f"Run {run_id} is {previous}: there is nothing to cancel.")
     db.session.commit()
-    return redirect(url_for("runs.detail", run_id=run_id))
+    return redirect(url_for("jobsweb.runs.detail", run_id=run_id))

@@ -1,14 +1,13 @@
 """Admins manage who may sign in, and with which role."""
 
 from flask import Blueprint, abort, flash, redirect, request, url_for
-from flask_login import current_user
 from sqlalchemy import select
 
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import ROLES, User
-from .access import role_required
+from .access import role_required, viewer
 from .accounts import create_user
 from .forms import UserForm
 from .rendering import redirect_to, render
@@ -30,7 +29,7 @@ def index():
             audit.record("create_user", "user", user.id, email=user.email, role=user.role)
             db.session.commit()
             flash(f"{user.email} can now sign in as {user.role}.")
-            return redirect_to(url_for("users.index"))
+            return redirect_to(url_for("jobsweb.users.index"))
     users = db.session.scalars(select(User).order_by(User.email)).all()
     response = render("users.html", "partials/_user_form.html", users=users, form=form, roles=ROLES)
     response.status_code = 422 if form.errors else 200
@@ -45,10 +44,10 @@ def change_role(user_id):
     role = request.form.get("role")
     if role not in ROLES:
         abort(400, f"Bad role: choose one of {', '.join(ROLES)}.")
-    if user.id == current_user.id and role != "admin":
+    if user.id == viewer().user_id and role != "admin":
         abort(400, "You cannot take the admin role from yourself; ask another admin.")
     audit.record("change_role", "user", user.id, email=user.email, old=user.role, new=role)
     user.role = role
     db.session.commit()
     flash(f"{user.email} is now {role}.")
-    return redirect(url_for("users.index"))
+    return redirect(url_for("jobsweb.users.index"))

@@ -13,23 +13,23 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = """
-CREATE TABLE users (
+CREATE TABLE jobsweb_users (
     id               bigserial PRIMARY KEY,
     email            text NOT NULL,
     password_hash    text NOT NULL,
     role             text NOT NULL DEFAULT 'viewer'
-                     CONSTRAINT users_role_check CHECK (role IN ('viewer', 'operator', 'admin')),
+                     CONSTRAINT jobsweb_users_role_check CHECK (role IN ('viewer', 'operator', 'admin')),
     created_at       timestamptz NOT NULL DEFAULT now(),
     last_sign_in_at  timestamptz
 );
 -- Serves sign-in by email; lower() so that Ann@x.org and ann@x.org are one account.
-CREATE UNIQUE INDEX users_email ON users (lower(email));
+CREATE UNIQUE INDEX jobsweb_users_email ON jobsweb_users (lower(email));
 
-CREATE TABLE audit_log (
+CREATE TABLE jobsweb_audit_log (
     id           bigserial PRIMARY KEY,
     at           timestamptz NOT NULL DEFAULT now(),
     -- SET NULL and a copy of the email: removing a user keeps what they did.
-    user_id      bigint REFERENCES users (id) ON DELETE SET NULL,
+    user_id      bigint REFERENCES jobsweb_users (id) ON DELETE SET NULL,
     user_email   text NOT NULL,
     action       text NOT NULL,
     target_type  text NOT NULL,
@@ -37,7 +37,7 @@ CREATE TABLE audit_log (
     detail       jsonb NOT NULL DEFAULT '{}'::jsonb
 );
 -- Serves the audit section of a run's and a definition's page (newest first).
-CREATE INDEX audit_log_target ON audit_log (target_type, target_id, id);
+CREATE INDEX jobsweb_audit_log_target ON jobsweb_audit_log (target_type, target_id, id);
 
 -- Set by "cancel" on a running run; the worker's heartbeat (EXTEND_LEASES) reads it and sets
 -- the handler's cancellation flag. Cleared when the run is retried.
@@ -73,8 +73,8 @@ ALTER TABLE job_attempts DROP CONSTRAINT job_attempts_outcome_check;
 ALTER TABLE job_attempts ADD CONSTRAINT job_attempts_outcome_check
     CHECK (outcome IN ('succeeded', 'failed', 'interrupted'));
 ALTER TABLE job_runs DROP COLUMN cancel_requested_at;
-DROP TABLE audit_log;
-DROP TABLE users;
+DROP TABLE jobsweb_audit_log;
+DROP TABLE jobsweb_users;
 """
 
 

@@ -20,7 +20,7 @@ ALTER TABLE job_definitions
     ADD COLUMN alert_webhook_url text,
     ADD COLUMN alert_email_to text;
 
-CREATE TABLE alert_incidents (
+CREATE TABLE jobsweb_alert_incidents (
     id               bigserial PRIMARY KEY,
     kind             text NOT NULL CHECK (kind IN ('overdue', 'failing', 'dead')),
     -- overdue and failing incidents are about a definition; dead ones about a job type (runs
@@ -41,21 +41,21 @@ CREATE TABLE alert_incidents (
 -- The exactly-once guard for opening: at most one open incident per definition and kind, and
 -- per job type for dead runs. Concurrent workers INSERT ... ON CONFLICT DO NOTHING against
 -- these, and only the one whose insert returned a row queues notifications.
-CREATE UNIQUE INDEX alert_incidents_open_definition ON alert_incidents (definition_id, kind)
+CREATE UNIQUE INDEX jobsweb_alert_incidents_open_definition ON jobsweb_alert_incidents (definition_id, kind)
     WHERE resolved_at IS NULL AND definition_id IS NOT NULL;
-CREATE UNIQUE INDEX alert_incidents_open_job_type ON alert_incidents (job_type)
+CREATE UNIQUE INDEX jobsweb_alert_incidents_open_job_type ON jobsweb_alert_incidents (job_type)
     WHERE resolved_at IS NULL AND kind = 'dead';
 -- Serves alerts.open_incidents() (incidents page, dashboard) and the RESOLVE_* passes.
-CREATE INDEX alert_incidents_opened ON alert_incidents (id) WHERE resolved_at IS NULL;
+CREATE INDEX jobsweb_alert_incidents_opened ON jobsweb_alert_incidents (id) WHERE resolved_at IS NULL;
 -- Serves a definition's open incidents on its page, and ON DELETE SET NULL.
-CREATE INDEX alert_incidents_definition ON alert_incidents (definition_id, id);
+CREATE INDEX jobsweb_alert_incidents_definition ON jobsweb_alert_incidents (definition_id, id);
 
 -- Which incident counted each death: a run is alerted about once per death, whichever worker
 -- looks. A dead run that an operator retries and that dies again dies at a higher attempt.
-CREATE TABLE alert_incident_runs (
+CREATE TABLE jobsweb_alert_incident_runs (
     run_id       bigint NOT NULL,
     attempt      integer NOT NULL,
-    incident_id  bigint NOT NULL REFERENCES alert_incidents (id) ON DELETE CASCADE,
+    incident_id  bigint NOT NULL REFERENCES jobsweb_alert_incidents (id) ON DELETE CASCADE,
     PRIMARY KEY (run_id, attempt)
 );
 
@@ -64,9 +64,9 @@ CREATE INDEX job_runs_dead_finished ON job_runs (finished_at) WHERE status = 'de
 
 -- The outbox: one row per notification and channel, written in the transaction that opened
 -- or resolved the incident, sent later by a worker outside any transaction.
-CREATE TABLE alert_deliveries (
+CREATE TABLE jobsweb_alert_deliveries (
     id               bigserial PRIMARY KEY,
-    incident_id      bigint REFERENCES alert_incidents (id) ON DELETE CASCADE,  -- NULL: a test alert
+    incident_id      bigint REFERENCES jobsweb_alert_incidents (id) ON DELETE CASCADE,  -- NULL: a test alert
     event            text NOT NULL CHECK (event IN ('opened', 'resolved', 'test')),
     channel          text NOT NULL CHECK (channel IN ('webhook', 'email')),
     target           text NOT NULL,  -- the URL, or comma-separated recipients
@@ -83,16 +83,16 @@ CREATE TABLE alert_deliveries (
     sent_at          timestamptz
 );
 -- Serves notify.CLAIM_DELIVERIES and notify.ANY_DUE: pending deliveries by due time.
-CREATE INDEX alert_deliveries_due ON alert_deliveries (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX jobsweb_alert_deliveries_due ON jobsweb_alert_deliveries (next_attempt_at) WHERE status = 'pending';
 -- Serves an incident's deliveries on the incidents page.
-CREATE INDEX alert_deliveries_incident ON alert_deliveries (incident_id);
+CREATE INDEX jobsweb_alert_deliveries_incident ON jobsweb_alert_deliveries (incident_id);
 """
 
 DOWNGRADE = """
-DROP TABLE alert_deliveries;
+DROP TABLE jobsweb_alert_deliveries;
 DROP INDEX job_runs_dead_finished;
-DROP TABLE alert_incident_runs;
-DROP TABLE alert_incidents;
+DROP TABLE jobsweb_alert_incident_runs;
+DROP TABLE jobsweb_alert_incidents;
 ALTER TABLE job_definitions
     DROP COLUMN alert_email_to,
     DROP COLUMN alert_webhook_url,

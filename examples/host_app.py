@@ -1,0 +1,114 @@
+"""A team's own Flask app with jobsweb inside it: its own Flask-SQLAlchemy models (a `users`
+table of its own among them), its own Flask-Login sign-in, a JSON API without CSRF, and
+jobsweb's admin screen at /admin/jobs, signed in through the app's own users.
+
+    DATABASE_URL=postgresql://... flask --app examples.host_app init-db
+    DATABASE_URL=postgresql://... flask --app examples.host_app jobs migrate
+    DATABASE_URL=postgresql://... flask --app examples.host_app run                # the site
+    DATABASE_URL=postgresql://... flask --app examples.host_app run-jobs --forever # a worker
+"""
+
+import os
+
+from flask import Flask, current_app, redirect, request, url_for
+from flask_login import LoginManager, UserMixin, current_user, login_user
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy.orm import Mapped, mapped_column
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from jobsweb import JobsWeb, enqueue, job
+
+db = SQLAlchemy()
+login = LoginManager()
+jobs = JobsWeb()
+
+
+class Account(UserMixin, db.Model):
+    """The app's own users: a table called `users`, which jobsweb leaves alone."""
+
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    email: Mapped[str] = mapped_column(unique=True)
+    password_hash: Mapped[str]
+    role: Mapped[str]  # what the app lets this person do in jobsweb: viewer, operator or admin
+
+
+class Customer(db.Model):
+    __tablename__ = "customers"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    email: Mapped[str]
+    invoices_sent: Mapped[int] = mapped_column(default=0)
+    last_note: Mapped[str | None]
+
+
+@job("send_invoice", max_attempts=3)
+def send_invoice(ctx):
+    """Runs in this app's context: its models, its db.session and its config are at hand."""
+    customer = db.session.get(Customer, ctx.payload["customer_id"])
+    customer.invoices_sent += 1
+    customer.last_note = current_app.config["INVOICE_NOTE"]
+    db.session.commit()
+    return {"sent_to": customer.email}
+
+
+@login.user_loader
+def load_account(account_id):
+    return db.session.get(Account, int(account_id))
+
+
+def authorize():
+    """jobsweb asks the app who is signed in: (identity, role), or None."""
+    if not current_user.is_authenticated:
+        return None
+    return current_user.email, current_user.role
+
+
+def create_app(config=None):
+    app = Flask(__name__)
+    app.config.update(
+        SQLALCHEMY_DATABASE_URI=os.environ.get("DATABASE_URL", "").replace("postgresql://", "postgresql+psycopg://", 1),
+        SECRET_KEY=os.environ.get("SECRET_KEY", "change me"),
+        INVOICE_NOTE="Thank you for your business",
+        JOBSWEB_LOGIN_URL="/login",  # where jobsweb sends a person who is not signed in
+    )
+    app.config.update(config or {})
+    db.init_app(app)
+    login.init_app(app)
+    jobs.init_app(app, url_prefix="/admin/jobs", authorize=authorize)
+
+    @app.route("/login", methods=["GET", "POST"])
+    def sign_in():
+        """The app's own sign-in (a real app would use a form with a CSRF token)."""
+        if request.method == "POST":
+            account = db.session.scalar(db.select(Account).where(Account.email == request.form["email"]))
+            if account and check_password_hash(account.password_hash, request.form["password"]):
+                login_user(account)
+                return redirect(request.args.get("next") or "/")
+        return ('<form method="post"><label>Email <input name="email"></label>'
+                '<label>Password <input name="password" type="password"></label><button>Sign in</button></form>')
+
+    @app.post("/api/customers/<int:customer_id>/invoice")
+    def invoice(customer_id):
+        """A JSON API without CSRF tokens: jobsweb's CSRF checks do not reach it."""
+        run_id = enqueue("send_invoice", {"customer_id": customer_id}, session=db.session)
+        db.session.commit()
+        return {"run_id": run_id}, 202
+
+    @app.errorhandler(404)
+    def not_found(exc):
+        return "The host's own 404 page", 404
+
+    @app.cli.command("init-db")
+    def init_db():
+        """Create the app's own tables (a real app would use its own migrations)."""
+        db.create_all()
+
+    @app.cli.command("add-account")
+    def add_account():
+        """Add an account: EMAIL PASSWORD ROLE from the environment (for the example's tests)."""
+        db.session.add(Account(email=os.environ["ACCOUNT_EMAIL"], role=os.environ["ACCOUNT_ROLE"],
+                               password_hash=generate_password_hash(os.environ["ACCOUNT_PASSWORD"])))
+        db.session.commit()
+
+    app.add_url_rule("/", "home", lambda: f'<a href="{url_for("jobsweb.dashboard.index")}">Jobs</a>')
+    return app

@@ -1,0 +1,178 @@
+"""jobsweb inside a team's own Flask app (examples/host_app.py): the host's models, users, sign-in,
+routes and migrations stay its own; the admin screen lives under /admin/jobs."""
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from jobsweb.core.database import libpq_url
+from jobsweb.engine import registry
+from tests.conftest import ROOT
+
+HOST_SETTINGS = {"SECRET_KEY": "host-secret", "TESTING": True}
+PASSWORD = "host password"
+
+
+@pytest.fixture
+def host(scratch_database):
+    """(the example module, its app, its database URL): host tables made, jobsweb's migrated.
+
+    The module is loaded afresh, and the job types it registers are forgotten afterwards, so
+    the standalone tests never see them."""
+    saved = dict(registry._registry)
+    module = importlib.reload(importlib.import_module("examples.host_app"))
+    url = scratch_database("jobsweb_host", revision=None)
+    app = module.create_app({"SQLALCHEMY_DATABASE_URI": url, **HOST_SETTINGS})
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["init-db"]).exit_code == 0
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        # The host's own Alembic history, which jobsweb's migrations must leave alone.
+        conn.execute("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version VALUES ('host_0042')")
+        conn.execute("INSERT INTO customers (email, invoices_sent) VALUES ('ann@example.com', 0)")
+    for email, role in (("vera@example.com", "viewer"), ("otto@example.com", "operator")):
+        env = {"ACCOUNT_EMAIL": email, "ACCOUNT_ROLE": role, "ACCOUNT_PASSWORD": PASSWORD}
+        assert runner.invoke(args=["add-account"], env=env).exit_code == 0
+    result = runner.invoke(args=["jobs", "migrate"])
+    assert result.exit_code == 0, result.output
+    yield module, app, url
+    registry._registry.clear()
+    registry._registry.update(saved)
+
+
+def query(url, statement, params=None):
+    with psycopg.connect(libpq_url(url)) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+def signed_in(app, email):
+    client = app.test_client()
+    response = client.post("/login", data={"email": email, "password": PASSWORD})
+    assert response.status_code == 302
+    return client
+
+
+def csrf(client, path):
+    html = client.get(path).get_data(as_text=True)
+    return re.search(r'name="csrf-token" content="([^"]+)"', html).group(1)
+
+
+def test_flask_jobs_migrate_leaves_the_hosts_tables_and_alembic_history_alone(host):
+    _, _, url = host
+    assert query(url, "SELECT version_num FROM alembic_version") == [("host_0042",)]
+    assert query(url, "SELECT version_num FROM jobsweb_alembic_version") == [("0009_own_names",)]
+    assert query(url, "SELECT email, role FROM users ORDER BY id") == [
+        ("vera@example.com", "viewer"), ("otto@example.com", "operator")]
+    ours = {name for (name,) in query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    ours -= {"alembic_version", "users", "customers"}
+    assert ours and all(name.startswith(("job_", "jobsweb_")) for name in ours), ours
+
+
+def test_a_handler_runs_in_the_hosts_context_in_a_separate_worker_process(host):
+    module, app, url = host
+    # The host's JSON API has no CSRF token: jobsweb's checks do not reach it.
+    response = app.test_client().post("/api/customers/1/invoice")
+    assert response.status_code == 202
+    run_id = response.get_json()["run_id"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSWEB_")}
+    env.update(DATABASE_URL=libpq_url(url), SECRET_KEY="host-secret")
+    # No JOBSWEB_HANDLERS: the host's module registers send_invoice when the app is imported.
+    worker = subprocess.run([sys.executable, "-m", "flask", "--app", "examples.host_app", "run-jobs"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    assert query(url, "SELECT status, result FROM job_runs WHERE id = %s", [run_id]) == [
+        ("succeeded", {"sent_to": "ann@example.com"})]
+    assert query(url, "SELECT invoices_sent, last_note FROM customers") == [(1, "Thank you for your business")]
+
+
+def test_nobody_signed_in_to_the_host_is_sent_to_the_hosts_sign_in(host):
+    _, app, _ = host
+    client = app.test_client()
+    response = client.get("/admin/jobs/runs")
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/login?next=%2Fadmin%2Fjobs%2Fruns"
+    assert client.get("/admin/jobs/runs", headers={"HX-Request": "true"}).status_code == 401
+    # jobsweb's own sign-in page does not exist when the host signs people in.
+    assert client.get("/admin/jobs/sign-in").status_code == 404
+    assert client.get("/admin/jobs/healthz").get_json() == {"status": "ok"}
+
+
+def test_the_admin_screen_works_under_the_prefix_with_the_hosts_roles(host):
+    module, app, url = host
+    with app.app_context():
+        run_id = module.enqueue("jobsweb.fail", {"permanent": True})
+    query(url, "UPDATE job_runs SET status = 'dead' WHERE id = %s", [run_id])
+
+    viewer = signed_in(app, "vera@example.com")
+    page = viewer.get("/admin/jobs/runs").get_data(as_text=True)
+    assert f'href="/admin/jobs/runs/{run_id}"' in page
+    assert 'href="/admin/jobs/static/app.css' in page and 'src="/admin/jobs/vendor/htmx/htmx.min.js' in page
+    assert "vera@example.com" in page and "Sign out" not in page  # the host signs people out
+    assert viewer.get("/admin/jobs/static/app.css").status_code == 200
+    assert viewer.get("/admin/jobs/vendor/htmx/htmx.min.js").status_code == 200
+    token = csrf(viewer, f"/admin/jobs/runs/{run_id}")
+    assert viewer.post(f"/admin/jobs/runs/{run_id}/retry", data={"csrf_token": token}).status_code == 403
+
+    operator = signed_in(app, "otto@example.com")
+    assert operator.post(f"/admin/jobs/runs/{run_id}/retry").status_code == 400  # no CSRF token
+    token = csrf(operator, f"/admin/jobs/runs/{run_id}")
+    response = operator.post(f"/admin/jobs/runs/{run_id}/retry", data={"csrf_token": token})
+    assert response.status_code == 302 and response.headers["Location"] == f"/admin/jobs/runs/{run_id}"
+    assert query(url, "SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("queued",)]
+    assert query(url, "SELECT user_id, user_email, action FROM jobsweb_audit_log") == [
+        (None, "otto@example.com", "retry")]
+
+
+def test_the_hosts_routes_and_404_page_stay_the_hosts(host):
+    _, app, _ = host
+    client = signed_in(app, "otto@example.com")
+    assert client.get("/nowhere").get_data(as_text=True) == "The host's own 404 page"
+    assert client.get("/admin/jobs/nowhere").get_data(as_text=True) == "The host's own 404 page"
+    # A page of jobsweb's that finds nothing answers with jobsweb's page, inside its layout.
+    missing = client.get("/admin/jobs/runs/999999")
+    assert missing.status_code == 404 and "There is no run 999999." in missing.get_data(as_text=True)
+    assert client.get("/").status_code == 200
+
+
+def test_in_chromium_the_admin_under_the_prefix_signs_in_through_the_host_and_acts_by_its_roles(
+        host, browser, serve):
+    from playwright.sync_api import expect
+
+    module, app, url = host
+    [(run_id,)] = query(url, "INSERT INTO job_runs (job_type, status, attempts, last_error, error_type) "
+                             "VALUES ('send_invoice', 'dead', 3, 'SMTP refused', 'RuntimeError') RETURNING id")
+    base = serve(app)
+
+    def sign_in_as(email):
+        context = browser.new_context(base_url=base)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.goto("/admin/jobs/runs")
+        expect(page).to_have_url(re.compile(r"/login\?next="))  # the host's own sign-in page
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page).to_have_url(f"{base}/admin/jobs/runs")
+        return context, page
+
+    context, page = sign_in_as("otto@example.com")
+    page.get_by_text("dead", exact=True).click()  # a status chip: htmx swaps the table under the prefix
+    expect(page).to_have_url(re.compile(r"/admin/jobs/runs\?.*status=dead"))
+    page.locator(f'#runs-table a[href="/admin/jobs/runs/{run_id}"]').click()
+    expect(page.locator(".error-card")).to_contain_text("SMTP refused")
+    page.get_by_role("button", name="Retry now").click()
+    expect(page.get_by_text("is queued again")).to_be_visible()
+    expect(page.locator(".audit")).to_contain_text("otto@example.com")
+    context.close()
+
+    context, page = sign_in_as("vera@example.com")
+    page.goto(f"/admin/jobs/runs/{run_id}")
+    expect(page.get_by_role("heading", name=re.compile(f"Run #{run_id}"))).to_be_visible()
+    expect(page.get_by_role("button", name="Retry now")).to_have_count(0)
+    context.close()
