@@ -8,13 +8,15 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 # The crontab-mode test drives Debian's real cron daemon.
 CRON := /usr/sbin/cron
+# The pooler test puts Debian's real PgBouncer (transaction mode) in front of the test server.
+PGBOUNCER := /usr/sbin/pgbouncer
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test drills bench bench-quick
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-test: $(STAMP) $(CHROMIUM) $(CRON)
+test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -36,6 +38,10 @@ $(CHROMIUM):
 $(CRON):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq cron >/dev/null
+
+$(PGBOUNCER):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq pgbouncer >/dev/null
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -60,8 +60,9 @@ def build_worker(app, **options):
     materialise due schedule slots (before the claim, which then takes them), evaluate alerts."""
     with app.app_context():
         conninfo = libpq_url(db.engine)
+    direct = app.config["JOBSWEB_DIRECT_DATABASE_URL"]
     duties = [lease_recovery.duty(app.config), materialise.duty(), alerts.Alerter(app).duty()]
-    return Worker(app, conninfo, duties=duties, **options)
+    return Worker(app, conninfo, duties=duties, listen_conninfo=direct and libpq_url(direct), **options)
 
 
 @click.command("run-jobs")

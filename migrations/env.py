@@ -6,7 +6,9 @@ its own Alembic history (in alembic_version) is never touched by jobsweb's.
 """
 
 from alembic import context
-from sqlalchemy import text
+from flask import current_app
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from jobsweb.core.database import db
 from jobsweb.core.models import Model
@@ -59,8 +61,15 @@ def run_migrations_offline():
         context.run_migrations()
 
 
+def engine():
+    """The app's engine, or JOBSWEB_DIRECT_DATABASE_URL's when DATABASE_URL goes through a pooler:
+    DDL and the migration lock want one server session."""
+    direct = current_app.config.get("JOBSWEB_DIRECT_DATABASE_URL")
+    return create_engine(direct, poolclass=NullPool) if direct else db.engine
+
+
 def run_migrations_online():
-    with db.engine.connect() as connection:
+    with engine().connect() as connection:
         context.configure(connection=connection, target_metadata=Model.metadata, version_table=VERSION_TABLE)
         with context.begin_transaction():
             # Taken before Alembic reads the current revision, so a second upgrader waits and

@@ -47,10 +47,16 @@ class Database:
 db = Database()
 
 
+# No statement prepared on the server (psycopg does after 5 runs on a connection): behind a
+# pooler in transaction mode the next transaction may be on a server connection without it.
+# (A team's own engine is its own to configure; README says what it needs behind a pooler.)
+ENGINE_OPTIONS = {"pool_pre_ping": True, "connect_args": {"prepare_threshold": None}}
+
+
 def init_app(app):
     """Bind jobsweb to the app's Flask-SQLAlchemy, creating jobsweb's own if the app has none."""
     if "sqlalchemy" not in app.extensions:
-        app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", {"pool_pre_ping": True})
+        app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", ENGINE_OPTIONS)
         own_db.init_app(app)
 
 

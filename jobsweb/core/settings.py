@@ -100,6 +100,16 @@ def _login_url(name, raw):
     return _url(name, raw)
 
 
+def _direct_url(name, raw):
+    """A PostgreSQL URL that reaches the server itself, not through a pooler; empty means none."""
+    if raw == "":
+        return None
+    try:
+        return database_url(raw)
+    except ConfigError:
+        raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)") from None
+
+
 def _optional_text(name, raw):
     return raw or None
 
@@ -133,6 +143,9 @@ SETTINGS = {
     "JOBSWEB_POLL_INTERVAL": (5.0, _positive_float),
     # A --forever worker LISTENs for enqueued runs and starts them at once; off: polling only.
     "JOBSWEB_LISTEN": (True, _boolean),
+    # When DATABASE_URL goes through a pooler in transaction mode (PgBouncer, most PaaS
+    # "pooled" URLs): a direct URL for what needs one server session, LISTEN and migrations.
+    "JOBSWEB_DIRECT_DATABASE_URL": (None, _direct_url),
     "JOBSWEB_SHUTDOWN_TIMEOUT": (10.0, _positive_float),
     "JOBSWEB_BACKOFF_BASE": (10.0, _positive_float),
     "JOBSWEB_BACKOFF_CAP": (3600.0, _positive_float),

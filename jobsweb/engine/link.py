@@ -5,6 +5,10 @@ import threading
 import psycopg
 
 CONNECT_TIMEOUT = 10  # seconds
+# psycopg prepares a statement on the server after it ran 5 times on a connection. Behind a
+# pooler in transaction mode (PgBouncer before 1.21, most PaaS poolers) the next transaction
+# may be on another server connection, where that statement does not exist: never prepare.
+NO_PREPARE = {"prepare_threshold": None}
 
 
 class DatabaseUnavailable(Exception):
@@ -31,7 +35,8 @@ class Link:
     def _connection(self):
         if self.conn is None or self.conn.closed:
             try:
-                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                                            **NO_PREPARE)
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailable(describe(exc)) from exc
         return self.conn

@@ -5,15 +5,22 @@ notification into a wake-up of the worker loop, which then claims at once instea
 sleeping out its poll interval. Polling stays the fallback: a run written by plain SQL,
 a notification lost while this connection was down, or a retry falling due later are all
 found at the next poll.
+
+LISTEN needs a connection that stays one server session. Behind a pooler in transaction mode
+it does not: the LISTEN lands on a server connection that then serves other clients, and
+notifications never arrive. So after LISTEN the listener sends itself a probe from a second
+connection; if the probe does not come back, it says so once and the worker only polls.
+JOBSWEB_DIRECT_DATABASE_URL gives it a direct connection beside the pooled one.
 """
 
 import logging
+import secrets
 import threading
 
 import psycopg
 
 from . import statements
-from .link import CONNECT_TIMEOUT, describe
+from .link import CONNECT_TIMEOUT, NO_PREPARE, describe
 
 log = logging.getLogger("jobsweb.wakeup")
 
@@ -21,6 +28,7 @@ CHECK_STOP_EVERY = 0.2  # seconds the listener waits for a notification before c
 # short, because a stopping worker waits for the listener: a whole second was most of the
 # time from the shutdown deadline to exit in the deploy drill (a wait costs no query)
 RECONNECT_DELAY = 5.0  # seconds between attempts to LISTEN again after the connection broke
+PROBE_TIMEOUT = 2.0  # seconds a LISTEN waits for its own probe; a direct connection takes ms
 
 
 class Listener:
@@ -31,6 +39,7 @@ class Listener:
         self.wake = wake
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
+        self.unusable = threading.Event()  # set when LISTEN got no notification: polling only
         self.thread = threading.Thread(target=self._serve, name="jobsweb-listener", daemon=True)
 
     def start(self):
@@ -44,8 +53,14 @@ class Listener:
     def _serve(self):
         while not self.stopping.is_set():
             try:
-                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+                with self._connect() as conn:
                     conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")
+                    if not self._probe_comes_back(conn):
+                        self.unusable.set()
+                        log.warning("LISTEN receives no notifications over this connection (a pooler in "
+                                    "transaction mode?): polling only. Set JOBSWEB_DIRECT_DATABASE_URL to a "
+                                    "direct connection for immediate wake-ups.")
+                        return
                     self.listening.set()
                     # A run may have been enqueued while we were not listening: look once.
                     self.wake()
@@ -61,3 +76,12 @@ class Listener:
                 self.stopping.wait(RECONNECT_DELAY)
         self.listening.clear()
 
+    def _connect(self):
+        return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **NO_PREPARE)
+
+    def _probe_comes_back(self, conn):
+        """Whether a notification sent from another connection reaches this LISTEN."""
+        token = f"probe:{secrets.token_hex(8)}"
+        with self._connect() as other:
+            other.execute("SELECT pg_notify(%s, %s)", [statements.NOTIFY_CHANNEL, token])
+        return any(n.payload == token for n in conn.notifies(timeout=PROBE_TIMEOUT))

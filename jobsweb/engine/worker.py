@@ -58,7 +58,7 @@ def worker_id():
 
 class Worker:
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
-                 max_runtime=None, forever=False, duties=()):
+                 max_runtime=None, forever=False, duties=(), listen_conninfo=None):
         config = app.config
         self.app = app
         self.link = Link(conninfo)
@@ -70,6 +70,7 @@ class Worker:
         self.forever = forever
         # Only a --forever worker waits for new runs; a one-shot one exits when idle.
         self.listen = forever and config["JOBSWEB_LISTEN"]
+        self.listen_conninfo = listen_conninfo or conninfo  # a direct connection when the link is pooled
         self.listener = None
         self.lease = config["JOBSWEB_LEASE_SECONDS"]
         # A third of the lease: two heartbeats can fail before another worker may take over.
@@ -105,7 +106,7 @@ class Worker:
             return 0
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
         if self.listen:
-            self.listener = Listener(self.link.conninfo, lambda: self.finished.put(_WAKE)).start()
+            self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "")
         started = time.monotonic()
