@@ -23,9 +23,9 @@ def test_daily_at_six_in_madrid_fires_once_a_day_across_fall_back():
     assert times == ["2026-10-24 06:00 +0200", "2026-10-25 06:00 +0100", "2026-10-26 06:00 +0100"]
 
 
-def test_a_time_in_the_skipped_hour_fires_just_after_the_jump_and_no_day_is_lost():
+def test_a_fixed_time_in_the_skipped_hour_fires_at_the_jump_and_no_day_is_lost():
     times = local_times("30 2 * * *", "America/New_York", 3, datetime(2026, 3, 7, 0, tzinfo=UTC))
-    assert times == ["2026-03-07 02:30 -0500", "2026-03-08 03:30 -0400", "2026-03-09 02:30 -0400"]
+    assert times == ["2026-03-07 02:30 -0500", "2026-03-08 03:00 -0400", "2026-03-09 02:30 -0400"]
 
 
 def test_a_time_in_the_repeated_hour_fires_once_at_its_first_occurrence():
