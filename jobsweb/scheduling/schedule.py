@@ -84,12 +84,16 @@ class Schedule:
         self.fields = cron_fields(self.cron) if self.cron else None
 
     def fire_times(self, after):
-        """Fire times strictly after the aware datetime `after`, in order, forever."""
+        """Fire times strictly after the aware datetime `after`, in order, forever, in UTC.
+
+        In UTC because Python compares two times of one zone by their wall clock, ignoring
+        fold: the second pass of a repeated hour would sort before the first pass's end.
+        """
         if self.every is not None:
             elapsed = (after - EPOCH).total_seconds()
             slot = EPOCH + timedelta(seconds=(elapsed // self.every + 1) * self.every)
             while True:
-                yield slot.astimezone(self.tz)
+                yield slot
                 slot += timedelta(seconds=self.every)
         after = after.astimezone(timezone.utc)
         local = after.astimezone(self.tz)
@@ -109,17 +113,16 @@ class Schedule:
                 moment = heapq.heappop(second_passes)
                 if moment > last:
                     last = moment
-                    yield moment.astimezone(self.tz)
+                    yield moment
             if first > last:  # several skipped wall times fire at one jump: once
                 last = first
-                yield first.astimezone(self.tz)
+                yield first
             if second is not None:
                 heapq.heappush(second_passes, second)
 
     def _instants(self, wall):
         """(first instant, second-pass instant or None) at which the naive `wall` time fires,
         in UTC; (None, None) if it does not fire at all."""
-        # Compared in UTC: Python compares two datetimes of one zone by wall time, ignoring fold.
         early = wall.replace(tzinfo=self.tz).astimezone(timezone.utc)
         late = wall.replace(tzinfo=self.tz, fold=1).astimezone(timezone.utc)
         if early == late:
@@ -211,7 +214,7 @@ def next_fire_times(expression, tz_name="UTC", n=5, after=None):
     # database clock (materialise.py), never from this one.
     after = after or datetime.now(timezone.utc)
     times = schedule.fire_times(after)
-    return [next(times) for _ in range(n)]
+    return [next(times).astimezone(schedule.tz) for _ in range(n)]
 
 
 def local_time(moment, tz):
