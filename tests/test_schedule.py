@@ -204,6 +204,8 @@ def test_a_huge_every_number_is_refused_as_too_long(digits):
     ("0 0 1-7 * */7", "At 00:00, between day 1 and 7 of the month, or on Sunday (UTC)"),
     ("*/61 * * * *", "Every hour (UTC)"),
     ("0 0 * * 0-7", "At 00:00 (UTC)"),
+    ("0 0 1 * */2", "At 00:00, on day 1 of the month, or on Sunday, Tuesday, Thursday, and Saturday (UTC)"),
+    ("0 0 * * 1#1,1#3", "At 00:00, on the first Monday or the third Monday of the month (UTC)"),
 ])
 def test_descriptions_say_what_the_schedule_fires_on(expression, words):
     assert Schedule(expression).describe() == words

@@ -17,6 +17,7 @@ import calendar
 from datetime import date, datetime, timedelta
 from functools import lru_cache
 
+from cron_descriptor import ExpressionDescriptor, Options
 from croniter import CroniterError, croniter
 
 from ..core.errors import InvalidInput
@@ -27,6 +28,7 @@ MAX_DAYS = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 3
 # day of these 28 years matches none ever, and one that does is found well before the end.
 CYCLE_START, CYCLE_DAYS = date(2001, 1, 1), (date(2029, 1, 1) - date(2001, 1, 1)).days
 ONE_DAY = timedelta(days=1)
+NTH_WORDS = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
 
 
 class CronFields:
@@ -116,22 +118,37 @@ class CronFields:
                             yield moment
             day += ONE_DAY
 
-    def for_words(self):
-        """The expression rewritten so that its words say what it does.
+    def words(self):
+        """The expression in words, e.g. "At 06:00, Monday through Friday"."""
+        options = Options()
+        options.use_24hour_time_format = True
+        fields, nths = self._fields_for_words()
+        words = ExpressionDescriptor(" ".join(fields), options).get_description()
+        return f"{words}, on {nths} of the month" if nths else words
 
-        A step larger than its range fires once (`*/61` in minutes is minute 0), and a range
-        that covers the whole field (`0-7` in day of week) is every value: cron-descriptor
-        would read "every 61 minutes" and "Sunday through Sunday".
+    def _fields_for_words(self):
+        """The fields rewritten so that cron-descriptor's words say what fires, and the words
+        for a list of `#`/`L` weekdays, which it reads as "the  Monday and Monday".
+
+        A step larger than its range fires once (`*/61` in minutes is minute 0), a range that
+        covers the whole field (`0-7` in day of week) is every value, and a step in day of
+        week names its days: cron-descriptor would read "every 61 minutes", "Sunday through
+        Sunday" and "on day 1 of the month, every 7 days of the week" (without the "or").
         """
         fields = []
-        for text, values in zip(self.text, self.expanded):
+        for index, (text, values) in enumerate(zip(self.text, self.expanded)):
             if values == ["*"]:
                 fields.append("*")
-            elif "/" in text and len(values) == 1:
-                fields.append(str(values[0]))
+            elif "/" in text and (len(values) == 1 or index == 4):
+                fields.append(",".join(map(str, values)))
             else:
                 fields.append(text)
-        return " ".join(fields)
+        if not self.nth or "," not in self.text[4]:
+            return fields, None
+        fields[4] = "*"  # the day of month is unrestricted: `#` with one is refused
+        nths = [f"the {'last' if n == 'l' else NTH_WORDS[n]} {calendar.day_name[(wday - 1) % 7]}"
+                for wday, ns in sorted(self.nth.items()) for n in sorted(ns, key=str)]
+        return fields, f"{', '.join(nths[:-1])} or {nths[-1]}"
 
 
 @lru_cache(maxsize=4096)

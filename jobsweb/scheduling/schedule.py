@@ -32,8 +32,6 @@ import re
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cron_descriptor import ExpressionDescriptor, Options
-
 from ..core.errors import InvalidInput
 from .cron_fields import cron_fields
 
@@ -153,9 +151,7 @@ class Schedule:
         if self.every is not None:
             words = f"Every {format_duration(self.every)}"
         else:
-            options = Options()
-            options.use_24hour_time_format = True
-            words = ExpressionDescriptor(self.fields.for_words(), options).get_description()
+            words = self.fields.words()
         return f"{words} ({self.tz.key})"
 
 
