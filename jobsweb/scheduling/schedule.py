@@ -121,15 +121,15 @@ class Schedule:
     def _instants(self, wall):
         """(first instant, second-pass instant or None) at which the naive `wall` time fires,
         in UTC; (None, None) if it does not fire at all."""
-        early = wall.replace(tzinfo=self.tz).astimezone(timezone.utc)
-        late = wall.replace(tzinfo=self.tz, fold=1).astimezone(timezone.utc)
-        if early == late:
-            return early, None
-        if early < late:  # the hour repeated when clocks go back
-            return early, late if self.fields.frequent else None
-        # A time in a skipped hour: zoneinfo puts it after the jump with the old offset
-        # (`early`) and before it with the new one (`late`).
-        return (None, None) if self.fields.frequent else (self._jump(late, early), None)
+        fold0 = wall.replace(tzinfo=self.tz).astimezone(timezone.utc)
+        fold1 = wall.replace(tzinfo=self.tz, fold=1).astimezone(timezone.utc)
+        if fold0 == fold1:
+            return fold0, None
+        if fold0 < fold1:  # the hour repeated when clocks go back: first pass, second pass
+            return fold0, fold1 if self.fields.frequent else None
+        # A time in a skipped hour: zoneinfo reads it with the offset from before the jump
+        # (fold 0, an instant after the jump) or from after it (fold 1, an instant before).
+        return (None, None) if self.fields.frequent else (self._jump(fold1, fold0), None)
 
     def _jump(self, before, after):
         """The instant the zone's offset changes, between `before` and `after` (UTC)."""
