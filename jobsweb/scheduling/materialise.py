@@ -128,8 +128,9 @@ def _materialise(conn, limit):
     for definition_id, *_ in advances:
         if definition_id not in moved:
             raise Conflict(f"definition {definition_id} changed while it was locked for materialising")
-    # Keyed in UTC: a slot in the second pass of a repeated hour (fold=1 in its zone) is never
-    # == to the same instant in another zone (PEP 495), and hashes as its first pass.
+    # Keyed in UTC on both sides: psycopg returns scheduled_for in the session's TimeZone, and
+    # a time in the second pass of a repeated hour (fold=1) is never == to the same instant in
+    # another zone (PEP 495), and hashes as its first pass.
     created = {(row[1], row[2].astimezone(timezone.utc)): row for row in inserted.fetchall()}
     for definition_id, slot, *_ in planned:
         _log_slot(definition_id, slot, created.get((definition_id, slot.astimezone(timezone.utc))))
