@@ -28,6 +28,7 @@ DRILLS = {  # name -> test file in tests/reliability
     "lease": "test_lost_lease.py",
     "deploy": "test_deploy.py",
     "input": "test_bad_input.py",
+    "dst": "test_dst_walk.py",
 }
 
 
@@ -43,6 +44,10 @@ def arguments():
     parser.add_argument("--deploy-jobs", type=int, default=1_000)
     parser.add_argument("--examples", type=int, default=2_000, help="hypothesis examples per property")
     parser.add_argument("--form-examples", type=int, default=300, help="hypothesis examples per form")
+    parser.add_argument("--dst-hours", type=int, default=26,
+                        help="hours walked minute by minute either side of each clock change")
+    parser.add_argument("--dst-zones", choices=["named", "all"], default="all",
+                        help="the drill's named zones, or every zone that changes its clock in 2026")
     return parser.parse_args()
 
 
@@ -57,7 +62,8 @@ def main():
            "DRILL_CHAOS_JOBS": str(args.chaos_jobs), "DRILL_CHAOS_KILL_EVERY": str(args.kill_every),
            "DRILL_CHAOS_MAX_SLEEP": str(args.chaos_max_sleep), "DRILL_RESTART_JOBS": str(args.restart_jobs),
            "DRILL_STORM_ROUNDS": str(args.storm_rounds), "DRILL_DEPLOY_QUICK_JOBS": str(args.deploy_jobs),
-           "DRILL_PROPERTY_EXAMPLES": str(args.examples), "DRILL_FORM_EXAMPLES": str(args.form_examples)}
+           "DRILL_PROPERTY_EXAMPLES": str(args.examples), "DRILL_FORM_EXAMPLES": str(args.form_examples),
+           "DRILL_DST_HOURS": str(args.dst_hours), "DRILL_DST_ALL_ZONES": str(int(args.dst_zones == "all"))}
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                *[f"tests/reliability/{DRILLS[name]}" for name in chosen]]

@@ -144,6 +144,14 @@ def define_command(name, job_type, schedule, timezone, payload, max_attempts, ov
     click.echo(f"{definition.name}: {words}; next run {_when(definition.next_run_at, definition.timezone)}")
 
 
+def _schedule_words(definition):
+    """A definition's schedule in words; one stored before a rule refused it is listed, not fatal."""
+    try:
+        return Schedule(definition.schedule, definition.timezone).describe()
+    except InvalidInput as exc:
+        return f"(invalid: {exc.message})"
+
+
 @jobs.command("pause")
 @click.argument("name")
 def pause_command(name):
@@ -180,7 +188,7 @@ def schedules_command():
     with plain_errors():
         rows = [("NAME", "SCHEDULE", "NEXT RUN", "LAST STATUS", "FAILURES")]
         for d in definitions.all_definitions():
-            words = Schedule(d.schedule, d.timezone).describe() if d.schedule else "(no schedule)"
+            words = _schedule_words(d) if d.schedule else "(no schedule)"
             rows.append((d.name, words,
                          _when(d.next_run_at, d.timezone) if d.enabled else "paused",
                          d.last_status or "-", str(d.failure_count)))

@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from jobsweb import definitions
@@ -258,3 +260,17 @@ def test_a_backlog_bigger_than_one_pass_is_materialised_in_back_to_back_passes(a
     assert worker.tick() is True and worker.tick() is True
     assert runs(sql) == [("queued", DEFINITIONS_PER_TICK + 20)]
     worker.link.close()
+
+
+def test_slots_in_the_second_pass_of_a_repeated_hour_are_created_and_logged_as_created(app, sql, materialise,
+                                                                                        caplog):
+    # Minute field a step: it fires in both passes of Madrid's repeated 02:00-03:00 of 2025-10-26.
+    define(app, schedule="*/30 2 26 10 *", timezone="Europe/Madrid", misfire="all", overlap="allow")
+    sql("UPDATE job_definitions SET next_run_at = '2025-10-26 00:00+00'")  # 02:00 CEST, the first pass
+    with caplog.at_level(logging.INFO, logger="jobsweb.materialise"):
+        materialise()
+    passes = sql("SELECT id FROM job_runs WHERE status = 'queued' AND scheduled_for >= '2025-10-26 00:00+00' "
+                 "AND scheduled_for < '2025-10-26 02:00+00' ORDER BY scheduled_for")
+    assert len(passes) == 4  # 02:00 and 02:30 CEST, then 02:00 and 02:30 CET
+    assert "already exists" not in caplog.text
+    assert all(f"run {run_id} queued" in caplog.text for (run_id,) in passes)

@@ -41,9 +41,19 @@ def test_schedules_lists_each_definition_in_words(runner, sql):
     assert lines[2].startswith("nightly-report") and lines[2].split()[-2:] == ["-", "0"]
 
 
+def test_schedules_lists_a_definition_whose_stored_schedule_is_now_refused(runner, sql):
+    define(runner)
+    # Accepted before `W` with a day of week was refused: listed with the reason, not fatal.
+    sql("UPDATE job_definitions SET schedule = '0 0 15W * MON'")
+    result = runner.invoke(args=["jobs", "schedules"])
+    assert result.exit_code == 0
+    assert "(invalid: '0 0 15W * MON': `W` in day of month with a day of week is not supported" in result.output
+
+
 @pytest.mark.parametrize("args, message", [
     (["--schedule", "0 6 * *"], "Error: schedule: '0 6 * *' has 4 fields"),
     (["--schedule", "@every 10 minutes"], "Error: schedule: @every needs a duration"),
+    (["--schedule", "0 0 31 4 *"], "Error: schedule: '0 0 31 4 *' never fires: April never has a 31st"),
     (["--timezone", "Europe/Gotham"], "Error: timezone: 'Europe/Gotham' is not an IANA timezone"),
     (["--type", "no.such.type"], "Error: job_type: 'no.such.type' is not a registered job type"),
     (["--payload", "{not json"], "Error: payload: is not valid JSON"),

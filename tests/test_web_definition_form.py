@@ -28,6 +28,19 @@ def test_the_preview_shows_the_error_escaped(sign_in):
     assert "not an IANA timezone" in html
 
 
+@pytest.mark.parametrize("schedule, message", [
+    ("0 0 30 2 *", "February never has a 30th"),
+    ("0 0 31 2,4,6,9,11 *", "never have a 31st"),
+    ("0 0 15 * MON#2", "`#` or `L` in day of week with a day of month is not supported"),
+    ("@every 99999999999m", "at most 366d"),
+])
+def test_the_preview_of_a_schedule_that_can_never_fire_shows_why(sign_in, schedule, message):
+    client = sign_in("viewer")
+    response = client.get("/definitions/preview", query_string={"schedule": schedule, "timezone": "UTC"})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 200 and "field-error" in html and message in html
+
+
 def test_an_admin_creates_a_definition(sign_in, sql):
     client = sign_in("admin")
     assert "Europe/Madrid" in client.get("/definitions/new").get_data(as_text=True)
@@ -42,6 +55,8 @@ def test_an_admin_creates_a_definition(sign_in, sql):
 @pytest.mark.parametrize("fields, message", [
     ({"schedule": "61 * * * *"}, "not a valid cron expression"),
     ({"schedule": "* *"}, "has 2 fields"),
+    ({"schedule": "0 0 30 2 *"}, "February never has a 30th"),
+    ({"schedule": "0 0 1 * MON#4"}, "with a day of month is not supported"),
     ({"payload": "[]"}, "must be a JSON object"),
     ({"backoff_base": "10", "backoff_cap": "5"}, "must be at least backoff_base"),
 ])

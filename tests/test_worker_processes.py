@@ -7,12 +7,15 @@ from tests.conftest import wait_for
 from tests.processes import add_many, finish, status_of
 
 
-def test_competing_worker_processes_execute_every_run_exactly_once(app, sql, spawn_worker):
+def test_competing_worker_processes_execute_every_run_exactly_once(app, sql, spawn_worker, tmp_path):
     runs = 400
     # Not due yet: all four workers are up and polling before any run can be claimed.
     ids = add_many(app, "test.record", runs)
     sql("UPDATE job_runs SET run_at = now() + interval '1 hour'")
-    workers = [spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "4") for _ in range(4)]
+    # Logs to files: 400 runs log ~84 KB, and a worker that took most of them filled its
+    # 64 KB pipe, which nobody reads until the end, and stopped mid-run.
+    workers = [spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "4",
+                            output=open(tmp_path / f"worker-{n}.log", "w+")) for n in range(4)]
     wait_for(lambda: sql("SELECT count(*) FROM job_workers")[0][0] == 4, message="four workers registered")
     sql("UPDATE job_runs SET run_at = now()")
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")[0][0] == runs,

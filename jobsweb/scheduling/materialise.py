@@ -1,11 +1,11 @@
 """Turning due schedule slots into runs, exactly once, at the start of every worker tick.
 
 One transaction per batch of due definitions: lock them (DUE_DEFINITIONS, SKIP LOCKED), work
-out in Python which slots are due and what becomes of each (croniter and zoneinfo live here,
-not in SQL), then insert the runs of the whole batch in one statement (INSERT_SLOTS) and
-advance every definition's next_run_at in another (ADVANCE_DEFINITIONS), sent together. Two
-workers ticking in the same second lock disjoint definitions, and the unique
-(definition_id, scheduled_for) refuses a slot that exists already.
+out in Python which slots are due and what becomes of each (with schedule.fire_times, which
+the admin form's preview uses too), then insert the runs of the whole batch in one statement
+(INSERT_SLOTS) and advance every definition's next_run_at in another (ADVANCE_DEFINITIONS),
+sent together. Two workers ticking in the same second lock disjoint definitions, and the
+unique (definition_id, scheduled_for) refuses a slot that exists already.
 
 Which slots run:
 - every slot up to the database's now() is due; all but the newest were missed (no tick
@@ -18,7 +18,7 @@ Every slot that does not run still gets a row, 'missed' or 'skipped', with the r
 """
 
 import logging
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from psycopg.rows import dict_row
 
@@ -128,9 +128,12 @@ def _materialise(conn, limit):
     for definition_id, *_ in advances:
         if definition_id not in moved:
             raise Conflict(f"definition {definition_id} changed while it was locked for materialising")
-    created = {(row[1], row[2]): row for row in inserted.fetchall()}
+    # Keyed in UTC on both sides: psycopg returns scheduled_for in the session's TimeZone, and
+    # a time in the second pass of a repeated hour (fold=1) is never == to the same instant in
+    # another zone (PEP 495), and hashes as its first pass.
+    created = {(row[1], row[2].astimezone(timezone.utc)): row for row in inserted.fetchall()}
     for definition_id, slot, *_ in planned:
-        _log_slot(definition_id, slot, created.get((definition_id, slot)))
+        _log_slot(definition_id, slot, created.get((definition_id, slot.astimezone(timezone.utc))))
     return len(advances)
 
 
