@@ -39,14 +39,15 @@ ANY_DUE = "SELECT EXISTS (SELECT 1 FROM jobsweb_alert_deliveries WHERE status = 
 
 # Claim the most overdue delivery. SKIP LOCKED: a row another worker is claiming right now
 # is left to it. The claim is committed before sending; next_attempt_at moves past the send
-# lease, so no other worker takes the row while this one is sending.
+# lease, so no other worker takes the row while this one is sending. `tried`: the rows this
+# pass has tried already; a short retry delay must not turn one pass into a retry loop.
 # Uses index jobsweb_alert_deliveries_due.
 CLAIM_DELIVERY = """
 UPDATE jobsweb_alert_deliveries d
 SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => %(lease)s)
 FROM (
     SELECT id FROM jobsweb_alert_deliveries
-    WHERE status = 'pending' AND next_attempt_at <= now()
+    WHERE status = 'pending' AND next_attempt_at <= now() AND NOT (id = ANY(%(tried)s))
     ORDER BY next_attempt_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -86,19 +87,20 @@ def any_due():
 
 
 def deliver_due(stop=None, limit=100):
-    """Send due deliveries one by one until none is due, `stop` is set or `limit` were tried.
-
-    Returns how many were sent.
+    """Send due deliveries one by one until none is due, `stop` is set or `limit` were tried;
+    each at most once per call. Returns how many were sent.
     """
     config = current_app.config
     sent = 0
+    tried = []
     for _ in range(limit):
         if stop is not None and stop.is_set():
             break
-        row = execute(CLAIM_DELIVERY, {"lease": send_lease(config)}).first()
+        row = execute(CLAIM_DELIVERY, {"lease": send_lease(config), "tried": tried}).first()
         db.session.commit()
         if row is None:
             break
+        tried.append(row.id)
         try:
             send(row.channel, row.target, row.subject, row.body, row.data, config)
         except SendError as exc:
