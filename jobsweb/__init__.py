@@ -9,9 +9,10 @@ admin screen) -> app and commands. docs/ARCHITECTURE.md draws them.
 from .app import create_app
 from .core.errors import InvalidInput
 from .engine.enqueuing import enqueue, enqueue_many
-from .engine.registry import Cancelled, JobContext, PermanentError, job
+from .engine.registry import Cancelled, JobContext, PermanentError
 # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
 from .scheduling import definitions, schedule
+from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
            "InvalidInput", "definitions", "schedule"]

@@ -88,6 +88,17 @@ def app(database_url_for_tests, monkeypatch):
 
 
 @pytest.fixture
+def registry_snapshot():
+    """The job-type registry is process-global: what a test registers is removed afterwards."""
+    from jobsweb.engine import registry
+
+    saved = dict(registry._registry)
+    yield
+    registry._registry.clear()
+    registry._registry.update(saved)
+
+
+@pytest.fixture
 def client(app):
     return app.test_client()
 
