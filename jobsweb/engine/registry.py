@@ -37,7 +37,9 @@ _registry: dict[str, JobType] = {}
 
 
 def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=()):
-    """Register the decorated function as the handler of job type `name`.
+    """Register the decorated function as the handler of job type `name`; the function is
+    returned as it is. For jobsweb's own job types: the public `jobsweb.job` (in
+    scheduling/code_definitions.py) also returns a Job with .enqueue() and takes a schedule.
 
     The handler is called with a JobContext. `permanent` lists exception types that mean
     "retrying cannot help" and send the run straight to dead, like PermanentError.
