@@ -10,10 +10,11 @@ draws them.
 from .app import create_app
 from .core.errors import InvalidInput
 from .engine.enqueuing import enqueue, enqueue_many
-from .engine.registry import Cancelled, JobContext, PermanentError, job
+from .engine.registry import Cancelled, JobContext, PermanentError
 from .extension import JobsWeb
 # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
 from .scheduling import definitions, schedule
+from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
            "InvalidInput", "definitions", "schedule"]

@@ -1,6 +1,6 @@
 """The `flask` commands: run-jobs (the worker, built here with its duties), jobs migrate/
-enqueue/demo/prune, the schedule commands (jobs define/pause/resume/run-now/schedules), jobs
-users create, and for the standalone app dev (web + worker) and users create."""
+enqueue/demo/prune, the schedule commands (jobs sync/define/pause/resume/run-now/schedules),
+jobs users create, and for the standalone app dev (web + worker) and users create."""
 
 import json
 import os
@@ -24,7 +24,7 @@ from .engine.enqueuing import enqueue, parse_payload, parse_run_at
 from .engine.link import DatabaseUnavailable, describe
 from .engine.worker import Worker
 from .ops import alerts, retention
-from .scheduling import definitions, materialise
+from .scheduling import code_definitions, definitions, materialise
 from .scheduling.definitions import MISFIRE_POLICIES, OVERLAP_POLICIES
 from .scheduling.schedule import Schedule, local_time, parse_timezone
 from .web.accounts import create_user, ensure_demo_operator
@@ -150,6 +150,19 @@ def _schedule_words(definition):
         return Schedule(definition.schedule, definition.timezone).describe()
     except InvalidInput as exc:
         return f"(invalid: {exc.message})"
+
+
+@jobs.command("sync")
+def sync_command():
+    """Create or update the definitions declared in code (@job(..., schedule=...)); run it at
+    every release. Admin-made definitions are left alone; those no longer declared are disabled."""
+    with plain_errors():
+        changes = code_definitions.sync()
+        db.session.commit()
+    if not code_definitions.declared():
+        click.echo("no job type declares a schedule in code (are the modules with @job imported?)")
+    for change in changes:
+        click.echo(str(change))
 
 
 @jobs.command("pause")

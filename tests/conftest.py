@@ -89,6 +89,22 @@ def app(database_url_for_tests, monkeypatch):
 
 
 @pytest.fixture
+def registry_snapshot():
+    """The job-type registry is process-global: what a test registers is removed afterwards."""
+    import importlib
+
+    from jobsweb.engine import registry
+
+    # Registered before the snapshot: first imported during a test, they would be removed with
+    # its registrations, and a module is imported once (JOBSWEB_HANDLERS would not bring them back).
+    importlib.import_module(TEST_SETTINGS["JOBSWEB_HANDLERS"])
+    saved = dict(registry._registry)
+    yield
+    registry._registry.clear()
+    registry._registry.update(saved)
+
+
+@pytest.fixture
 def client(app):
     return app.test_client()
 

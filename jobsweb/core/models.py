@@ -46,6 +46,9 @@ class JobDefinition(Model):
     alert_after_failures: Mapped[int] = mapped_column(server_default="2")
     alert_webhook_url: Mapped[str | None] = mapped_column(Text)
     alert_email_to: Mapped[str | None] = mapped_column(Text)  # comma-separated
+    # 'admin', 'code' (declared with @job(schedule=...), written by `flask jobs sync`) or
+    # 'code-removed' (its declaration disappeared: disabled, kept); see migration 0011.
+    source: Mapped[str] = mapped_column(Text, server_default="admin")
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 

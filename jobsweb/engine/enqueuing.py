@@ -1,5 +1,6 @@
 """Enqueue runs from Python, with every input checked before anything is written."""
 
+import functools
 import json
 from datetime import datetime, timezone
 
@@ -129,6 +130,30 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, session=
         return _insert_many(session.connection(), params, texts)
     with db.engine.begin() as conn:
         return _insert_many(conn, params, texts)
+
+
+class Job:
+    """What `@jobsweb.job` returns: the handler, still callable as before (a test may call it
+    with a context of its own), that can also enqueue runs of its job type."""
+
+    def __init__(self, job_type):
+        functools.update_wrapper(self, job_type.func)
+        self.name = job_type.name
+
+    def __call__(self, *args, **kwargs):
+        return self.__wrapped__(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<jobsweb job {self.name!r}>"
+
+    def enqueue(self, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None, session=None):
+        """Create a run of this job type and return its id: enqueue(name, ...) for this name."""
+        return enqueue(self.name, payload, run_at=run_at, idempotency_key=idempotency_key,
+                       max_attempts=max_attempts, session=session)
+
+    def enqueue_many(self, payloads, *, run_at=None, max_attempts=None, session=None):
+        """Create one run of this job type per payload; their ids (enqueue_many for this name)."""
+        return enqueue_many(self.name, payloads, run_at=run_at, max_attempts=max_attempts, session=session)
 
 
 def check_max_attempts(max_attempts, registered, config):

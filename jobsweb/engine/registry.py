@@ -25,6 +25,9 @@ class JobType:
     backoff_base: float | None = None  # seconds
     backoff_cap: float | None = None  # seconds
     permanent: tuple = ()  # exception types that go straight to dead
+    # The definition declared with it in code (@job(..., schedule=...)): define()'s options,
+    # written by `flask jobs sync` (scheduling/code_definitions.py). None: not scheduled in code.
+    definition: dict | None = None
 
     def is_permanent(self, exc):
         return isinstance(exc, (PermanentError, *self.permanent))
@@ -34,18 +37,24 @@ _registry: dict[str, JobType] = {}
 
 
 def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=()):
-    """Register the decorated function as the handler of job type `name`.
+    """Register the decorated function as the handler of job type `name`; the function is
+    returned as it is. For jobsweb's own job types: the public `jobsweb.job` (in
+    scheduling/code_definitions.py) also returns a Job with .enqueue() and takes a schedule.
 
     The handler is called with a JobContext. `permanent` lists exception types that mean
     "retrying cannot help" and send the run straight to dead, like PermanentError.
     """
 
     def register(func):
-        _registry[name] = JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap,
-                                  tuple(permanent))
+        add(JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap, tuple(permanent)))
         return func
 
     return register
+
+
+def add(job_type):
+    """Register a JobType; one of the same name is replaced (a module imported again)."""
+    _registry[job_type.name] = job_type
 
 
 def get(name):

@@ -30,21 +30,49 @@ MISFIRE_POLICIES = ("latest", "all", "skip")
 OVERLAP_POLICIES = ("skip", "queue", "allow")
 
 
-def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
-           overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
-           lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
-           alert_webhook_url=None, alert_email_to=None):
+def define(name, job_type, schedule, **options):
     """Create the definition `name`, or update it; return it.
+
+    Options (all checked, see `checked`): timezone="UTC", payload=None, max_attempts=None,
+    overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None, lease=None,
+    backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
+    alert_webhook_url=None, alert_email_to=None.
 
     next_run_at is recomputed when the schedule or timezone changes (or the definition is
     new); otherwise the pending slot is kept. A paused definition stays paused.
     """
+    return upsert(checked(name, job_type, schedule, **options))
+
+
+def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
+            overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
+            lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
+            alert_webhook_url=None, alert_email_to=None):
+    """The column values of a definition, every input checked (InvalidInput naming its field);
+    next_run_at is the first slot after the database's now()."""
     config = current_app.config
     name = _check_name(name)
     registered = check_job_type(job_type)
     parsed = Schedule(schedule, timezone)
     payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
     max_attempts = check_max_attempts(max_attempts, registered, config)
+    check_policies(overlap=overlap, misfire=misfire, grace_seconds=grace_seconds, timeout=timeout,
+                   lease=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
+                   alert_after_failures=alert_after_failures)
+    alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
+
+    now = db.session.scalar(select(func.now()))
+    return dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
+                timezone=parsed.tz.key, max_attempts=max_attempts, overlap_policy=overlap,
+                misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
+                lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
+                alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
+                alert_email_to=alert_email_to, next_run_at=parsed.next_after(now))
+
+
+def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_base, backoff_cap,
+                   alert_after_failures):
+    """The options whose checks need no app or database: also run where @job declares a schedule."""
     _check_choice("overlap", overlap, OVERLAP_POLICIES)
     _check_choice("misfire", misfire, MISFIRE_POLICIES)
     _check_whole("grace_seconds", grace_seconds, minimum=0)
@@ -54,17 +82,13 @@ def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attemp
     if backoff_base and backoff_cap and backoff_cap < backoff_base:
         raise InvalidInput("backoff_cap", "must be at least backoff_base")
     _check_whole("alert_after_failures", alert_after_failures, minimum=1)
-    alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
 
-    now = db.session.scalar(select(func.now()))
-    values = dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
-                  timezone=parsed.tz.key, max_attempts=max_attempts, overlap_policy=overlap,
-                  misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
-                  lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
-                  alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
-                  alert_email_to=alert_email_to, next_run_at=parsed.next_after(now))
+
+def upsert(values, source=None):
+    """Write the definition `values` (from `checked`) by name; return it. `source` ('code' for
+    `flask jobs sync`) replaces the existing one's; None keeps it ('admin' for a new one)."""
     table = JobDefinition.__table__
-    stmt = insert(table).values(**values)
+    stmt = insert(table).values(**values, **({"source": source} if source else {}))
     # An unchanged schedule keeps its pending slot: re-running a deploy script that defines
     # every job must not push a slot that is due in a second to the next day.
     keep = (table.c.schedule.is_not_distinct_from(stmt.excluded.schedule)
@@ -73,6 +97,7 @@ def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attemp
     # One statement, so two people defining one name at once cannot both insert.
     stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={
         **{key: stmt.excluded[key] for key in values if key not in ("name", "next_run_at")},
+        **({"source": source} if source else {}),
         "next_run_at": case((keep, table.c.next_run_at), else_=stmt.excluded.next_run_at),
         "updated_at": func.now(),
     }).returning(table.c.id)

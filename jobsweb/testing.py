@@ -1,0 +1,124 @@
+"""Helpers for the tests of an app that uses jobsweb: run what is due inline with `drain()`,
+and see what was enqueued with `enqueued()`.
+
+drain() is a worker without threads or a separate process: on its own connection, it
+materialises due schedule slots, then claims and finishes runs one at a time with the
+worker's own statements (CLAIM_RUNS, FINISH_RUNS) and outcome rules (execution.Failures),
+calling each handler in this thread. So retries, dead runs, idempotency keys and schedules
+behave as they do in production. What it cannot do is stop a handler: timeouts and
+cancellation are not enforced.
+"""
+
+import time
+from dataclasses import dataclass
+
+from flask import current_app
+from sqlalchemy import select
+
+from .core.database import db, libpq_url
+from .core.models import JobRun
+from .engine import registry, statements
+from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
+from .engine.link import Link
+from .engine.registry import JobContext
+from .engine.worker import worker_id
+from .scheduling.materialise import materialise_due
+
+RETRY_WAIT = 1.0  # seconds: drain() waits for a retry due within this long (see there)
+MAX_RUNS = 1000  # attempts one drain() makes before it decides a job keeps enqueuing itself
+
+# Seconds until the next retry of a job type this process handles is due (NULL: none waits).
+NEXT_RETRY = """
+SELECT extract(epoch FROM min(run_at) - now()) FROM job_runs
+WHERE status = 'failed' AND job_type = ANY(%(job_types)s)
+"""
+
+
+@dataclass
+class Ran:
+    """One attempt drain() made: the status FINISH_RUNS wrote, and what the handler returned or raised."""
+
+    run_id: int
+    job_type: str
+    attempt: int
+    status: str  # succeeded | failed (a retry is due later) | dead | cancelled | rejected
+    result: object = None
+    error: str | None = None  # "ErrorType: message" of a failed attempt
+
+
+def drain(*, retry_wait=RETRY_WAIT, max_runs=MAX_RUNS):
+    """Run every due run in this process, with the current app, until nothing is due; what ran,
+    one Ran per attempt, in order.
+
+    Due schedule slots are materialised first. A failed run whose retry comes due within
+    `retry_wait` seconds is waited for and run again (set JOBSWEB_BACKOFF_BASE and _CAP to
+    small values in tests so that retries run until the run succeeds or is dead); later
+    retries and runs enqueued for later are left queued. Runs must be committed to be seen.
+    Each handler runs in a fresh app context of the current app, as in the worker.
+    """
+    app = current_app._get_current_object()
+    config = app.config
+    failures = Failures.from_config(config)
+    worker = f"drain:{worker_id()}"
+    lease = config["JOBSWEB_LEASE_SECONDS"]
+    link = Link(libpq_url(db.engine))
+    ran = []
+    stalled = False  # the last claim found nothing although a retry was due already
+    try:
+        while True:
+            while materialise_due(link):
+                pass
+            rows = link.fetch(statements.CLAIM_RUNS, {"worker": worker, "lease": lease,
+                                                      "job_types": registry.names(), "limit": 1})
+            if not rows:
+                [(wait,)] = link.fetch(NEXT_RETRY, {"job_types": registry.names()})
+                # A retry due already but not claimed twice running waits on something else (a
+                # run it is queued behind, another worker's lock): nothing more is due here.
+                if wait is None or wait > retry_wait or (wait <= 0 and stalled):
+                    return ran
+                stalled = wait <= 0
+                time.sleep(max(float(wait), 0))  # the run's backoff, chosen by the settings
+                continue
+            stalled = False
+            if len(ran) >= max_runs:
+                link.fetch(statements.FINISH_RUNS, finish_params([failures.interrupted(
+                    worker, _context(link, worker, *rows[0][:6]), "drain() stopped")]))
+                raise RuntimeError(f"drain() made {max_runs} attempts and runs are still due: "
+                                   "does a job enqueue itself, or a schedule fire every second?")
+            ran.append(_run(app, link, failures, worker, lease, *rows[0]))
+    finally:
+        link.close()
+
+
+def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id):
+    def extend_lease(ctx, seconds=None):
+        return bool(link.fetch(statements.EXTEND_LEASES, {
+            "worker": worker, "ids": [ctx.run_id], "attempts": [ctx.attempt],
+            "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
+
+    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease)
+
+
+def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,
+         definition_id, run_timeout, run_lease, backoff_base, backoff_cap):
+    """One claimed attempt, as Worker._start and the pool do it, finished with FINISH_RUNS."""
+    ctx = _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id)
+    held = Held(ctx, registry.get(job_type), max(run_lease or 0, lease), None, run_timeout,
+                (backoff_base, backoff_cap))
+    outcome = failures.outcome_of(worker, run_handler(app, held), stopping=False)
+    rows = link.fetch(statements.FINISH_RUNS, finish_params([outcome]))
+    log_finished([outcome], rows)
+    status = rows[0][1] if rows else "rejected"  # the lease expired and another worker took it
+    error = f"{outcome.error_type}: {outcome.error}" if outcome.error else None
+    return Ran(run_id, job_type, attempt, status, outcome.result, error)
+
+
+def enqueued(job_type=None):
+    """The payloads of the queued runs (of `job_type`: a name or a @job), oldest first.
+
+    Read in db.session, so runs enqueued with session=db.session show before the commit.
+    """
+    stmt = select(JobRun.payload).where(JobRun.status == "queued").order_by(JobRun.id)
+    if job_type is not None:
+        stmt = stmt.where(JobRun.job_type == getattr(job_type, "name", job_type))
+    return list(db.session.scalars(stmt))
