@@ -45,6 +45,8 @@ class JobDefinition(db.Model):
     alert_after_failures: Mapped[int] = mapped_column(server_default="2")
     alert_webhook_url: Mapped[str | None] = mapped_column(Text)
     alert_email_to: Mapped[str | None] = mapped_column(Text)  # comma-separated
+    queue: Mapped[str] = mapped_column(Text, server_default="default")
+    priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 
@@ -77,6 +79,9 @@ class JobRun(db.Model):
     backoff_base: Mapped[float | None] = mapped_column(Double)
     backoff_cap: Mapped[float | None] = mapped_column(Double)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    queue: Mapped[str] = mapped_column(Text, server_default="default")
+    priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
+    unique_key: Mapped[str | None] = mapped_column(Text)  # one unfinished run per key
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=db.func.now())
 
@@ -107,6 +112,7 @@ class JobWorker(db.Model):
     runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     job_types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: a worker from before 0008
+    queues: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: every queue
 
 
 ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may

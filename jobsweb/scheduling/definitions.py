@@ -19,6 +19,7 @@ from ..core.database import db, execute
 from ..core.errors import InvalidInput, check_emails, check_url
 from ..core.models import JobDefinition, JobRun
 from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
+from ..engine.flow import check_priority, check_queue, ensure_queue
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
 from .schedule import Schedule
 
@@ -33,8 +34,9 @@ OVERLAP_POLICIES = ("skip", "queue", "allow")
 def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
            overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
            lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
-           alert_webhook_url=None, alert_email_to=None):
-    """Create the definition `name`, or update it; return it.
+           alert_webhook_url=None, alert_email_to=None, queue=None, priority=None):
+    """Create the definition `name`, or update it; return it. `queue` and `priority` (of its
+    runs) default to the job type's.
 
     next_run_at is recomputed when the schedule or timezone changes (or the definition is
     new); otherwise the pending slot is kept. A paused definition stays paused.
@@ -55,14 +57,18 @@ def define(name, job_type, schedule, *, timezone="UTC", payload=None, max_attemp
         raise InvalidInput("backoff_cap", "must be at least backoff_base")
     _check_whole("alert_after_failures", alert_after_failures, minimum=1)
     alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
+    queue = check_queue(registered.queue if queue is None else queue)
+    priority = check_priority(registered.priority if priority is None else priority)
 
+    ensure_queue(queue)
     now = db.session.scalar(select(func.now()))
     values = dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
                   timezone=parsed.tz.key, max_attempts=max_attempts, overlap_policy=overlap,
                   misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
                   lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
                   alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
-                  alert_email_to=alert_email_to, next_run_at=parsed.next_after(now))
+                  alert_email_to=alert_email_to, queue=queue, priority=priority,
+                  next_run_at=parsed.next_after(now))
     table = JobDefinition.__table__
     stmt = insert(table).values(**values)
     # An unchanged schedule keeps its pending slot: re-running a deploy script that defines
