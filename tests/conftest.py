@@ -18,7 +18,8 @@ from jobsweb.core.database import database_url, libpq_url
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, audit_log, users, "
-          "job_duration_totals, job_metrics_state, alert_deliveries, alert_incident_runs, alert_incidents")
+          "job_duration_totals, job_metrics_state, alert_deliveries, alert_incident_runs, alert_incidents, "
+          "job_queues, job_paused_types")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -115,10 +116,14 @@ def spawn_worker(database_url_for_tests):
     """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
     processes = []
 
+    def environment(**settings):
+        """The environment of a jobsweb process on the test database (also for other scripts)."""
+        return {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests), "SECRET_KEY": "test",
+                **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
+
     def spawn(*args, output=None, **settings):
         """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
-        env = {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests), "SECRET_KEY": "test",
-               **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
+        env = environment(**settings)
         proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
                                 cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -126,6 +131,7 @@ def spawn_worker(database_url_for_tests):
         processes.append(proc)
         return proc
 
+    spawn.env = environment
     yield spawn
     for proc in processes:
         if proc.poll() is None:

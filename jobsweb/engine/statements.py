@@ -11,8 +11,8 @@ whose lease was taken over can never overwrite a newer attempt, and learns that 
 Times are the database's `now()`. The engine's other SQL is in upkeep.py.
 """
 
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
 # skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
 ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
 RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
 CANCELLABLE = ("queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
@@ -147,23 +147,23 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # would still see those runs queued (one snapshot per statement; the locked row is the newest
 # version), so every claim that takes runs of a limited queue bumps its `claims`, and a claimer
 # whose snapshot's `claims` differs from the locked row's takes nothing from it. The rate
-# window is in the row (rate_starts). Unlimited queues pay for none of this: their runs come
-# from one scan of job_runs_claimable; --queues and limited queues use job_runs_queue_claimable.
+# window is in the row (rate_starts). Starts are stamped with the clock read after the snapshot
+# was taken (`clock`), so that a run that ended before it never seems to overlap one started by
+# it. Unlimited queues pay for none of this: their runs come from one scan of
+# job_runs_claimable; --queues and limited queues use job_runs_queue_claimable.
 CLAIM_RUNS = """
-WITH snapshot AS MATERIALIZED (
-    SELECT name, paused, claims, concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL AS limited
-    FROM job_queues
-),
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+snapshot AS MATERIALIZED (
+    SELECT name, paused, claims, coalesce(concurrency_limit, rate_limit) IS NOT NULL AS limited FROM job_queues),
 excluded AS MATERIALIZED (  -- limited queues are taken from per queue below, or not at all
     SELECT coalesce((SELECT array_agg(name) FROM snapshot WHERE paused OR limited), '{}') AS queues,
            coalesce((SELECT array_agg(job_type) FROM job_paused_types), '{}') AS job_types
 ),
 held AS MATERIALIZED (
-    SELECT name, claims, concurrency_limit, rate_limit,
-           ARRAY(SELECT t FROM unnest(rate_starts) t
-                 WHERE t > now() - make_interval(secs => rate_seconds)) AS rate_window
+    SELECT name, claims, concurrency_limit, rate_limit, ARRAY(SELECT t FROM unnest(rate_starts) t, clock
+           WHERE t > clock.now - make_interval(secs => rate_seconds)) AS rate_window
     FROM job_queues
-    WHERE NOT paused AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
+    WHERE NOT paused AND coalesce(concurrency_limit, rate_limit) IS NOT NULL
       AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
     ORDER BY name
     FOR UPDATE SKIP LOCKED
@@ -211,8 +211,8 @@ due AS MATERIALIZED (
 counted AS (
     UPDATE job_queues q
     SET claims = q.claims + 1, rate_starts = CASE WHEN h.rate_limit IS NULL THEN '{}'
-                                                  ELSE h.rate_window || array_fill(now(), ARRAY[d.n]) END
-    FROM (SELECT queue, count(*)::int AS n FROM due GROUP BY queue) d JOIN held h ON h.name = d.queue
+                                                  ELSE h.rate_window || array_fill(c.now, ARRAY[d.n]) END
+    FROM (SELECT queue, count(*)::int AS n FROM due GROUP BY queue) d JOIN held h ON h.name = d.queue, clock c
     WHERE q.name = d.queue
 )
 UPDATE job_runs r
@@ -221,9 +221,9 @@ SET status = 'running',
     locked_by = %(worker)s,
     -- A run's own lease (from its definition) can only lengthen the worker's: see Worker._start.
     locked_until = now() + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
-    started_at = now(),
+    started_at = clock.now,
     updated_at = now()
-FROM due
+FROM due, clock
 WHERE r.id = due.id
 RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_id,
           r.timeout_seconds, r.lease_seconds, r.backoff_base, r.backoff_cap
