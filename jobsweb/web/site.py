@@ -10,7 +10,7 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from htmx_flask import Htmx
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from . import (access, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, probes,
+from . import (access, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, probes, queue_pages,
                run_pages, sign_in, user_pages, worker_pages)
 from .rendering import STATUS_WORDS, describe_schedule, duration, pretty_json, render, seconds_words, time_ago, when
 from .runlist import BadFilter
@@ -18,7 +18,7 @@ from .runlist import BadFilter
 csrf = CSRFProtect()
 htmx = Htmx()
 PAGES = (probes, sign_in, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, run_pages,
-         user_pages, worker_pages)
+         user_pages, worker_pages, queue_pages)
 
 
 class SessionInterface(SecureCookieSessionInterface):
