@@ -1,6 +1,6 @@
 """The `flask` commands: run-jobs (the worker, built here with its duties), jobs migrate/
-enqueue/demo/prune, the schedule commands (jobs define/pause/resume/run-now/schedules), users
-create, and dev (web + worker)."""
+enqueue/demo/prune, the schedule commands (jobs define/pause/resume/run-now/schedules), flow
+control (jobs queue/pause-type/resume-type), users create, and dev (web + worker)."""
 
 import json
 import os
