@@ -206,7 +206,9 @@ def replay_script(batch):
                         "errors": f"array_fill(NULL::text, {n})", "stacks": f"array_fill(NULL::text, {n})",
                         "delays": f"array_fill(0::float8, {n})", "give_up": f"array_fill(false, {n})"}.items():
         finish_sql = finish_sql.replace(f"%({name})s", value)
-    return (f"WITH claimed AS ({claim.strip()})\n"
+    # The claim's own CTEs come first: a data-modifying WITH must be at the top level.
+    ctes, _, update = claim.strip().rpartition("\nUPDATE job_runs r\n")
+    return (f"{ctes},\nclaimed AS (UPDATE job_runs r\n{update})\n"
             "SELECT coalesce(array_agg(id)::text, '{}') AS ids,\n"
             "       coalesce(array_agg(attempts)::text, '{}') AS attempts,\n"
             "       count(*) AS n FROM claimed\n\\gset\n"
