@@ -88,8 +88,9 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
 
     With an idempotency key that already exists, nothing is created and the existing run's id
     is returned; with a unique key, the same while a run with that key is unfinished (queued,
-    running, or failed and due a retry). `queue` and `priority` default to the job type's. Without `session` the run is committed at once; with `session` (for example
-    db.session) it joins that transaction, so the run exists only if your own writes commit.
+    running, or failed and due a retry). `queue` and `priority` default to the job type's.
+    Without `session` the run is committed at once; with `session` (for example db.session)
+    it joins that transaction, so the run exists only if your own writes commit.
     """
     config = current_app.config
     registered = check_job_type(job_type)

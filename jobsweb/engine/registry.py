@@ -44,7 +44,6 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
     "retrying cannot help" and send the run straight to dead, like PermanentError. `queue`
     and `priority` are the defaults of its runs (enqueue() may override them).
     """
-
     if queue is not None:
         check_queue(queue)
     if priority is not None:
