@@ -30,6 +30,7 @@ FULL = {
     "enqueue_seconds": 30, "bulk": 100_000,
     "wake_samples": 1000, "poll_interval": 0.05,
     "page_requests": 200, "definitions": 10_000,
+    "queues_workers": (2, 16), "queues_rate": 500,
 }
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [4, 16],
@@ -39,6 +40,7 @@ QUICK = {
     "enqueue_seconds": 1, "bulk": 5000,
     "wake_samples": 5, "poll_interval": 0.1,
     "page_requests": 5, "definitions": 500,
+    "queues_workers": (1, 16), "queues_rate": 500,
 }
 
 
@@ -46,6 +48,7 @@ QUICK = {
 ALONE = {
     "throughput": measures.throughput, "peers": measures.peers, "history": measures.claim_latency,
     "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
+    "queues": measures.flow_control,
 }
 
 
@@ -95,6 +98,7 @@ def main(argv=None):
         results["enqueue"] = measures.enqueue(bench)
         results["wake"] = measures.wake_latency(bench)
         results["tick"] = measures.scheduler_tick(bench)
+        results["queues"] = measures.flow_control(bench)
         results["seconds"] = time.monotonic() - bench.started
         path = report.write(results, args.out)
         bench.log(f"wrote {path}")

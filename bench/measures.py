@@ -53,7 +53,7 @@ def migrated(bench, name):
 
 
 def fill_queue(conn, n, job_type="jobsweb.noop"):
-    conn.execute("TRUNCATE job_attempts, job_runs, job_workers RESTART IDENTITY CASCADE")
+    conn.execute("TRUNCATE job_attempts, job_runs, job_workers, job_queues RESTART IDENTITY CASCADE")
     if n:
         conn.execute("INSERT INTO job_runs (job_type) SELECT %s FROM generate_series(1, %s)", [job_type, n])
     conn.execute("VACUUM ANALYZE job_runs")
@@ -99,11 +99,12 @@ def rate_from_database(conn, n):
     return n / float(span)
 
 
-def drain(bench, url, processes, concurrency, n, quiet=False, before_insert=None):
+def drain(bench, url, processes, concurrency, n, quiet=False, before_insert=None, queues=1):
     """Drain n no-op runs with `processes` workers; (runs/s, peak RSS MB).
 
     The workers start first and idle (polling every 50 ms); the n runs then appear in one
-    INSERT, so that process start-up (importing Flask) is not counted.
+    INSERT, so that process start-up (importing Flask) is not counted. With `queues` > 1 the
+    runs are dealt round-robin into queues q0, q1, ...
     """
     with psycopg.connect(url, autocommit=True) as conn:
         fill_queue(conn, 0)
@@ -112,7 +113,11 @@ def drain(bench, url, processes, concurrency, n, quiet=False, before_insert=None
         wait_until(conn, "SELECT count(*) FROM job_workers", None, lambda v: v == processes, 120)
         if before_insert:
             before_insert(conn)
-        conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, %s)", [n])
+        if queues == 1:
+            conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, %s)", [n])
+        else:
+            conn.execute("INSERT INTO job_runs (job_type, queue) SELECT 'jobsweb.noop', 'q' || g %% %s "
+                         "FROM generate_series(1, %s) g", [queues, n])
         wait_until(conn, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'", None, lambda v: v >= n)
         rss = finish(procs, stop=True)
         return rate_from_database(conn, n), max(rss)
@@ -188,7 +193,8 @@ def replay_script(batch):
     """
     claim = statements.CLAIM_RUNS
     for name, value in {"worker": "'pgbench-' || :client_id::text", "lease": "60",
-                        "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch)}.items():
+                        "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch),
+                        "queues": "NULL"}.items():
         claim = claim.replace(f"%({name})s", value)
     claim = strip_comments(claim)
     finish_sql = strip_comments(statements.FINISH_RUNS)
@@ -200,7 +206,9 @@ def replay_script(batch):
                         "errors": f"array_fill(NULL::text, {n})", "stacks": f"array_fill(NULL::text, {n})",
                         "delays": f"array_fill(0::float8, {n})", "give_up": f"array_fill(false, {n})"}.items():
         finish_sql = finish_sql.replace(f"%({name})s", value)
-    return (f"WITH claimed AS ({claim.strip()})\n"
+    # The claim's own CTEs come first: a data-modifying WITH must be at the top level.
+    ctes, _, update = claim.strip().rpartition("\nUPDATE job_runs r\n")
+    return (f"{ctes},\nclaimed AS (UPDATE job_runs r\n{update})\n"
             "SELECT coalesce(array_agg(id)::text, '{}') AS ids,\n"
             "       coalesce(array_agg(attempts)::text, '{}') AS attempts,\n"
             "       count(*) AS n FROM claimed\n\\gset\n"
@@ -236,6 +244,40 @@ def ceiling(bench, url, processes, concurrency):
             bench.log(f"pgbench replay {processes} conn x batch {concurrency}: {rates[-1]:.0f} runs/s ({tps:.0f} tps)")
     return {"rate": median(rates), "statements": statements, "processes": processes,
             "batch": concurrency, "script": replay_script(concurrency)}
+
+
+# -- 10 queues ---------------------------------------------------------------------------------
+
+# Two queues with a concurrency limit and one with a rate limit, among ten. The concurrency
+# limit (a quarter of one process's slots) binds at times; the rate is above the queue's tenth
+# of the drain, so that it is checked on every claim without being what the drain waits for.
+QUEUE_LIMITS = """
+INSERT INTO job_queues (name, concurrency_limit, rate_limit, rate_seconds) VALUES
+    ('q0', %(limit)s, NULL, NULL), ('q1', %(limit)s, NULL, NULL), ('q2', NULL, %(rate)s, 1)
+"""
+
+
+def flow_control(bench):
+    """Drain the same runs from one queue, then dealt into 10 queues (2 limited, 1 rate-limited)."""
+    url, _ = migrated(bench, "bench_queues")
+    s = bench.sizes
+    processes, concurrency = s["queues_workers"]
+    n = s["drain"]
+    limits = {"limit": max(concurrency // 4, 1), "rate": s["queues_rate"]}
+    drain(bench, url, 1, 4, s["warmup"])
+    plain, mixed = [], []
+    for _ in range(bench.repeats):  # alternated, so that drift on a shared machine hits both
+        plain.append(drain(bench, url, processes, concurrency, n)[0])
+        mixed.append(drain(bench, url, processes, concurrency, n, queues=10,
+                           before_insert=lambda c: c.execute(QUEUE_LIMITS, limits))[0])
+        bench.log(f"queues: one queue {plain[-1]:.0f}/s, ten queues {mixed[-1]:.0f}/s")
+    with psycopg.connect(url, autocommit=True) as conn:
+        most = conn.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM job_attempts a "
+                            "JOIN job_runs r ON r.id = a.run_id WHERE r.queue = 'q2' "
+                            "GROUP BY date_trunc('second', a.started_at)) per_second").fetchone()[0]
+    return {"processes": processes, "concurrency": concurrency, "n": n, "plain": median(plain),
+            "queues": median(mixed), "limit": limits["limit"], "rate": limits["rate"],
+            "rate_queue_most_per_second": most}
 
 
 # -- 2 peers ----------------------------------------------------------------------------------
@@ -312,7 +354,8 @@ def claim_latency(bench):
         with conn.transaction():
             explain = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statements.CLAIM_RUNS,
-                {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}).fetchall())
+                {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1,
+                 "queues": None}).fetchall())
             raise_rollback()
     return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor}
 
@@ -337,7 +380,7 @@ def raise_rollback():
 
 def claims(conn, count):
     """Time `count` one-run claims (CLAIM_RUNS, as the worker sends it); put each run back after."""
-    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1}
+    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "queues": None}
     for _ in range(20):  # warm-up and let psycopg prepare the statement
         conn.execute(statements.CLAIM_RUNS, params)
     conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")

@@ -1,6 +1,7 @@
 """The `flask` commands: run-jobs (the worker, built here with its duties), jobs migrate/
-enqueue/demo/prune, the schedule commands (jobs sync/define/pause/resume/run-now/schedules),
-jobs users create, and for the standalone app dev (web + worker) and users create."""
+enqueue/demo/prune, the schedule commands (jobs sync/define/pause/resume/run-now/schedules), flow
+control (jobs queue/pause-type/resume-type), jobs users create, and for the standalone app dev
+(web + worker) and users create."""
 
 import json
 import os
@@ -20,7 +21,9 @@ from .core.database import db, libpq_url
 from .core.errors import InvalidInput
 from .core.models import ROLES
 from .engine import lease_recovery
+from .engine import flow
 from .engine.enqueuing import enqueue, parse_payload, parse_run_at
+from .engine.flow import check_priority, check_queue
 from .engine.link import DatabaseUnavailable, describe
 from .engine.worker import Worker
 from .ops import alerts, retention
@@ -74,9 +77,12 @@ def build_worker(app, **options):
               help="Stop claiming after this many seconds and exit once held runs finish.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0),
               help="Seconds to let running jobs finish after SIGTERM [JOBSWEB_SHUTDOWN_TIMEOUT, 10].")
+@click.option("--queues", help="Comma-separated queues this worker takes runs from [all].")
 @with_appcontext
-def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout):
+def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout, queues):
     """Run due jobs: one cron tick, or a long-running worker with --forever."""
+    with plain_errors():
+        queues = [check_queue(q.strip()) for q in queues.split(",")] if queues is not None else None
     setup_logging()
     config = current_app.config
     worker = build_worker(
@@ -86,6 +92,7 @@ def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout)
         shutdown_timeout=config["JOBSWEB_SHUTDOWN_TIMEOUT"] if shutdown_timeout is None else shutdown_timeout,
         max_runtime=max_runtime,
         forever=forever,
+        queues=queues,
     )
     with plain_errors():
         worker.run()
@@ -105,13 +112,18 @@ def migrate_command():
 @click.option("--run-at", help="ISO 8601 time with its timezone; default now.")
 @click.option("--idempotency-key", help="Enqueue at most one run for this key.")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the run is dead.")
-def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts):
+@click.option("--queue", help="The run's queue (created on first use) [the job type's, or default].")
+@click.option("--priority", help="-1000..1000, smaller runs first [the job type's, or 0].")
+@click.option("--unique-key", help="At most one unfinished run for this key: prints the existing one's id.")
+def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts, queue, priority, unique_key):
     """Enqueue a run of JOB_TYPE and print its id."""
     with plain_errors():
         max_bytes = current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]
         run_id = enqueue(job_type, parse_payload(payload, max_bytes),
                          run_at=parse_run_at(run_at) if run_at else None,
-                         idempotency_key=idempotency_key, max_attempts=max_attempts)
+                         idempotency_key=idempotency_key, max_attempts=max_attempts, queue=queue,
+                         priority=None if priority is None else check_priority(priority),
+                         unique_key=unique_key)
     click.echo(run_id)
 
 
@@ -130,15 +142,18 @@ def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts):
               help="Dead runs in a row that raise a 'failing' alert.")
 @click.option("--alert-webhook", help="This definition's alert webhook [JOBSWEB_ALERT_WEBHOOK_URL].")
 @click.option("--alert-email", help="This definition's alert recipients, comma-separated [JOBSWEB_ALERT_EMAIL_TO].")
+@click.option("--queue", help="Its runs' queue (created on first use) [the job type's, or default].")
+@click.option("--priority", help="Its runs' priority, -1000..1000, smaller first [the job type's, or 0].")
 def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire,
-                   alert_after, alert_webhook, alert_email):
+                   alert_after, alert_webhook, alert_email, queue, priority):
     """Create or update the job definition NAME."""
     with plain_errors():
         payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
                                         max_attempts=max_attempts, overlap=overlap, misfire=misfire,
                                         alert_after_failures=alert_after, alert_webhook_url=alert_webhook,
-                                        alert_email_to=alert_email)
+                                        alert_email_to=alert_email, queue=queue,
+                                        priority=None if priority is None else check_priority(priority))
         db.session.commit()
         words = Schedule(definition.schedule, definition.timezone).describe()
     click.echo(f"{definition.name}: {words}; next run {_when(definition.next_run_at, definition.timezone)}")
@@ -183,6 +198,48 @@ def resume_command(name):
         definition = definitions.resume(name)
         db.session.commit()
     click.echo(f"{name}: resumed; next run {_when(definition.next_run_at, definition.timezone)}")
+
+
+@jobs.command("queue")
+@click.argument("name")
+@click.option("--limit", help="At most N of its runs running at once, across all workers.")
+@click.option("--no-limit", is_flag=True, help="Remove the concurrency limit.")
+@click.option("--rate", help="At most N starts per SECONDS, across all workers (5/1: five a second).")
+@click.option("--no-rate", is_flag=True, help="Remove the rate limit.")
+@click.option("--pause/--resume", default=None, help="Leave its runs queued / claim them again.")
+def queue_command(name, limit, no_limit, rate, no_rate, pause):
+    """Show queue NAME's settings, or change them (the queue is created on first use)."""
+    with plain_errors():
+        if limit is not None and no_limit or rate is not None and no_rate:
+            raise InvalidInput("limit" if no_limit and limit is not None else "rate",
+                               "give a value or --no-..., not both")
+        row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else limit,
+                                   rate=None if no_rate else flow.UNSET if rate is None else rate,
+                                   paused=pause)
+        db.session.commit()
+    name, limit, rate_limit, rate_seconds, paused = row
+    rate = f"{rate_limit}/{rate_seconds}s" if rate_limit else "none"
+    click.echo(f"{name}: limit {limit or 'none'}, rate {rate}, {'paused' if paused else 'running'}")
+
+
+@jobs.command("pause-type")
+@click.argument("job_type")
+def pause_type_command(job_type):
+    """Leave every run of JOB_TYPE queued until resume-type (runs already running finish)."""
+    with plain_errors():
+        flow.pause_type(job_type)
+        db.session.commit()
+    click.echo(f"{job_type}: paused")
+
+
+@jobs.command("resume-type")
+@click.argument("job_type")
+def resume_type_command(job_type):
+    """Claim runs of JOB_TYPE again."""
+    with plain_errors():
+        flow.pause_type(job_type, paused=False)
+        db.session.commit()
+    click.echo(f"{job_type}: resumed")
 
 
 @jobs.command("run-now")

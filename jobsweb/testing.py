@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from .core.database import db, libpq_url
 from .core.models import JobRun
-from .engine import registry, statements
+from .engine import registry, statements, upkeep
 from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
 from .engine.link import Link
 from .engine.registry import JobContext
@@ -69,7 +69,7 @@ def drain(*, retry_wait=RETRY_WAIT, max_runs=MAX_RUNS):
             while materialise_due(link):
                 pass
             rows = link.fetch(statements.CLAIM_RUNS, {"worker": worker, "lease": lease,
-                                                      "job_types": registry.names(), "limit": 1})
+                                                      "job_types": registry.names(), "queues": None, "limit": 1})
             if not rows:
                 [(wait,)] = link.fetch(NEXT_RETRY, {"job_types": registry.names()})
                 # A retry due already but not claimed twice running waits on something else (a
@@ -92,7 +92,7 @@ def drain(*, retry_wait=RETRY_WAIT, max_runs=MAX_RUNS):
 
 def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id):
     def extend_lease(ctx, seconds=None):
-        return bool(link.fetch(statements.EXTEND_LEASES, {
+        return bool(link.fetch(upkeep.EXTEND_LEASES, {
             "worker": worker, "ids": [ctx.run_id], "attempts": [ctx.attempt],
             "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
           "jobsweb_users, job_duration_totals, job_metrics_state, jobsweb_alert_deliveries, "
-          "jobsweb_alert_incident_runs, jobsweb_alert_incidents")
+          "jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -132,10 +132,14 @@ def spawn_worker(database_url_for_tests):
     """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
     processes = []
 
+    def environment(**settings):
+        """The environment of a jobsweb process on the test database (also for other scripts)."""
+        return {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests), "SECRET_KEY": "test",
+                **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
+
     def spawn(*args, output=None, **settings):
         """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
-        env = {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests), "SECRET_KEY": "test",
-               **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
+        env = environment(**settings)
         proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
                                 cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -143,6 +147,7 @@ def spawn_worker(database_url_for_tests):
         processes.append(proc)
         return proc
 
+    spawn.env = environment
     yield spawn
     for proc in processes:
         if proc.poll() is None:

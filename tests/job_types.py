@@ -132,3 +132,8 @@ def nul_result(ctx):
     if ctx.payload.get("fail"):
         raise ValueError("bad byte \x00 in the upstream reply")
     return {"text": "a\x00b"}
+
+
+@job("test.urgent_mail", queue="mail", priority=-5)
+def urgent_mail(ctx):
+    """A job type whose runs default to queue 'mail' at priority -5."""

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ["## Targets", "## 1. Throughput", "## 2. Peers", "## 3. Ceiling", "## 4. Claim latency",
             "## 5. Enqueue", "## 6. Enqueue → start", "## 7. Admin pages", "## 8. Scheduler tick",
-            "## 9. Memory"]
+            "## 9. Memory", "## 10. Queues"]
 
 
 def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
@@ -21,6 +21,6 @@ def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
     for section in SECTIONS:
         assert section in report
     assert "(quick mode)" in report
-    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 13
+    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 14
     for plot in ("bench_throughput.png", "bench_claim_latency.png"):
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")

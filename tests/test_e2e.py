@@ -105,6 +105,9 @@ def test_an_operator_runs_a_definition_watches_it_live_and_retries_a_dead_run(pa
     page.get_by_role("link", name="Workers").click()
     expect(page.get_by_text("alive")).to_be_visible()
     shoot(page, "workers")
+    page.get_by_role("link", name="Queues", exact=True).click()
+    expect(page.get_by_role("cell", name="default", exact=True)).to_be_visible()
+    shoot(page, "queues")
     page.get_by_role("link", name="Definitions").click()
     shoot(page, "definitions")
 

@@ -37,6 +37,21 @@ def test_enqueue_creates_a_run_of_its_job_type_and_returns_its_id(app, sql):
         ("test.send_invoice", {"invoice": 7}, 3, "queued")]
 
 
+def test_a_job_types_queue_and_priority_are_its_runs_defaults_and_enqueue_may_override_them(app, sql):
+    @job("test.report", queue="reports", priority=5)
+    def report(ctx):
+        return None
+
+    with app.app_context():
+        default = report.enqueue()
+        urgent = report.enqueue(queue="urgent", priority=-10, unique_key="report:today")
+        assert report.enqueue(unique_key="report:today") == urgent
+    assert sql("SELECT id, queue, priority FROM job_runs ORDER BY id") == [
+        (default, "reports", 5), (urgent, "urgent", -10)]
+    with pytest.raises(InvalidInput, match="priority"):
+        job("test.bad", priority=5000)
+
+
 def test_enqueue_with_a_session_joins_that_transaction(app, sql):
     send_invoice = declare()
     with app.app_context():

@@ -63,7 +63,7 @@ def test_metrics_report_runs_queue_definitions_durations_and_workers(metrics_app
     assert m[("jobsweb_runs", (("status", "succeeded"),))] == 2
     assert m[("jobsweb_due_runs", ())] == 4
     assert 89 <= m[("jobsweb_oldest_due_seconds", ())] < 120
-    assert m[("jobsweb_due_runs_unknown_type", (("job_type", "nobody.handles.this"),))] == 1
+    assert m[("jobsweb_due_runs_unknown_type", (("job_type", "nobody.handles.this"), ("queue", "default")))] == 1
     assert m[("jobsweb_definitions_overdue", ())] == 1
     assert m[("jobsweb_definitions_failing", ())] == 1
     sleep = (("job_type", "jobsweb.sleep"),)
@@ -127,3 +127,16 @@ def test_the_duration_histogram_keeps_counting_attempts_that_were_pruned(metrics
         assert m[("jobsweb_attempt_duration_seconds_bucket", noop + (("le", "5.0"),))] == 3
         assert 4.4 < m[("jobsweb_attempt_duration_seconds_sum", noop)] < 4.6
     assert sql("SELECT job_type, count FROM job_duration_totals") == [("jobsweb.noop", 2)]
+
+
+def test_metrics_report_each_queues_depth_running_runs_and_pause(metrics_app, sql):
+    sql("INSERT INTO job_queues (name, paused) VALUES ('mail', true)")
+    sql("INSERT INTO job_runs (job_type, queue) VALUES ('t', 'mail'), ('t', 'mail'), ('t', 'default')")
+    sql("INSERT INTO job_runs (job_type, queue, status) VALUES ('t', 'default', 'running')")
+    m = scrape(metrics_app)
+    assert m[("jobsweb_queue_depth", (("queue", "mail"),))] == 2
+    assert m[("jobsweb_queue_depth", (("queue", "default"),))] == 1
+    assert m[("jobsweb_queue_running", (("queue", "default"),))] == 1
+    assert m[("jobsweb_queue_running", (("queue", "mail"),))] == 0
+    assert m[("jobsweb_queue_paused", (("queue", "mail"),))] == 1
+    assert m[("jobsweb_queue_paused", (("queue", "default"),))] == 0

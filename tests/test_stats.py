@@ -20,7 +20,7 @@ def test_a_due_type_that_no_recent_worker_handles_is_named(app, sql):
     worker(sql, "h:1:a", ["jobsweb.noop"])
     worker(sql, "h:2:b", ["reports.weekly"], seen="now() - interval '2 hours'")  # gone long ago
     with app.app_context():
-        assert stats.unknown_due_types() == {"reports.weekly": 2}
+        assert stats.unknown_due_types() == {("reports.weekly", "default"): 2}
 
 
 def test_a_worker_that_exited_after_its_cron_tick_still_counts(app, sql):
@@ -40,7 +40,7 @@ def test_a_worker_from_before_job_types_were_recorded_may_handle_anything(app, s
 def test_with_no_recent_worker_every_due_type_is_named(app, sql):
     due(sql, "jobsweb.noop")
     with app.app_context():
-        assert stats.unknown_due_types() == {"jobsweb.noop": 1}
+        assert stats.unknown_due_types() == {("jobsweb.noop", "default"): 1}
 
 
 def test_a_worker_registers_the_job_types_it_handles(app, sql, spawn_worker):
@@ -48,3 +48,12 @@ def test_a_worker_registers_the_job_types_it_handles(app, sql, spawn_worker):
     assert proc.wait(timeout=60) == 0
     [(job_types,)] = sql("SELECT job_types FROM job_workers")
     assert {"jobsweb.noop", "test.record"} <= set(job_types)
+
+
+def test_due_runs_in_a_queue_no_recent_worker_takes_are_named(app, sql):
+    due(sql, "jobsweb.noop")
+    sql("INSERT INTO job_runs (job_type, queue) VALUES ('jobsweb.noop', 'mail')")
+    worker(sql, "h:1:a", ["jobsweb.noop"])
+    sql("UPDATE job_workers SET queues = '{default}'")
+    with app.app_context():
+        assert stats.unknown_due_types() == {("jobsweb.noop", "mail"): 1}

@@ -2,7 +2,7 @@ import pytest
 
 from tests.conftest import PASSWORD, csrf_token
 
-PAGES = ["/", "/runs", "/workers", "/definitions", "/enqueue", "/runs/1"]
+PAGES = ["/", "/runs", "/workers", "/queues", "/definitions", "/enqueue", "/runs/1"]
 
 
 @pytest.mark.parametrize("path", PAGES)

@@ -123,3 +123,16 @@ def test_run_now_from_the_screen_copies_the_definitions_timeout(sign_in, sql):
     [(d,)] = sql("SELECT id FROM job_definitions")
     client.post(f"/definitions/{d}/run-now", data={"csrf_token": token})
     assert sql("SELECT definition_id, timeout_seconds FROM job_runs") == [(d, 42.0)]
+
+
+def test_the_form_sets_a_definitions_queue_and_priority_and_refuses_a_bad_priority_in_place(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    bad = client.post("/definitions/new", data={**FORM, "priority": "1001", "csrf_token": token})
+    assert bad.status_code == 422
+    assert "must be a whole number from -1000 to 1000" in bad.get_data(as_text=True)
+    assert sql("SELECT count(*) FROM job_definitions") == [(0,)]
+    ok = client.post("/definitions/new", data={**FORM, "queue": "reports", "priority": "-3", "csrf_token": token})
+    assert ok.status_code == 302
+    assert sql("SELECT queue, priority FROM job_definitions") == [("reports", -3)]
+    assert sql("SELECT name FROM job_queues") == [("reports",)]

@@ -4,7 +4,7 @@ import signal
 import threading
 
 from jobsweb import enqueue
-from jobsweb.engine import statements
+from jobsweb.engine import statements, upkeep
 from jobsweb.commands import build_worker
 from jobsweb.engine.execution import Outcome, finish_params
 from jobsweb.engine.worker import RECONNECT_FIRST_DELAY
@@ -126,7 +126,7 @@ def test_heartbeats_only_extend_leases_the_worker_still_holds(app, sql):
         "locked_until = now() WHERE id = %s", [mine])
     sql("UPDATE job_runs SET status = 'running', attempts = 2, locked_by = 'other', "
         "locked_until = now() WHERE id = %s", [taken])
-    rows = sql(statements.EXTEND_LEASES, {"worker": "me", "ids": [mine, taken], "attempts": [1, 1],
+    rows = sql(upkeep.EXTEND_LEASES, {"worker": "me", "ids": [mine, taken], "attempts": [1, 1],
                                        "leases": [60, 60]})
     assert rows == [(mine, False)]  # (id, cancellation requested)
     assert sql("SELECT id FROM job_runs WHERE locked_until > now() + interval '50 seconds'") == [(mine,)]
@@ -228,7 +228,7 @@ def test_sigterm_is_handled_from_the_moment_the_worker_is_registered(app, monkey
     fetch, seen = worker.link.fetch, []
 
     def spy(statement, params=None):
-        if statement is statements.REGISTER_WORKER:
+        if statement is upkeep.REGISTER_WORKER:
             seen.append(signal.getsignal(signal.SIGTERM))
         return fetch(statement, params)
 

@@ -49,6 +49,8 @@ class JobDefinition(Model):
     # 'admin', 'code' (declared with @job(schedule=...), written by `flask jobs sync`) or
     # 'code-removed' (its declaration disappeared: disabled, kept); see migration 0011.
     source: Mapped[str] = mapped_column(Text, server_default="admin")
+    queue: Mapped[str] = mapped_column(Text, server_default="default")
+    priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 
@@ -81,6 +83,9 @@ class JobRun(Model):
     backoff_base: Mapped[float | None] = mapped_column(Double)
     backoff_cap: Mapped[float | None] = mapped_column(Double)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    queue: Mapped[str] = mapped_column(Text, server_default="default")
+    priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
+    unique_key: Mapped[str | None] = mapped_column(Text)  # one unfinished run per key
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 
@@ -111,6 +116,7 @@ class JobWorker(Model):
     runs_done: Mapped[int] = mapped_column(BigInteger, server_default="0")
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     job_types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: a worker from before 0008
+    queues: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: every queue
 
 
 ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may

@@ -7,12 +7,14 @@ from datetime import datetime, timezone
 from flask import current_app
 from psycopg.types.json import Jsonb
 
-from . import registry, statements
+from . import registry, statements, upkeep
 from ..core.database import db
 from ..core.errors import InvalidInput, has_nul
+from .flow import check_priority, check_queue, check_unique_key
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 ENQUEUE_MANY_CHUNK = 10_000  # runs per INSERT statement of enqueue_many
+KEY_CONFLICT_TRIES = 5  # inserts tried while the run holding a unique key keeps finishing
 
 
 def check_payload(payload, max_bytes):
@@ -82,12 +84,14 @@ def check_job_type(job_type):
 
 
 def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None,
-            session=None):
+            queue=None, priority=None, unique_key=None, session=None):
     """Create a run of `job_type` and return its id.
 
     With an idempotency key that already exists, nothing is created and the existing run's id
-    is returned. Without `session` the run is committed at once; with `session` (for example
-    db.session) it joins that transaction, so the run exists only if your own writes commit.
+    is returned; with a unique key, the same while a run with that key is unfinished (queued,
+    running, or failed and due a retry). `queue` and `priority` default to the job type's.
+    Without `session` the run is committed at once; with `session` (for example db.session)
+    it joins that transaction, so the run exists only if your own writes commit.
     """
     config = current_app.config
     registered = check_job_type(job_type)
@@ -101,14 +105,18 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
             raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
     params = {"job_type": job_type, "payload": Jsonb(payload), "run_at": run_at,
-              "max_attempts": max_attempts, "idempotency_key": idempotency_key}
+              "max_attempts": max_attempts, "idempotency_key": idempotency_key,
+              "queue": check_queue(registered.queue if queue is None else queue),
+              "priority": check_priority(registered.priority if priority is None else priority),
+              "unique_key": check_unique_key(unique_key)}
     if session is not None:
         return _insert(session.connection(), params)
     with db.engine.begin() as conn:
         return _insert(conn, params)
 
 
-def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, session=None):
+def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=None, priority=None,
+                 session=None):
     """Create one run of `job_type` per payload, in a few statements; return their ids in order.
 
     For bulk loads (tens of thousands of runs a second): every payload is checked first, so
@@ -125,7 +133,9 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, session=
         except InvalidInput as exc:
             raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
     params = {"job_type": job_type, "run_at": check_run_at(run_at),
-              "max_attempts": check_max_attempts(max_attempts, registered, config)}
+              "max_attempts": check_max_attempts(max_attempts, registered, config),
+              "queue": check_queue(registered.queue if queue is None else queue),
+              "priority": check_priority(registered.priority if priority is None else priority)}
     if session is not None:
         return _insert_many(session.connection(), params, texts)
     with db.engine.begin() as conn:
@@ -146,14 +156,17 @@ class Job:
     def __repr__(self):
         return f"<jobsweb job {self.name!r}>"
 
-    def enqueue(self, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None, session=None):
+    def enqueue(self, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None, queue=None,
+                priority=None, unique_key=None, session=None):
         """Create a run of this job type and return its id: enqueue(name, ...) for this name."""
         return enqueue(self.name, payload, run_at=run_at, idempotency_key=idempotency_key,
-                       max_attempts=max_attempts, session=session)
+                       max_attempts=max_attempts, queue=queue, priority=priority, unique_key=unique_key,
+                       session=session)
 
-    def enqueue_many(self, payloads, *, run_at=None, max_attempts=None, session=None):
+    def enqueue_many(self, payloads, *, run_at=None, max_attempts=None, queue=None, priority=None, session=None):
         """Create one run of this job type per payload; their ids (enqueue_many for this name)."""
-        return enqueue_many(self.name, payloads, run_at=run_at, max_attempts=max_attempts, session=session)
+        return enqueue_many(self.name, payloads, run_at=run_at, max_attempts=max_attempts, queue=queue,
+                            priority=priority, session=session)
 
 
 def check_max_attempts(max_attempts, registered, config):
@@ -177,7 +190,12 @@ def _insert_many(conn, params, texts):
 
 
 def _insert(conn, params):
-    row = conn.exec_driver_sql(statements.ENQUEUE, params).first()
-    if row is None:  # the key exists: the unique index chose the earlier run
-        row = conn.exec_driver_sql(statements.RUN_BY_IDEMPOTENCY_KEY, params).first()
-    return row[0]
+    for _ in range(KEY_CONFLICT_TRIES):
+        row = conn.exec_driver_sql(statements.ENQUEUE, params).first()
+        if row is None:  # a key exists: a unique index chose the earlier run
+            row = conn.exec_driver_sql(upkeep.RUN_BY_KEY, params).first()
+        if row is not None:
+            return row[0]
+        # The unfinished run holding the unique key finished between the two statements,
+        # freeing the key: insert again.
+    raise RuntimeError(f"unique_key {params['unique_key']!r}: its run kept changing; try again")

@@ -5,6 +5,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import effects
+from .flow import check_priority, check_queue
 from ..core.errors import ConfigError
 
 
@@ -25,6 +26,8 @@ class JobType:
     backoff_base: float | None = None  # seconds
     backoff_cap: float | None = None  # seconds
     permanent: tuple = ()  # exception types that go straight to dead
+    queue: str | None = None  # None: 'default'
+    priority: int | None = None  # None: 0; smaller runs first
     # The definition declared with it in code (@job(..., schedule=...)): define()'s options,
     # written by `flask jobs sync` (scheduling/code_definitions.py). None: not scheduled in code.
     definition: dict | None = None
@@ -36,17 +39,24 @@ class JobType:
 _registry: dict[str, JobType] = {}
 
 
-def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=()):
+def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=(),
+        queue=None, priority=None):
     """Register the decorated function as the handler of job type `name`; the function is
     returned as it is. For jobsweb's own job types: the public `jobsweb.job` (in
     scheduling/code_definitions.py) also returns a Job with .enqueue() and takes a schedule.
 
     The handler is called with a JobContext. `permanent` lists exception types that mean
-    "retrying cannot help" and send the run straight to dead, like PermanentError.
+    "retrying cannot help" and send the run straight to dead, like PermanentError. `queue`
+    and `priority` are the defaults of its runs (enqueue() may override them).
     """
+    if queue is not None:
+        check_queue(queue)
+    if priority is not None:
+        check_priority(priority)
 
     def register(func):
-        add(JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap, tuple(permanent)))
+        add(JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap, tuple(permanent),
+                    queue=queue, priority=priority))
         return func
 
     return register

@@ -8,41 +8,43 @@ the states and names the statement behind each arrow.
 Every statement that changes a run a worker holds is guarded by who holds it (`locked_by`) and
 which attempt it is (`attempts`), and reports through RETURNING which rows it changed: a worker
 whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
-Times are always the database's `now()`; the worker's clock is never written. Parameters are
-psycopg's `%(name)s` everywhere (core/database.py runs them in a SQLAlchemy session).
+Times are the database's `now()`. The engine's other SQL is in upkeep.py.
 """
 
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
 # skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
 ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
 RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
 CANCELLABLE = ("queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
 
 # -- runs come into being: queued (or, for schedule slots, skipped / missed) ------------------
 
-# Enqueue one run. ON CONFLICT lets the unique index on idempotency_key decide between
-# concurrent enqueuers: the loser inserts nothing and reads the winner's id afterwards.
+# Enqueue one run. ON CONFLICT lets the unique indexes on idempotency_key and (for unfinished
+# runs) unique_key decide between concurrent enqueuers: the loser inserts nothing and reads the
+# winner's id afterwards (RUN_BY_KEY). The queue's job_queues row is created on first use.
 # A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
 ENQUEUE = """
-WITH inserted AS (
-    INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key)
+WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING),
+inserted AS (
+    INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key, queue,
+                          priority, unique_key)
     VALUES (%(job_type)s, %(payload)s, coalesce(%(run_at)s, now()), %(max_attempts)s,
-            %(idempotency_key)s)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+            %(idempotency_key)s, %(queue)s, %(priority)s, %(unique_key)s)
+    ON CONFLICT DO NOTHING
     RETURNING id, run_at
 )
 SELECT id FROM inserted
 LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '') WHERE inserted.run_at <= now()) wake ON true
 """
 
-RUN_BY_IDEMPOTENCY_KEY = "SELECT id FROM job_runs WHERE idempotency_key = %(idempotency_key)s"
-
 # Enqueue many runs of one job type in one statement: one round trip and one index pass per
 # chunk instead of one per run. Payloads travel as one text[] (cheaper to send than jsonb[]);
 # WITH ORDINALITY keeps their order, so ids come out in the order of the payloads.
 ENQUEUE_MANY = """
-INSERT INTO job_runs (job_type, payload, run_at, max_attempts)
-SELECT %(job_type)s, p.payload::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s
+WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING)
+INSERT INTO job_runs (job_type, payload, run_at, max_attempts, queue, priority)
+SELECT %(job_type)s, p.payload::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s,
+       %(queue)s, %(priority)s
 FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, n)
 ORDER BY p.n
 RETURNING id
@@ -59,9 +61,9 @@ NOTIFY = "SELECT pg_notify('jobsweb_runs', '')"
 RUN_NOW = """
 WITH inserted AS (
     INSERT INTO job_runs (definition_id, job_type, payload, run_at, status, max_attempts,
-                          timeout_seconds, lease_seconds, backoff_base, backoff_cap)
+                          timeout_seconds, lease_seconds, backoff_base, backoff_cap, queue, priority)
     SELECT id, job_type, payload, now(), 'queued', max_attempts, timeout_seconds, lease_seconds,
-           backoff_base, backoff_cap
+           backoff_base, backoff_cap, queue, priority
     FROM job_definitions
     WHERE id = %(definition_id)s
     RETURNING id
@@ -122,10 +124,10 @@ decided AS (
 )
 INSERT INTO job_runs (id, definition_id, job_type, payload, run_at, status, max_attempts,
                       scheduled_for, reason, after_run_id, finished_at, timeout_seconds,
-                      lease_seconds, backoff_base, backoff_cap)
+                      lease_seconds, backoff_base, backoff_cap, queue, priority)
 SELECT s.id, s.definition_id, d.job_type, d.payload, now(), s.status, d.max_attempts,
        s.scheduled_for, s.reason, s.after_run_id, CASE WHEN s.status <> 'queued' THEN now() END,
-       d.timeout_seconds, d.lease_seconds, d.backoff_base, d.backoff_cap
+       d.timeout_seconds, d.lease_seconds, d.backoff_base, d.backoff_cap, d.queue, d.priority
 FROM decided s JOIN job_definitions d ON d.id = s.definition_id
 ORDER BY s.n
 ON CONFLICT (definition_id, scheduled_for) DO NOTHING
@@ -134,62 +136,97 @@ RETURNING id, definition_id, scheduled_for, status, reason
 
 # -- a worker claims, holds and finishes runs: queued/failed -> running -> any --------------
 
-# Claim up to `limit` due runs in one statement. SKIP LOCKED lets concurrent workers take
-# disjoint sets instead of queueing on each other's row locks; the outer UPDATE happens under
-# the locks the inner SELECT took, so no run is claimed twice. Only job types this worker can
-# execute are claimed, so an older worker in a rolling deploy leaves new job types alone.
-# Uses index job_runs_claimable.
+# Claim up to `limit` due runs in one statement, in order of priority (smaller first), run_at,
+# id. SKIP LOCKED lets concurrent workers take disjoint sets instead of queueing on each
+# other's row locks; the UPDATE happens under the locks the SELECTs took, so no run is claimed
+# twice. Only job types this worker can execute (an older worker in a rolling deploy leaves new
+# ones alone), only its --queues (NULL: all); never a paused queue or paused job type.
+# Limits hold across all workers. `held` locks the limited queues' job_queues rows SKIP LOCKED:
+# while one claimer holds a row the others leave that queue alone this time, so two can never
+# both see "one slot left". A claimer whose statement began before another's claim committed
+# would still see those runs queued (one snapshot per statement; the locked row is the newest
+# version), so every claim that takes runs of a limited queue bumps its `claims`, and a claimer
+# whose snapshot's `claims` differs from the locked row's takes nothing from it. The rate
+# window is in the row (rate_starts). Starts are stamped with the clock read after the snapshot
+# was taken (`clock`), so that a run that ended before it never seems to overlap one started by
+# it. Unlimited queues pay for none of this: their runs come from one scan of
+# job_runs_claimable; --queues and limited queues use job_runs_queue_claimable.
 CLAIM_RUNS = """
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+snapshot AS MATERIALIZED (
+    SELECT name, paused, claims, coalesce(concurrency_limit, rate_limit) IS NOT NULL AS limited FROM job_queues),
+excluded AS MATERIALIZED (  -- limited queues are taken from per queue below, or not at all
+    SELECT coalesce((SELECT array_agg(name) FROM snapshot WHERE paused OR limited), '{}') AS queues,
+           coalesce((SELECT array_agg(job_type) FROM job_paused_types), '{}') AS job_types
+),
+held AS MATERIALIZED (
+    SELECT name, claims, concurrency_limit, rate_limit, ARRAY(SELECT t FROM unnest(rate_starts) t, clock
+           WHERE t > clock.now - make_interval(secs => rate_seconds)) AS rate_window
+    FROM job_queues
+    WHERE NOT paused AND coalesce(concurrency_limit, rate_limit) IS NOT NULL
+      AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+    ORDER BY name
+    FOR UPDATE SKIP LOCKED
+),
+per_queue AS (  -- (queue, how many runs it may give)
+    SELECT q.name, %(limit)s AS n FROM unnest(%(queues)s::text[]) q(name), excluded e
+    WHERE NOT q.name = ANY(e.queues)
+    UNION ALL
+    SELECT h.name, CASE WHEN h.claims <> s.claims OR s.paused THEN 0 ELSE least(%(limit)s,
+               h.concurrency_limit - (SELECT count(*) FROM job_runs r
+                                      WHERE r.status = 'running' AND r.queue = h.name),
+               h.rate_limit - cardinality(h.rate_window)) END
+    FROM held h JOIN snapshot s ON s.name = h.name
+),
+candidates AS (
+    SELECT c.* FROM excluded e, LATERAL (
+        SELECT r.id, r.queue, r.priority, r.run_at FROM job_runs r
+        WHERE %(queues)s::text[] IS NULL AND NOT r.queue = ANY(e.queues)
+          AND r.status IN ('queued', 'failed') AND r.run_at <= now()
+          AND r.job_type = ANY(%(job_types)s) AND NOT r.job_type = ANY(e.job_types)
+          -- Overlap policy 'queue': not before the run it waits for has finished. A run whose
+          -- predecessor is being claimed in this same instant still sees it queued, so the
+          -- two are never claimed together.
+          AND (r.after_run_id IS NULL OR NOT EXISTS (SELECT 1 FROM job_runs p WHERE p.id = r.after_run_id
+                                                     AND p.status IN ('queued', 'running', 'failed')))
+        ORDER BY r.priority, r.run_at, r.id
+        LIMIT %(limit)s
+        FOR UPDATE OF r SKIP LOCKED
+    ) c
+    UNION ALL
+    SELECT c.* FROM per_queue q, excluded e, LATERAL (
+        SELECT r.id, r.queue, r.priority, r.run_at FROM job_runs r
+        WHERE r.queue = q.name AND r.status IN ('queued', 'failed') AND r.run_at <= now()
+          AND r.job_type = ANY(%(job_types)s) AND NOT r.job_type = ANY(e.job_types)
+          AND (r.after_run_id IS NULL OR NOT EXISTS (SELECT 1 FROM job_runs p WHERE p.id = r.after_run_id
+                                                     AND p.status IN ('queued', 'running', 'failed')))
+        ORDER BY r.priority, r.run_at, r.id
+        LIMIT greatest(q.n, 0)
+        FOR UPDATE OF r SKIP LOCKED
+    ) c
+),
+due AS MATERIALIZED (
+    SELECT id, queue FROM candidates ORDER BY priority, run_at, id LIMIT %(limit)s
+),
+counted AS (
+    UPDATE job_queues q
+    SET claims = q.claims + 1, rate_starts = CASE WHEN h.rate_limit IS NULL THEN '{}'
+                                                  ELSE h.rate_window || array_fill(c.now, ARRAY[d.n]) END
+    FROM (SELECT queue, count(*)::int AS n FROM due GROUP BY queue) d JOIN held h ON h.name = d.queue, clock c
+    WHERE q.name = d.queue
+)
 UPDATE job_runs r
 SET status = 'running',
     attempts = r.attempts + 1,
     locked_by = %(worker)s,
     -- A run's own lease (from its definition) can only lengthen the worker's: see Worker._start.
     locked_until = now() + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
-    started_at = now(),
+    started_at = clock.now,
     updated_at = now()
-FROM (
-    SELECT id FROM job_runs
-    WHERE status IN ('queued', 'failed')
-      AND run_at <= now()
-      AND job_type = ANY(%(job_types)s)
-      -- Overlap policy 'queue': not before the run it waits for has finished. A run whose
-      -- predecessor is being claimed in this same instant still sees it queued, so the two
-      -- are never claimed together.
-      AND (after_run_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM job_runs p
-          WHERE p.id = job_runs.after_run_id AND p.status IN ('queued', 'running', 'failed')))
-    ORDER BY run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) due
+FROM due, clock
 WHERE r.id = due.id
 RETURNING r.id, r.job_type, r.payload, r.attempts, r.max_attempts, r.definition_id,
           r.timeout_seconds, r.lease_seconds, r.backoff_base, r.backoff_cap
-"""
-
-# Runs locked by this worker that it does not know it holds: after a broken connection, the
-# claim's transaction may have committed while its rows never arrived. Without this they
-# would sit `running` until their lease ran out (60 s by default). Scans index
-# job_runs_running_lease (running runs only).
-LOST_CLAIMS = """
-SELECT id, job_type, attempts FROM job_runs
-WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s))
-"""
-
-# Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
-# over (its lease had expired) or cancelled: the worker must stop treating it as its own.
-# cancel_requested says an operator asked a running run to stop (admin "cancel"): the worker
-# sets the handler's cancellation flag, and keeps the lease until the handler returns.
-EXTEND_LEASES = """
-UPDATE job_runs r
-SET locked_until = now() + make_interval(secs => o.lease), updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[]) AS o(id, attempt, lease)
-WHERE r.id = o.id
-  AND r.attempts = o.attempt
-  AND r.locked_by = %(worker)s
-  AND r.status = 'running'
-RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
 """
 
 # Finish many attempts in one statement and record each in job_attempts. One row per attempt:
@@ -308,12 +345,16 @@ FOR UPDATE SKIP LOCKED
 # cancel, gets a cancellation request instead).
 
 # failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
-# next claim records attempt n+1. The status guard leaves a run a worker just claimed alone.
+# next claim records attempt n+1. The status guard leaves a run a worker just claimed alone. A
+# dead or cancelled run whose unique key another unfinished run holds now is left as it is.
 RETRY_RUNS = """
 UPDATE job_runs
 SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
     finished_at = NULL, cancel_requested_at = NULL, updated_at = now()
 WHERE id = ANY(%(ids)s) AND status IN ('failed', 'dead', 'cancelled')
+  AND (unique_key IS NULL OR status = 'failed' OR NOT EXISTS (
+      SELECT 1 FROM job_runs o WHERE o.unique_key = job_runs.unique_key
+                                 AND o.status IN ('queued', 'running', 'failed')))
 RETURNING id
 """
 
@@ -356,20 +397,4 @@ runs AS (
     DELETE FROM job_runs r USING doomed d WHERE r.id = d.id RETURNING r.id
 )
 SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM attempts)
-"""
-
-# -- worker processes: registered at start, seen at each heartbeat, stopped at exit ------------
-
-REGISTER_WORKER = """
-INSERT INTO job_workers (id, host, pid, job_types) VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s)
-"""
-
-WORKER_SEEN = """
-UPDATE job_workers SET last_seen_at = now(), runs_done = runs_done + %(done)s
-WHERE id = %(worker)s
-"""
-
-WORKER_STOPPED = """
-UPDATE job_workers SET last_seen_at = now(), stopped_at = now(), runs_done = runs_done + %(done)s
-WHERE id = %(worker)s
 """

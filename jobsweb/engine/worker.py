@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import registry, statements
+from . import registry, statements, upkeep
 from ..core.logs import flush_events, run_event
 from .execution import Failures, Held, Outcome, Pool, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
@@ -58,12 +58,13 @@ def worker_id():
 
 class Worker:
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
-                 max_runtime=None, forever=False, duties=(), listen_conninfo=None):
+                 max_runtime=None, forever=False, duties=(), queues=None, listen_conninfo=None):
         config = app.config
         self.app = app
         self.link = Link(conninfo)
         self.id = worker_id()
         self.concurrency = concurrency
+        self.queues = list(queues) if queues else None  # None: every queue
         self.poll_interval = poll_interval
         self.shutdown_timeout = shutdown_timeout
         self.max_runtime = max_runtime
@@ -107,8 +108,9 @@ class Worker:
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
-        log.info("worker %s started: concurrency %d, lease %gs%s", self.id, self.concurrency,
-                 self.lease, ", forever" if self.forever else "")
+        log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
+                 self.lease, ", forever" if self.forever else "",
+                 f", queues {','.join(self.queues)}" if self.queues else "")
         started = time.monotonic()
         next_beat = started + self.heartbeat_every
         drain_until = None
@@ -155,9 +157,9 @@ class Worker:
         """
         while not self.stop_requested:
             try:
-                self.link.fetch(statements.REGISTER_WORKER,
+                self.link.fetch(upkeep.REGISTER_WORKER,
                                 {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                                 "job_types": registry.names()})
+                                 "job_types": registry.names(), "queues": self.queues})
                 return True
             except DatabaseUnavailable as exc:
                 if not self.forever:
@@ -283,8 +285,8 @@ class Worker:
         outcomes, self.pending = self.pending, []
         batch = [(statements.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
         if free:
-            batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease,
-                                                  "job_types": registry.names(), "limit": free}))
+            batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease, "limit": free,
+                                                  "job_types": registry.names(), "queues": self.queues}))
         if not batch:
             return []
         try:
@@ -299,7 +301,7 @@ class Worker:
     def _heartbeat(self):
         if self.held:
             held = list(self.held.values())
-            rows = self.link.fetch(statements.EXTEND_LEASES, {
+            rows = self.link.fetch(upkeep.EXTEND_LEASES, {
                 "worker": self.id, "ids": [h.ctx.run_id for h in held],
                 "attempts": [h.ctx.attempt for h in held], "leases": [h.lease for h in held]})
             kept = {run_id: cancel_requested for run_id, cancel_requested in rows}
@@ -314,7 +316,7 @@ class Worker:
                     h.ctx.cancel_event.set()
                     log.warning("run %d %s: lease lost (another worker took it over or it was "
                                 "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
-        self.link.fetch(statements.WORKER_SEEN, {"worker": self.id, "done": self.done})
+        self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
         self.done = 0
 
     def extend_lease(self, ctx, seconds=None):
@@ -324,7 +326,7 @@ class Worker:
             return False
         held.lease = float(seconds or self.lease)
         try:
-            rows = self.link.fetch(statements.EXTEND_LEASES, {
+            rows = self.link.fetch(upkeep.EXTEND_LEASES, {
                 "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})
         except DatabaseUnavailable as exc:
             log.warning("run %d: could not extend its lease: %s", ctx.run_id, exc)
@@ -334,7 +336,7 @@ class Worker:
     def _release_lost_claims(self):
         """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
         known = list(self.held) + [o.run_id for o in self.pending]
-        for run_id, job_type, attempt in self.link.fetch(statements.LOST_CLAIMS, {"worker": self.id, "known": known}):
+        for run_id, job_type, attempt in self.link.fetch(upkeep.LOST_CLAIMS, {"worker": self.id, "known": known}):
             log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
                         "the queue", run_id, job_type, attempt)
             self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
@@ -361,7 +363,7 @@ class Worker:
             self.pending.append(self.failures.interrupted(self.id, held.ctx, "shut down before the run finished"))
         try:
             self._flush()
-            self.link.fetch(statements.WORKER_STOPPED, {"worker": self.id, "done": self.done})
+            self.link.fetch(upkeep.WORKER_STOPPED, {"worker": self.id, "done": self.done})
         except DatabaseUnavailable as exc:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)

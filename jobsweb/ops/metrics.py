@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from . import fleet, stats
+from . import fleet, queue_stats, stats
 from ..core.database import db, execute
 from ..scheduling import definitions
 from .alerts import INCIDENT_KINDS
@@ -46,11 +46,11 @@ class DatabaseCollector:
         yield GaugeMetricFamily("jobsweb_oldest_due_seconds", "How long the oldest due run has waited.",
                                 value=float(oldest or 0))
 
-        unknown = GaugeMetricFamily("jobsweb_due_runs_unknown_type", "Due runs of job types that no "
-                                    "worker seen in the last hour handles: nothing will run them.",
-                                    labels=["job_type"])
-        for job_type, n in sorted(stats.unknown_due_types().items()):
-            unknown.add_metric([job_type], n)
+        unknown = GaugeMetricFamily("jobsweb_due_runs_unknown_type", "Due runs of a job type and queue "
+                                    "that no worker seen in the last hour handles: nothing will run them.",
+                                    labels=["job_type", "queue"])
+        for (job_type, queue), n in sorted(stats.unknown_due_types().items()):
+            unknown.add_metric([job_type, queue], n)
         yield unknown
 
         yield GaugeMetricFamily("jobsweb_definitions_overdue", "Enabled definitions past their slot "
@@ -82,6 +82,15 @@ class DatabaseCollector:
         workers.add_metric(["alive"], alive)
         workers.add_metric(["gone"], gone)
         yield workers
+
+        depth = GaugeMetricFamily("jobsweb_queue_depth", "Runs due now and waiting, by queue.", labels=["queue"])
+        running = GaugeMetricFamily("jobsweb_queue_running", "Runs running, by queue.", labels=["queue"])
+        paused = GaugeMetricFamily("jobsweb_queue_paused", "1 when the queue is paused.", labels=["queue"])
+        for queue in queue_stats.queues(with_throughput=False):
+            depth.add_metric([queue.name], queue.due)
+            running.add_metric([queue.name], queue.running)
+            paused.add_metric([queue.name], int(queue.paused))
+        yield from (depth, running, paused)
 
         incidents = GaugeMetricFamily("jobsweb_incidents_open", "Open alert incidents, by kind.",
                                       labels=["kind"])

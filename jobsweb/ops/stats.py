@@ -44,14 +44,15 @@ FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()
 # of the time. Groups first, so the NOT EXISTS runs once per job type, not per run.
 UNHANDLED_WINDOW = 3600  # seconds: workers seen this recently say which job types are handled
 UNHANDLED_DUE = """
-SELECT due.job_type, due.n FROM (
-    SELECT job_type, count(*) AS n FROM job_runs
-    WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type
+SELECT due.job_type, due.queue, due.n FROM (
+    SELECT job_type, queue, count(*) AS n FROM job_runs
+    WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type, queue
 ) due
 WHERE NOT EXISTS (
     SELECT 1 FROM job_workers w
     WHERE w.last_seen_at > now() - make_interval(secs => %(window)s)
       AND (w.job_types IS NULL OR due.job_type = ANY (w.job_types))
+      AND (w.queues IS NULL OR due.queue = ANY (w.queues))
 )
 """
 
@@ -102,8 +103,9 @@ def status_counts():
 
 
 def unknown_due_types():
-    """{job_type: due runs} for due runs of job types no recently seen worker handles."""
-    return dict(execute(UNHANDLED_DUE, {"window": UNHANDLED_WINDOW}).all())
+    """{(job_type, queue): due runs} for due runs that no recently seen worker handles: none
+    registered the job type, or none takes runs from the queue (run-jobs --queues)."""
+    return {(job_type, queue): n for job_type, queue, n in execute(UNHANDLED_DUE, {"window": UNHANDLED_WINDOW})}
 
 
 def hourly_chart():

@@ -25,6 +25,7 @@ from ..core.errors import InvalidInput, check_emails, check_url
 from ..core.models import JobDefinition
 from ..engine import registry
 from ..engine.enqueuing import Job, check_payload
+from ..engine.flow import check_priority, check_queue
 from .schedule import Schedule
 
 # define()'s options a declaration may give besides its schedule, with define()'s defaults.
@@ -41,12 +42,13 @@ SYNC_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jobsweb.sync'))"
 
 
 def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=(),
-        schedule=None, **options):
+        queue=None, priority=None, schedule=None, **options):
     """Register the decorated function as the handler of job type `name`; return it as a Job,
     still callable as before, with `.enqueue(payload, ...)`.
 
     The handler is called with a JobContext. `permanent` lists exception types that mean
-    "retrying cannot help" and send the run straight to dead, like PermanentError.
+    "retrying cannot help" and send the run straight to dead, like PermanentError. `queue`
+    and `priority` are the defaults of its runs (enqueue() may override them).
 
     With `schedule` (cron, @daily, '@every 10m'), it also declares a definition named `name`
     that `flask jobs sync` writes; `options` are define()'s (timezone, payload, overlap,
@@ -62,9 +64,14 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
                                        f"(in @job({name!r}))")
     definition = None if schedule is None else _declared(name, dict(OPTIONS, **options, schedule=schedule))
 
+    if queue is not None:
+        check_queue(queue)
+    if priority is not None:
+        check_priority(priority)
+
     def register(func):
         job_type = registry.JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap,
-                                    tuple(permanent), definition)
+                                    tuple(permanent), queue=queue, priority=priority, definition=definition)
         registry.add(job_type)
         return Job(job_type)
 

@@ -19,6 +19,7 @@ from ..core.database import db, execute
 from ..core.errors import InvalidInput, check_emails, check_url
 from ..core.models import JobDefinition, JobRun
 from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
+from ..engine.flow import check_priority, check_queue, ensure_queue
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
 from .schedule import Schedule
 
@@ -36,7 +37,8 @@ def define(name, job_type, schedule, **options):
     Options (all checked, see `checked`): timezone="UTC", payload=None, max_attempts=None,
     overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None, lease=None,
     backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
-    alert_webhook_url=None, alert_email_to=None.
+    alert_webhook_url=None, alert_email_to=None, queue=None and priority=None (of its runs;
+    None: the job type's).
 
     next_run_at is recomputed when the schedule or timezone changes (or the definition is
     new); otherwise the pending slot is kept. A paused definition stays paused.
@@ -47,7 +49,7 @@ def define(name, job_type, schedule, **options):
 def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
             overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
             lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
-            alert_webhook_url=None, alert_email_to=None):
+            alert_webhook_url=None, alert_email_to=None, queue=None, priority=None):
     """The column values of a definition, every input checked (InvalidInput naming its field);
     next_run_at is the first slot after the database's now()."""
     config = current_app.config
@@ -60,6 +62,8 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
                    lease=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
                    alert_after_failures=alert_after_failures)
     alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
+    queue = check_queue(registered.queue if queue is None else queue)
+    priority = check_priority(registered.priority if priority is None else priority)
 
     now = db.session.scalar(select(func.now()))
     return dict(name=name, job_type=job_type, payload=payload, schedule=parsed.expression,
@@ -67,7 +71,8 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
                 misfire_policy=misfire, grace_seconds=grace_seconds, timeout_seconds=timeout,
                 lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
                 alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
-                alert_email_to=alert_email_to, next_run_at=parsed.next_after(now))
+                alert_email_to=alert_email_to, queue=queue, priority=priority,
+                next_run_at=parsed.next_after(now))
 
 
 def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_base, backoff_cap,
@@ -87,6 +92,7 @@ def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_b
 def upsert(values, source=None):
     """Write the definition `values` (from `checked`) by name; return it. `source` ('code' for
     `flask jobs sync`) replaces the existing one's; None keeps it ('admin' for a new one)."""
+    ensure_queue(values["queue"])  # a queue is created on first use
     table = JobDefinition.__table__
     stmt = insert(table).values(**values, **({"source": source} if source else {}))
     # An unchanged schedule keeps its pending slot: re-running a deploy script that defines

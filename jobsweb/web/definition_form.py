@@ -41,7 +41,7 @@ def _form(definition=None):
     if definition is not None and request.method == "GET":
         for field in ("name", "job_type", "schedule", "timezone", "max_attempts", "backoff_base",
                       "backoff_cap", "grace_seconds", "alert_after_failures", "alert_webhook_url",
-                      "alert_email_to"):
+                      "alert_email_to", "queue", "priority"):
             getattr(form, field).data = getattr(definition, field)
         form.payload.data = json.dumps(definition.payload, indent=2, sort_keys=True)
         form.timeout.data = definition.timeout_seconds
@@ -80,7 +80,8 @@ def _save(form, definition=None):
             grace_seconds=DEFAULT_GRACE if form.grace_seconds.data is None else form.grace_seconds.data,
             timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data,
             alert_after_failures=form.alert_after_failures.data or FAILING_AFTER,
-            alert_webhook_url=form.alert_webhook_url.data, alert_email_to=form.alert_email_to.data)
+            alert_webhook_url=form.alert_webhook_url.data, alert_email_to=form.alert_email_to.data,
+            queue=(form.queue.data or "").strip() or None, priority=(form.priority.data or "").strip() or None)
     except InvalidInput as exc:
         field = {"n": "schedule"}.get(exc.field, exc.field)
         getattr(form, field, form.name).errors.append(exc.message)

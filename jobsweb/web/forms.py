@@ -51,6 +51,10 @@ class DefinitionForm(Form):
     payload = TextAreaField("Payload (JSON object)", default="{}", validators=[Length(max=200_000)])
     max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
                                 description="Empty: the job type's default.")
+    queue = StringField("Queue", validators=[Optional(), Length(max=100)],
+                        description="Empty: the job type's queue, or default. Created on first use.")
+    priority = StringField("Priority", validators=[Optional(), Length(max=10)],
+                           description="-1000 to 1000, smaller runs first. Empty: the job type's, or 0.")
     backoff_base = FloatField("Retry delay base (s)", validators=[Optional(), NumberRange(min=0.001)])
     backoff_cap = FloatField("Retry delay cap (s)", validators=[Optional(), NumberRange(min=0.001)])
     timeout = FloatField("Timeout (s)", validators=[Optional(), NumberRange(min=0.001)],

@@ -14,6 +14,8 @@ from sqlalchemy.orm import load_only
 
 from ..core.database import db
 from ..core.models import JobAttempt, JobDefinition, JobRun
+from ..core.errors import InvalidInput
+from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 
 PAGE_SIZE = 50
@@ -33,6 +35,8 @@ class RunFilter:
     until: datetime | None = None
     text: str = ""
     worker: str = ""  # runs this worker process executed (an attempt) or holds now
+    queue: str = ""
+    priority: int | None = None
 
     @classmethod
     def from_args(cls, args):
@@ -50,8 +54,12 @@ class RunFilter:
         worker = args.get("worker", "").strip()
         if len(worker) > TEXT_MAX_CHARS:
             raise BadFilter(f"worker is longer than {TEXT_MAX_CHARS} characters")
+        queue = args.get("queue", "").strip()
+        if len(queue) > TEXT_MAX_CHARS:
+            raise BadFilter(f"queue is longer than {TEXT_MAX_CHARS} characters")
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), job_type,
-                   number(args, "definition"), _time(args, "since"), _time(args, "until"), text, worker)
+                   number(args, "definition"), _time(args, "since"), _time(args, "until"), text, worker,
+                   queue, _priority(args))
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -70,6 +78,10 @@ class RunFilter:
             out["q"] = self.text
         if self.worker:
             out["worker"] = self.worker
+        if self.queue:
+            out["queue"] = self.queue
+        if self.priority is not None:
+            out["priority"] = self.priority
         return out
 
     def conditions(self):
@@ -86,6 +98,12 @@ class RunFilter:
             where.append(JobRun.created_at < self.until)
         if self.text:
             where.append(JobRun.last_error.icontains(self.text, autoescape=True))
+        # No index of their own: with a status or job type the filter rides that index; alone,
+        # the id order scan reads until a page is full.
+        if self.queue:
+            where.append(JobRun.queue == self.queue)
+        if self.priority is not None:
+            where.append(JobRun.priority == self.priority)
         if self.worker:
             # Finished attempts are recorded with their worker (index job_attempts_worker); the
             # attempt a worker is running now is only in locked_by (few running runs).
@@ -105,6 +123,16 @@ def number(args, name):
     return int(raw)
 
 
+def _priority(args):
+    raw = args.get("priority", "").strip()
+    if not raw:
+        return None
+    try:
+        return check_priority(raw)
+    except InvalidInput as exc:
+        raise BadFilter(str(exc)) from None
+
+
 def _time(args, name):
     """A date-time from a datetime-local input (taken as UTC) or ISO 8601 with an offset."""
     raw = args.get(name, "").strip()
@@ -119,7 +147,7 @@ def _time(args, name):
 
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,
                 JobRun.run_at, JobRun.created_at, JobRun.finished_at, JobRun.error_type, JobRun.last_error,
-                JobRun.definition_id, JobRun.cancel_requested_at)
+                JobRun.definition_id, JobRun.cancel_requested_at, JobRun.queue, JobRun.priority)
 
 
 def page(run_filter, before=None, size=PAGE_SIZE):

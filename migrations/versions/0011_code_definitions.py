@@ -2,13 +2,13 @@
 from those made in the admin screen or with `flask jobs define`.
 
 Revision ID: 0011_code_definitions
-Revises: 0009_own_names
+Revises: 0010_flow_control
 """
 
 from alembic import op
 
 revision = "0011_code_definitions"
-down_revision = "0009_own_names"
+down_revision = "0010_flow_control"
 branch_labels = None
 depends_on = None
 

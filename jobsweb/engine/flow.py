@@ -1,0 +1,133 @@
+"""Flow control: queue names, priorities and unique keys checked; queue limits and pauses set.
+
+The claim (statements.CLAIM_RUNS) enforces what is stored here, for every worker at once.
+A queue gets its job_queues row on first use; a queue without one is unlimited and unpaused.
+"""
+
+import re
+
+from ..core.database import execute
+from ..core.errors import InvalidInput, has_nul
+
+DEFAULT_QUEUE = "default"
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+PRIORITY_RANGE = (-1000, 1000)  # smaller runs first
+UNIQUE_KEY_MAX_CHARS = 200
+UNSET = object()  # a setting left as it is
+
+# Create the queue or change the settings given; NULL parameters with their `set_` flag off
+# leave a setting alone. The claim reads rate_starts only inside the current window, so a new
+# rate starts from an empty window.
+CONFIGURE_QUEUE = """
+INSERT INTO job_queues AS q (name, concurrency_limit, rate_limit, rate_seconds, paused)
+VALUES (%(name)s, %(limit)s, %(rate_limit)s, %(rate_seconds)s, coalesce(%(paused)s, false))
+ON CONFLICT (name) DO UPDATE SET
+    concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit ELSE q.concurrency_limit END,
+    rate_limit = CASE WHEN %(set_rate)s THEN excluded.rate_limit ELSE q.rate_limit END,
+    rate_seconds = CASE WHEN %(set_rate)s THEN excluded.rate_seconds ELSE q.rate_seconds END,
+    rate_starts = CASE WHEN %(set_rate)s THEN '{}' ELSE q.rate_starts END,
+    paused = coalesce(%(paused)s, q.paused),
+    updated_at = now()
+RETURNING name, concurrency_limit, rate_limit, rate_seconds, paused
+"""
+
+ENSURE_QUEUE = "INSERT INTO job_queues (name) VALUES (%(name)s) ON CONFLICT DO NOTHING"
+PAUSE_TYPE = "INSERT INTO job_paused_types (job_type) VALUES (%(job_type)s) ON CONFLICT DO NOTHING"
+RESUME_TYPE = "DELETE FROM job_paused_types WHERE job_type = %(job_type)s"
+PAUSED_TYPES = "SELECT job_type, paused_at FROM job_paused_types ORDER BY job_type"
+
+
+def check_queue(name):
+    """The queue name, or InvalidInput: 1-100 letters, digits and _ . : - (None: 'default')."""
+    if name is None:
+        return DEFAULT_QUEUE
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidInput("queue", f"must be 1 to 100 letters, digits or _ . : -, got {name!r}")
+    return name
+
+
+def check_priority(value):
+    """The priority as an int in -1000..1000 (smaller runs first), or InvalidInput.
+
+    Text (from a form or the CLI) is parsed; None means 0.
+    """
+    if value is None or value == "":
+        return 0
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise InvalidInput("priority", f"must be a whole number, got {value!r}") from None
+    low, high = PRIORITY_RANGE
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput("priority", f"must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def check_unique_key(key):
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key.strip():
+        raise InvalidInput("unique_key", "must be a non-empty string")
+    if len(key) > UNIQUE_KEY_MAX_CHARS:
+        raise InvalidInput("unique_key", f"must be at most {UNIQUE_KEY_MAX_CHARS} characters, got {len(key)}")
+    if has_nul(key):
+        raise InvalidInput("unique_key", "contains the NUL character, which PostgreSQL cannot store")
+    return key
+
+
+def check_limit(value):
+    """A concurrency limit: a whole number of at least 1 (text is parsed)."""
+    try:
+        limit = int(value) if isinstance(value, str) else value
+    except ValueError:
+        limit = None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InvalidInput("limit", f"must be a whole number of at least 1, got {value!r}")
+    return limit
+
+
+def parse_rate(text):
+    """'N/SECONDS' (at most N starts in any SECONDS seconds) as (N, SECONDS), or InvalidInput."""
+    match = re.fullmatch(r"\s*(\d{1,9})\s*/\s*(\d{1,9})\s*", text) if isinstance(text, str) else None
+    if not match or int(match[1]) < 1 or int(match[2]) < 1:
+        raise InvalidInput("rate", f"must be N/SECONDS with whole numbers of at least 1 "
+                                   f"(5/1: five starts a second), got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def configure_queue(name, *, limit=UNSET, rate=UNSET, paused=None):
+    """Create queue `name` or change what is given: limit (int or None for none), rate
+    ('N/SECONDS', (N, SECONDS) or None for none), paused (bool). Returns the queue's row.
+
+    Runs in db.session's transaction; the caller commits.
+    """
+    name = check_queue(name)
+    if limit is not UNSET and limit is not None:
+        limit = check_limit(limit)
+    if isinstance(rate, str):
+        rate = parse_rate(rate)
+    elif rate is not UNSET and rate is not None:
+        rate = parse_rate(f"{rate[0]}/{rate[1]}")
+    rate_limit, rate_seconds = rate if rate not in (UNSET, None) else (None, None)
+    params = {"name": name, "limit": None if limit is UNSET else limit, "set_limit": limit is not UNSET,
+              "rate_limit": rate_limit, "rate_seconds": rate_seconds, "set_rate": rate is not UNSET,
+              "paused": paused}
+    return execute(CONFIGURE_QUEUE, params).first()
+
+
+def ensure_queue(name):
+    """Create queue `name`'s row unless it exists (unlimited, unpaused); caller commits."""
+    execute(ENSURE_QUEUE, {"name": check_queue(name)})
+
+
+def pause_type(job_type, paused=True):
+    """Pause (or resume) every run of `job_type`: the claim leaves them queued. Caller commits."""
+    if not isinstance(job_type, str) or not job_type or has_nul(job_type):
+        raise InvalidInput("job_type", "must be a job type's name")
+    execute(PAUSE_TYPE if paused else RESUME_TYPE, {"job_type": job_type})
+
+
+def paused_types():
+    """(job_type, paused_at) of every paused job type."""
+    return execute(PAUSED_TYPES).all()

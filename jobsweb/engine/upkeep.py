@@ -1,0 +1,54 @@
+"""The engine's named SQL that changes no run's status: the enqueuer's look-up by key, the
+worker's job_workers row, the leases of the runs it holds and the claims it lost track of. The
+status changes are in statements.py.
+"""
+
+# The run an enqueue with a key collided with (ENQUEUE's ON CONFLICT inserted nothing): the
+# run holding the idempotency key, else the unfinished run holding the unique key.
+RUN_BY_KEY = """
+(SELECT id FROM job_runs WHERE idempotency_key = %(idempotency_key)s)
+UNION ALL
+(SELECT id FROM job_runs
+ WHERE unique_key = %(unique_key)s AND status IN ('queued', 'running', 'failed'))
+LIMIT 1
+"""
+
+
+# Runs locked by this worker that it does not know it holds: after a broken connection, the
+# claim's transaction may have committed while its rows never arrived. Without this they
+# would sit `running` until their lease ran out (60 s by default). Scans index
+# job_runs_running_lease (running runs only).
+LOST_CLAIMS = """
+SELECT id, job_type, attempts FROM job_runs
+WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s))
+"""
+
+# Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
+# over (its lease had expired) or cancelled: the worker must stop treating it as its own.
+# cancel_requested says an operator asked a running run to stop (admin "cancel"): the worker
+# sets the handler's cancellation flag, and keeps the lease until the handler returns.
+EXTEND_LEASES = """
+UPDATE job_runs r
+SET locked_until = now() + make_interval(secs => o.lease), updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(leases)s::float8[]) AS o(id, attempt, lease)
+WHERE r.id = o.id
+  AND r.attempts = o.attempt
+  AND r.locked_by = %(worker)s
+  AND r.status = 'running'
+RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
+"""
+
+REGISTER_WORKER = """
+INSERT INTO job_workers (id, host, pid, job_types, queues)
+VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s, %(queues)s)
+"""
+
+WORKER_SEEN = """
+UPDATE job_workers SET last_seen_at = now(), runs_done = runs_done + %(done)s
+WHERE id = %(worker)s
+"""
+
+WORKER_STOPPED = """
+UPDATE job_workers SET last_seen_at = now(), stopped_at = now(), runs_done = runs_done + %(done)s
+WHERE id = %(worker)s
+"""

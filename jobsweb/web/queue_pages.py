@@ -1,0 +1,99 @@
+"""Queues: each queue's depth, limits and pause; operators pause and resume queues and job
+types, admins set limits. Every change is audited."""
+
+from flask import Blueprint, abort, flash, request, url_for
+
+from . import audit
+from ..core.database import db
+from ..core.errors import InvalidInput
+from ..engine import flow, registry
+from ..ops import queue_stats
+from .access import role_required
+from .rendering import redirect_to, render
+
+bp = Blueprint("queues", __name__)
+
+
+def _page(status=200, **context):
+    response = render("queues.html", "partials/_queues.html", queues=queue_stats.queues(),
+                      paused_types=flow.paused_types(), job_types=registry.names(), **context)
+    response.status_code = status
+    return response
+
+
+@bp.get("/queues")
+def index():
+    """Every queue: due and running runs, oldest wait, limit, rate, paused, attempts in the last hour."""
+    return _page()
+
+
+def _queue_name():
+    try:
+        return flow.check_queue(request.form.get("queue", ""))
+    except InvalidInput as exc:
+        abort(400, str(exc))
+
+
+@bp.post("/queues/pause")
+@role_required("operator")
+def pause():
+    """Leave the queue's runs queued until it is resumed; other queues go on."""
+    return _set_paused(_queue_name(), True)
+
+
+@bp.post("/queues/resume")
+@role_required("operator")
+def resume():
+    """Claim the queue's runs again."""
+    return _set_paused(_queue_name(), False)
+
+
+def _set_paused(name, paused):
+    flow.configure_queue(name, paused=paused)
+    audit.record("pause" if paused else "resume", "queue", queue=name)
+    db.session.commit()
+    flash(f"Queue {name} is {'paused' if paused else 'running again'}.")
+    return redirect_to(url_for("jobsweb.queues.index"))
+
+
+@bp.post("/queues/limits")
+@role_required("admin")
+def limits():
+    """Set or clear a queue's concurrency limit and rate (blank: none)."""
+    name = _queue_name()
+    limit, rate = request.form.get("limit", "").strip(), request.form.get("rate", "").strip()
+    try:
+        flow.configure_queue(name, limit=limit or None, rate=rate or None)
+    except InvalidInput as exc:
+        db.session.rollback()
+        return _page(422, error=f"Queue {name}: {exc}", form={"queue": name, "limit": limit, "rate": rate})
+    audit.record("set_limits", "queue", queue=name, limit=limit or None, rate=rate or None)
+    db.session.commit()
+    flash(f"Queue {name}: limit {limit or 'none'}, rate {rate or 'none'}.")
+    return redirect_to(url_for("jobsweb.queues.index"))
+
+
+@bp.post("/queues/job-types/pause")
+@role_required("operator")
+def pause_type():
+    """Leave every run of one job type queued ("stop send_invoice now")."""
+    return _set_type_paused(True)
+
+
+@bp.post("/queues/job-types/resume")
+@role_required("operator")
+def resume_type():
+    """Claim the job type's runs again."""
+    return _set_type_paused(False)
+
+
+def _set_type_paused(paused):
+    job_type = request.form.get("job_type", "")
+    try:
+        flow.pause_type(job_type, paused)
+    except InvalidInput as exc:
+        abort(400, str(exc))
+    audit.record("pause_type" if paused else "resume_type", "job_type", job_type=job_type)
+    db.session.commit()
+    flash(f"Job type {job_type} is {'paused' if paused else 'running again'}.")
+    return redirect_to(url_for("jobsweb.queues.index"))

@@ -1,0 +1,137 @@
+"""Queues, priorities, limits, pauses and unique keys, with real `flask run-jobs` processes."""
+
+import signal
+import subprocess
+import sys
+
+from tests.conftest import ROOT, wait_for
+from tests.processes import add_many, finish
+
+
+def all_succeeded(sql, count):
+    return lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")[0][0] == count
+
+
+def stop(workers):
+    for proc in workers:
+        proc.send_signal(signal.SIGTERM)
+    assert [finish(proc)[0] for proc in workers] == [0] * len(workers)
+
+
+def most_at_once(sql, queue):
+    """The most attempts of `queue` that were running at one instant, by the database's clock.
+
+    An attempt runs from its claim (started_at) to the write of its outcome (finished_at):
+    the span in which the claim counts it as running.
+    """
+    events = sql("SELECT a.started_at, 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id "
+                 "WHERE r.queue = %(q)s UNION ALL "
+                 "SELECT a.finished_at, -1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id "
+                 "WHERE r.queue = %(q)s", {"q": queue})
+    running = peak = 0
+    for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at one instant
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_a_worker_runs_smaller_priorities_first_then_oldest_first(app, sql, spawn_worker):
+    low = add_many(app, "test.record", 3, priority=10)
+    normal = add_many(app, "test.record", 3)
+    urgent = add_many(app, "test.record", 3, priority=-10)
+    worker = spawn_worker("--concurrency", "1")
+    assert finish(worker)[0] == 0
+
+    order = [run_id for (run_id,) in sql("SELECT run_id FROM job_attempts ORDER BY started_at, id")]
+    assert order == urgent + normal + low
+
+
+def test_a_concurrency_limit_of_two_holds_across_three_workers_with_four_slots_each(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "2"]).exit_code == 0
+    add_many(app, "test.record", 16, {"seconds": 0.2}, queue="narrow")
+    add_many(app, "test.record", 16, {"seconds": 0.2})  # the default queue is not limited
+    workers = [spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "4") for _ in range(3)]
+    wait_for(all_succeeded(sql, 32), timeout=60, message="every run succeeded")
+    stop(workers)
+
+    assert most_at_once(sql, "narrow") == 2
+    assert most_at_once(sql, "default") > 2
+    assert sql("SELECT count(*) FROM job_attempts") == [(32,)]
+
+
+def test_a_rate_limit_spreads_thirty_starts_at_five_a_second_over_five_seconds(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "mail", "--rate", "5/1"]).exit_code == 0
+    add_many(app, "test.record", 30, queue="mail")
+    workers = [spawn_worker("--forever", "--poll-interval", "0.05", "--concurrency", "8") for _ in range(2)]
+    wait_for(all_succeeded(sql, 30), timeout=60, message="every run succeeded")
+    stop(workers)
+
+    starts = [t for (t,) in sql("SELECT started_at FROM job_attempts ORDER BY started_at")]
+    assert (starts[-1] - starts[0]).total_seconds() >= 5
+    for first, sixth in zip(starts, starts[5:]):  # never six starts within one second
+        assert (sixth - first).total_seconds() >= 1
+
+
+def test_a_paused_queue_keeps_its_runs_queued_while_other_queues_go_on_until_resumed(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "invoices", "--pause"]).output == "invoices: limit none, rate none, paused\n"
+    held = add_many(app, "test.record", 3, queue="invoices")
+    other = add_many(app, "test.record", 3, queue="reports")
+    worker = spawn_worker("--forever", "--poll-interval", "0.05")
+    wait_for(all_succeeded(sql, 3), message="the other queue's runs")
+    assert sql("SELECT id FROM job_runs WHERE status = 'queued' ORDER BY id") == [(i,) for i in held]
+    assert sql("SELECT id FROM job_runs WHERE status = 'succeeded' ORDER BY id") == [(i,) for i in other]
+
+    assert runner.invoke(args=["jobs", "queue", "invoices", "--resume"]).exit_code == 0
+    wait_for(all_succeeded(sql, 6), message="the resumed queue's runs")
+    stop([worker])
+
+
+def test_a_paused_job_type_stays_queued_until_resumed_while_other_types_run(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "pause-type", "test.record"]).output == "test.record: paused\n"
+    [paused] = add_many(app, "test.record", 1)
+    [other] = add_many(app, "jobsweb.noop", 1)
+    worker = spawn_worker("--forever", "--poll-interval", "0.05")
+    wait_for(all_succeeded(sql, 1), message="the other type's run")
+    assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(paused, "queued"), (other, "succeeded")]
+
+    assert runner.invoke(args=["jobs", "resume-type", "test.record"]).exit_code == 0
+    wait_for(all_succeeded(sql, 2), message="the resumed type's run")
+    stop([worker])
+
+
+def test_a_worker_with_queues_takes_only_those_and_records_them(app, sql, spawn_worker):
+    mine = add_many(app, "test.record", 2, queue="a") + add_many(app, "test.record", 2, queue="b")
+    [other] = add_many(app, "test.record", 1, queue="c")
+    worker = spawn_worker("--queues", "a,b")
+    assert finish(worker)[0] == 0
+
+    assert sql("SELECT id FROM job_runs WHERE status = 'succeeded' ORDER BY id") == [(i,) for i in mine]
+    assert sql("SELECT status FROM job_runs WHERE id = %s", [other]) == [("queued",)]
+    assert sql("SELECT queues FROM job_workers") == [(["a", "b"],)]
+
+
+# Each process enqueues 50 times, so that their enqueues overlap in time whatever the start-up.
+ENQUEUER = """
+from jobsweb import create_app, enqueue
+app = create_app()
+with app.app_context():
+    print(" ".join(str(enqueue("test.record", unique_key="reindex:user:42")) for _ in range(50)))
+"""
+
+
+def test_unique_keys_give_one_unfinished_run_to_concurrent_enqueuers_in_several_processes(app, sql, spawn_worker):
+    env = spawn_worker.env()
+    procs = [subprocess.Popen([sys.executable, "-c", ENQUEUER], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(6)]
+    outputs = [proc.communicate(timeout=60)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 6, outputs
+    [(run_id,)] = sql("SELECT id FROM job_runs")
+    assert {int(run) for out in outputs for run in out.split()} == {run_id}
+
+    worker = spawn_worker()
+    assert finish(worker)[0] == 0
+    # Finished, the key is free again: the next enqueue creates a new run.
+    with app.app_context():
+        from jobsweb import enqueue
+
+        assert enqueue("test.record", unique_key="reindex:user:42") != run_id
