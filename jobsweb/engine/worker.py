@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import psycopg
+
 from . import registry, statements
 from ..core.logs import flush_events, run_event
-from .execution import Failures, Held, Outcome, Pool, finish_params, log_finished
+from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
 from .wakeup import Listener
@@ -291,6 +293,10 @@ class Worker:
         except DatabaseUnavailable:
             self.pending = outcomes + self.pending  # written again once the database is back
             raise
+        except psycopg.Error:
+            # The database refused a value of one outcome: write them one by one instead.
+            self.done += finish_each(self.link.fetch, outcomes)
+            return self.link.fetch(*batch[-1]) if free else []
         if outcomes:
             self.done += log_finished(outcomes, results[0])
         return results[-1] if free else []

@@ -118,9 +118,14 @@ def parse_cron(expression):
         raise InvalidInput("schedule", f"{expression!r} has {len(fields)} fields; a cron expression "
                                        "has 5: minute hour day-of-month month day-of-week")
     try:
-        croniter(expression)
+        walker = croniter(expression, datetime(2000, 1, 1))
     except (CroniterError, ValueError) as exc:
         raise InvalidInput("schedule", f"{expression!r} is not a valid cron expression: {exc}") from None
+    try:
+        # 0 0 31 2 * parses but names no day: croniter gives up looking, which was a 500.
+        walker.get_next(datetime)
+    except CroniterError:
+        raise InvalidInput("schedule", f"{expression!r} never fires (no such date)") from None
     return " ".join(fields)
 
 
