@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from .core import logs, schema
 from .core.database import db, libpq_url
-from .core.errors import InvalidInput
+from .core.errors import InvalidInput, clean_text
 from .core.models import ROLES
 from .engine import lease_recovery
 from .engine.enqueuing import enqueue, parse_payload, parse_run_at
@@ -27,10 +27,31 @@ from .ops import alerts, retention
 from .scheduling import definitions, materialise
 from .scheduling.definitions import MISFIRE_POLICIES, OVERLAP_POLICIES
 from .scheduling.schedule import Schedule, local_time, parse_timezone
-from .web.accounts import create_user, ensure_demo_operator
+from .web.accounts import create_user, ensure_demo_operator, reset_password, set_active, user_by_email
 
-jobs = AppGroup("jobs", help="Enqueue and inspect jobs.")
-users = AppGroup("users", help="Manage who may sign in to the admin screen.")
+MULTILINE_OPTIONS = ("payload",)  # JSON text may span lines
+
+
+class CleanCommand(click.Command):
+    """The command line's part of the input-cleaning layer: every text argument and option is
+    refused, naming it, if it holds a NUL or other control character (exit code 2)."""
+
+    def invoke(self, ctx):
+        for name, value in ctx.params.items():
+            if isinstance(value, str):
+                try:
+                    clean_text(name, value, multiline=name in MULTILINE_OPTIONS)
+                except InvalidInput as exc:
+                    raise click.UsageError(str(exc), ctx) from None
+        return super().invoke(ctx)
+
+
+class CleanGroup(AppGroup):
+    command_class = CleanCommand
+
+
+jobs = CleanGroup("jobs", help="Enqueue and inspect jobs.")
+users = CleanGroup("users", help="Manage who may sign in to the admin screen.")
 
 
 @contextmanager
@@ -285,6 +306,40 @@ def create_user_command(email, role, password):
         user = create_user(email, password, role)
         db.session.commit()
     click.echo(f"created {user.role} {user.email}")
+
+
+@users.command("deactivate")
+@click.argument("email")
+def deactivate_user_command(email):
+    """Stop EMAIL from signing in, and end every session they have now."""
+    with plain_errors():
+        user = user_by_email(email)
+        set_active(user, False)
+        db.session.commit()
+    click.echo(f"deactivated {user.email}; their sessions have ended")
+
+
+@users.command("reactivate")
+@click.argument("email")
+def reactivate_user_command(email):
+    """Let EMAIL sign in again (with the password they had)."""
+    with plain_errors():
+        user = user_by_email(email)
+        set_active(user, True)
+        db.session.commit()
+    click.echo(f"reactivated {user.email}")
+
+
+@users.command("reset-password")
+@click.argument("email")
+@click.password_option(help="Asked for when not given.")
+def reset_password_command(email, password):
+    """Give EMAIL a new password; every session they have ends."""
+    with plain_errors():
+        user = user_by_email(email)
+        reset_password(user, password)
+        db.session.commit()
+    click.echo(f"new password set for {user.email}; their sessions have ended")
 
 
 def init_app(app):
