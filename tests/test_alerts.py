@@ -280,7 +280,7 @@ def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
     assert sql("SELECT alert_after_failures, alert_webhook_url FROM job_definitions") == [(1, "https://hooks.example.com/x")]
     result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
                                  "--alert-after", "0"])
-    assert result.exit_code == 2 and "alert_after_failures: must be a whole number of at least 1" in result.output
+    assert result.exit_code == 2 and "alert_after_failures: must be a whole number from 1 to 1000" in result.output
 
 
 def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting, receiver, sql):
