@@ -18,6 +18,7 @@ from .core import embedded, settings
 from .core.database import migrate, own_db
 from .core.package_files import resource
 from .extension import JobsWeb
+from .web.guards import add_headers
 from .web.site import error_page
 
 
@@ -56,6 +57,7 @@ def create_app(test_config=None):
     app.config["MAX_CONTENT_LENGTH"] = app.config["JOBSWEB_MAX_REQUEST_BYTES"]
     # A URL that matches no route never reaches the admin blueprint: the site's own 404 page.
     app.register_error_handler(404, lambda exc: error_page(404, "Not found", exc.description))
+    app.after_request(add_headers)  # that 404 page too: every answer of the site has the headers
 
     JobsWeb(app, url_prefix="")
     migrate.init_app(app, own_db, directory=str(resource("migrations")))  # `flask db upgrade` too

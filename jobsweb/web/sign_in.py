@@ -55,7 +55,7 @@ def sign_in():
         attempt.failed()
         db.session.commit()
         error = "That email and password do not match an account."
-    status = 401 if error else 200
+    status = 401 if error else 422 if form.errors else 200
     return render_template("sign_in.html", form=form, error=error), status
 
 
