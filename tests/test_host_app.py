@@ -10,6 +10,7 @@ import sys
 import psycopg
 import pytest
 
+from jobsweb.core import schema
 from jobsweb.core.database import libpq_url
 from jobsweb.engine import registry
 from tests.conftest import ROOT
@@ -66,7 +67,9 @@ def csrf(client, path):
 def test_flask_jobs_migrate_leaves_the_hosts_tables_and_alembic_history_alone(host):
     _, _, url = host
     assert query(url, "SELECT version_num FROM alembic_version") == [("host_0042",)]
-    assert query(url, "SELECT version_num FROM jobsweb_alembic_version") == [("0009_own_names",)]
+    # jobsweb's own version table holds jobsweb's head, whatever migration that is now.
+    [head] = schema.revisions()[0]
+    assert query(url, "SELECT version_num FROM jobsweb_alembic_version") == [(head,)]
     assert query(url, "SELECT email, role FROM users ORDER BY id") == [
         ("vera@example.com", "viewer"), ("otto@example.com", "operator")]
     ours = {name for (name,) in query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
