@@ -163,3 +163,12 @@ def test_settings_refuse_delays_that_are_not_finite(monkeypatch, database_url_fo
         monkeypatch.setenv("JOBSWEB_BACKOFF_CAP", value)
         with pytest.raises(ConfigError, match="JOBSWEB_BACKOFF_CAP"):
             create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests})
+
+
+@pytest.mark.parametrize("option", ["timeout", "backoff_base", "backoff_cap"])
+def test_a_job_type_with_a_delay_that_is_not_finite_or_over_a_week_is_refused(option):
+    from jobsweb.engine.registry import get, job
+
+    with pytest.raises(InvalidInput) as refused:
+        job("tests.never_registered", **{option: math.inf})(lambda ctx: None)
+    assert refused.value.field == option and get("tests.never_registered") is None

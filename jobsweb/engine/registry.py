@@ -5,7 +5,7 @@ import threading
 from dataclasses import dataclass, field
 
 from . import effects
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InvalidInput
 
 
 class PermanentError(Exception):
@@ -39,6 +39,12 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
     The handler is called with a JobContext. `permanent` lists exception types that mean
     "retrying cannot help" and send the run straight to dead, like PermanentError.
     """
+
+    for option, value in (("timeout", timeout), ("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
+        # A week at most, like a definition's: the worker turns these into timestamps.
+        if value is not None and not (isinstance(value, (int, float)) and 0 < value <= 7 * 86400):
+            raise InvalidInput(option, f"of @job({name!r}) must be a number of seconds above 0 and at "
+                                       f"most 604800 (7 days), got {value!r}")
 
     def register(func):
         _registry[name] = JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap,

@@ -16,7 +16,7 @@ MAX_DELAY = 7 * 86400.0  # seconds: the longest retry delay anything may ask for
 DEFAULT_DELAY = 10.0  # seconds, when a stored base or cap is not a usable number
 
 
-def _bounded(seconds):
+def bounded(seconds):
     """A delay in 0..MAX_DELAY whatever was stored: a base or cap of inf, NaN or 1e300 once made
     FINISH_RUNS overflow PostgreSQL's timestamps and stopped every worker."""
     try:
@@ -31,7 +31,7 @@ def _bounded(seconds):
 def backoff_seconds(attempt, base, cap, rand=random.random):
     """Seconds to wait before retrying after failed attempt number `attempt` (at most MAX_DELAY
     plus jitter, never a value a timestamp cannot hold)."""
-    base, cap = _bounded(base), _bounded(cap)
+    base, cap = bounded(base), bounded(cap)
     # The exponent is bounded so that a run with thousands of attempts cannot overflow a float.
     delay = min(base * 2 ** min(max(attempt, 1) - 1, 60), cap)
     return delay * (1 - JITTER + 2 * JITTER * rand())

@@ -21,7 +21,7 @@ from typing import Callable
 
 import psycopg
 
-from . import registry, statements
+from . import registry, retry, statements
 from ..core.logs import flush_events, run_event
 from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
@@ -327,7 +327,8 @@ class Worker:
         held = self.held.get(ctx.run_id)
         if held is None or held.ctx is not ctx:
             return False
-        held.lease = float(seconds or self.lease)
+        # Bounded like a retry delay: 1e300 would overflow EXTEND_LEASES at every heartbeat.
+        held.lease = max(1.0, retry.bounded(seconds or self.lease))
         try:
             rows = self.link.fetch(statements.EXTEND_LEASES, {
                 "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})
