@@ -154,7 +154,9 @@ def send_email(recipients, subject, body, config):
     message = EmailMessage()
     message["From"] = config["JOBSWEB_SMTP_FROM"]
     message["To"] = recipients
-    message["Subject"] = subject
+    # A line break in a header makes EmailMessage raise (and the failure went unrecorded): names
+    # stored before define() refused them still carry one.
+    message["Subject"] = " ".join(subject.split())
     message.set_content(body)
     try:
         if port == SMTP_SSL_PORT:

@@ -15,6 +15,7 @@ import threading
 from urllib.parse import urlsplit
 
 REPLY_CHARS = 500  # of a receiver's answer, kept for the error
+_NO_ANSWER = "no answer (refused, unreachable, or not whole within the {:g} s deadline)"
 
 
 class WebhookError(Exception):
@@ -108,15 +109,14 @@ def post(url, body, deadline, allow_private=False):
             "Content-Type": "application/json", "User-Agent": "jobsweb-alerts"})
         response = connection.getresponse()
         reply = response.read(REPLY_CHARS).decode("utf-8", "replace").strip()
-    except (OSError, http.client.HTTPException) as exc:
-        if expired.is_set():
-            raise WebhookError(f"no answer within {deadline:g} seconds") from None
-        # One message for refused, reset and unreachable alike: the difference maps ports.
-        raise WebhookError(f"could not connect ({type(exc).__name__})") from None
+    except (OSError, http.client.HTTPException):
+        # One message for refused, reset, unreachable and too slow alike: telling them apart
+        # would let whoever sets a webhook URL map which ports answer.
+        raise WebhookError(_NO_ANSWER.format(deadline)) from None
     finally:
         timer.cancel()
         connection.close()
     if expired.is_set():
-        raise WebhookError(f"no answer within {deadline:g} seconds")
+        raise WebhookError(_NO_ANSWER.format(deadline))
     if not 200 <= response.status < 300:
         raise WebhookError(f"HTTP {response.status} {response.reason}" + (f": {reply}" if reply else ""))
