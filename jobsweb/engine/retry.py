@@ -29,9 +29,9 @@ def bounded(seconds):
 
 
 def backoff_seconds(attempt, base, cap, rand=random.random):
-    """Seconds to wait before retrying after failed attempt number `attempt` (at most MAX_DELAY
-    plus jitter, never a value a timestamp cannot hold)."""
+    """Seconds to wait before retrying after failed attempt number `attempt` (at most MAX_DELAY,
+    jitter included: never a value a timestamp cannot hold)."""
     base, cap = bounded(base), bounded(cap)
     # The exponent is bounded so that a run with thousands of attempts cannot overflow a float.
     delay = min(base * 2 ** min(max(attempt, 1) - 1, 60), cap)
-    return delay * (1 - JITTER + 2 * JITTER * rand())
+    return min(delay * (1 - JITTER + 2 * JITTER * rand()), MAX_DELAY)
