@@ -20,8 +20,12 @@ bind = [f"0.0.0.0:{_whole('PORT', 8000)}"]
 # Processes serving requests. Each holds a small SQLAlchemy pool (5 connections at most), so
 # WEB_CONCURRENCY x 5 + workers x 1 must stay under the database's max_connections.
 workers = _whole("WEB_CONCURRENCY", 2)
-# Sync workers, each request at most this long: the admin's heaviest page (a bulk action over
-# everything matching a filter) commits in batches and finishes well within it.
+# Threaded workers: a slow client (or two) holds one thread, not a whole process; with sync
+# workers two slow anonymous connections stalled the site. Threads stay under the 5 pooled
+# database connections of each process. Each request at most `timeout`: the admin's heaviest
+# page (a bulk action over everything matching a filter) commits in batches and finishes well within it.
+worker_class = "gthread"
+threads = _whole("WEB_THREADS", 4)
 timeout = 60  # seconds
 graceful_timeout = 20  # seconds a deploy gives in-flight requests after SIGTERM
 # One access-log line per request on stdout, where a PaaS collects logs; errors on stderr.

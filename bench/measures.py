@@ -46,7 +46,7 @@ def migrated(bench, name):
     from jobsweb.core.database import database_url
 
     url = bench.server.fresh_database(name)
-    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "SECRET_KEY": "bench"})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-bench"})
     with app.app_context():
         upgrade()
     return url, app
@@ -480,7 +480,7 @@ def admin_pages(bench, history):
                      "FROM generate_series(1, 200) g")
         max_id, dead_id = conn.execute("SELECT max(id), max(id) FILTER (WHERE status = 'dead') FROM job_runs").fetchone()
     port = 5599
-    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY="bench")
+    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY="0123456789abcdef-test-secret-key-0123456789-bench")
     server = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port),
                                "--no-reload", "--no-debugger"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

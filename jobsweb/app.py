@@ -5,6 +5,7 @@ Being the whole site, it may set what an extension must not: the session cookie'
 reverse-proxy headers it trusts, its 404 page, an embedded PostgreSQL and a secret key of its own.
 """
 
+import os
 import secrets
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from .core import embedded, settings
 from .core.database import migrate, own_db
 from .core.package_files import resource
 from .extension import JobsWeb
+from .web.guards import add_headers
 from .web.site import error_page
 
 
@@ -40,6 +42,7 @@ def create_app(test_config=None):
         app.config["SQLALCHEMY_DATABASE_URI"] = embedded.start(Path(app.instance_path) / "pgdata")
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = _local_secret_key(Path(app.instance_path) / "secret_key")
+    settings.check_secret_key(app.config["SECRET_KEY"])
     hops = app.config["JOBSWEB_PROXY_HOPS"]
     if hops:
         # Behind a PaaS router: the client's address, scheme (https, for Secure cookies) and host
@@ -49,8 +52,12 @@ def create_app(test_config=None):
     app.config["SESSION_COOKIE_SAMESITE"] = app.config.get("SESSION_COOKIE_SAMESITE") or "Lax"
     app.config["SESSION_COOKIE_HTTPONLY"] = True
     app.session_interface = SessionInterface()
+    # The whole site is jobsweb here, so the request limit may be app-wide (inside a host app it
+    # holds for jobsweb's blueprint only: web/guards.py).
+    app.config["MAX_CONTENT_LENGTH"] = app.config["JOBSWEB_MAX_REQUEST_BYTES"]
     # A URL that matches no route never reaches the admin blueprint: the site's own 404 page.
     app.register_error_handler(404, lambda exc: error_page(404, "Not found", exc.description))
+    app.after_request(add_headers)  # that 404 page too: every answer of the site has the headers
 
     JobsWeb(app, url_prefix="")
     migrate.init_app(app, own_db, directory=str(resource("migrations")))  # `flask db upgrade` too
@@ -61,6 +68,16 @@ def create_app(test_config=None):
 def _local_secret_key(path):
     """Without SECRET_KEY, a random key kept in the instance folder, so sessions survive restarts."""
     if not path.exists():
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
+        # Written to a file created 0600 (never readable by others, not even for a moment), then
+        # renamed into place: two processes starting at once both end up with one whole key.
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_hex(32))
+        try:
+            os.link(temporary, path)  # fails if another process put its key there first
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
     return path.read_text().strip()

@@ -17,9 +17,10 @@ from jobsweb.core.database import database_url, libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = "jobsweb_test"
+SECRET_KEY = "0123456789abcdef-test-secret-key-0123456789-test"  # the standalone app wants 32+ characters
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
           "jobsweb_users, job_duration_totals, job_metrics_state, jobsweb_alert_deliveries, "
-          "jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types")
+          "jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, jobsweb_sign_in_failures")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -27,6 +28,8 @@ TEST_SETTINGS = {
     "JOBSWEB_HANDLERS": "tests.job_types",
     "JOBSWEB_BACKOFF_BASE": "0.01",
     "JOBSWEB_BACKOFF_CAP": "0.05",
+    # The tests' webhook receivers listen on 127.0.0.1, which alerts refuse by default.
+    "JOBSWEB_ALERT_ALLOW_PRIVATE_IPS": "true",
 }
 
 
@@ -66,7 +69,7 @@ def database_url_for_tests(postgres_server):
         conn.execute(f"DROP DATABASE IF EXISTS {TEST_DATABASE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEST_DATABASE}")
     url = database_url(make_url(admin).set(database=TEST_DATABASE).render_as_string(hide_password=False))
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "test"})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": SECRET_KEY})
     with app.app_context():
         from flask_migrate import upgrade
 
@@ -84,7 +87,7 @@ def app(database_url_for_tests, monkeypatch):
     with psycopg.connect(libpq_url(database_url_for_tests), autocommit=True) as conn:
         conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True,
-                      "SECRET_KEY": "test"})
+                      "SECRET_KEY": SECRET_KEY})
     yield app
 
 
@@ -134,7 +137,8 @@ def spawn_worker(database_url_for_tests):
 
     def environment(**settings):
         """The environment of a jobsweb process on the test database (also for other scripts)."""
-        return {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests), "SECRET_KEY": "test",
+        return {**os.environ, "DATABASE_URL": libpq_url(database_url_for_tests),
+                "SECRET_KEY": SECRET_KEY,
                 **TEST_SETTINGS, **{k: str(v) for k, v in settings.items()}}
 
     def spawn(*args, output=None, **settings):
@@ -264,7 +268,7 @@ def scratch_database(postgres_server):
         made.append(name)
         url = database_url(make_url(admin).set(database=name).render_as_string(hide_password=False))
         if revision is not None:
-            with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"}).app_context():
+            with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"}).app_context():
                 upgrade(revision=revision)
         return url
 

@@ -280,7 +280,7 @@ def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
     assert sql("SELECT alert_after_failures, alert_webhook_url FROM job_definitions") == [(1, "https://hooks.example.com/x")]
     result = runner.invoke(args=["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily",
                                  "--alert-after", "0"])
-    assert result.exit_code == 2 and "alert_after_failures: must be a whole number of at least 1" in result.output
+    assert result.exit_code == 2 and "alert_after_failures: must be a whole number from 1 to 1000" in result.output
 
 
 def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting, receiver, sql):
@@ -331,3 +331,17 @@ def test_a_one_shot_worker_sends_the_notification_of_the_incident_it_opened_befo
     assert proc.wait(timeout=60) == 0, proc.stdout.read()
     assert len(receiver.texts()) == 1
     assert sql("SELECT status FROM jobsweb_alert_deliveries") == [("sent",)]
+
+
+def test_an_alert_email_for_a_name_stored_with_a_line_break_is_still_sent(app, smtp_sink, sql):
+    from jobsweb.core.database import db
+    from jobsweb.core.models import AlertDelivery
+
+    app.config.update(JOBSWEB_SMTP_HOST="127.0.0.1", JOBSWEB_SMTP_PORT=smtp_sink.port, JOBSWEB_SMTP_STARTTLS=False)
+    with committed(app):
+        db.session.add(AlertDelivery(event="test", channel="email", target="ops@example.com",
+                                     subject="nightly\r\nBcc: all@example.com is overdue", body="b", data={}))
+    with app.app_context():
+        assert notify.deliver_due() == 1
+    [(recipients, message)] = smtp_sink.messages
+    assert "Subject: nightly Bcc: all@example.com is overdue" in message and "\nBcc:" not in message

@@ -39,7 +39,7 @@ def test_demo_enqueues_the_built_in_job_types(runner, sql):
 
 def test_run_jobs_says_when_the_database_cannot_be_reached():
     app = create_app({"SQLALCHEMY_DATABASE_URI": "postgresql+psycopg://nobody@127.0.0.1:1/none",
-                      "SECRET_KEY": "x"})
+                      "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     result = app.test_cli_runner().invoke(args=["run-jobs"])
     assert result.exit_code == 1
     assert "cannot reach the database" in result.output
@@ -49,7 +49,7 @@ def test_run_jobs_says_when_the_database_cannot_be_reached():
 
 def test_enqueue_says_when_the_database_cannot_be_reached():
     app = create_app({"SQLALCHEMY_DATABASE_URI": "postgresql+psycopg://nobody@127.0.0.1:1/none",
-                      "SECRET_KEY": "x"})
+                      "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     result = app.test_cli_runner().invoke(args=["jobs", "enqueue", "jobsweb.noop"])
     assert result.exit_code == 1
     assert "cannot reach the database" in result.output
@@ -66,7 +66,7 @@ def test_run_jobs_says_when_the_schema_is_missing(database_url_for_tests):
         conn.execute("DROP DATABASE IF EXISTS jobsweb_empty")
         conn.execute("CREATE DATABASE jobsweb_empty")
     url = make_url(database_url_for_tests).set(database="jobsweb_empty").render_as_string(False)
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "SECRET_KEY": "x"})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     result = app.test_cli_runner().invoke(args=["run-jobs"])
     assert result.exit_code == 1
     assert "run `flask jobs migrate` first" in result.output

@@ -50,4 +50,4 @@ def test_an_unimportable_handlers_module_stops_start_up(database_url_for_tests, 
 
     monkeypatch.setenv("JOBSWEB_HANDLERS", "no_such_module_here")
     with pytest.raises(ConfigError, match="JOBSWEB_HANDLERS names 'no_such_module_here'"):
-        create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "SECRET_KEY": "x"})
+        create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})

@@ -33,7 +33,7 @@ def crontab(database_url_for_tests, tmp_path):
     # cron.d names may hold only letters, digits, - and _ (run-parts rules), or cron ignores them.
     path = Path("/etc/cron.d") / f"jobsweb_test_{secrets.token_hex(4)}"
     env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq_url(database_url_for_tests),
-           "SECRET_KEY": "test", **TEST_SETTINGS}
+           "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-test", **TEST_SETTINGS}
     lines = [f"{name}={value}" for name, value in env.items()]
     # The documented line, as each server's crontab has it; only the log file differs.
     # "fired" is written the moment cron starts the line, before Python has even started.

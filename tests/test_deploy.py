@@ -30,7 +30,7 @@ def get(url, headers=None):
 
 def test_gunicorn_serves_the_app_with_the_repositorys_config(database_url_for_tests):
     port = free_port()
-    env = dict(os.environ, DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY="test", PORT=str(port),
+    env = dict(os.environ, DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY="0123456789abcdef-test-secret-key-0123456789-test", PORT=str(port),
                WEB_CONCURRENCY="2", JOBSWEB_PROXY_HOPS="1")
     # As the Procfile's web line runs it: gunicorn finds gunicorn.conf.py in the current directory.
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "wsgi:app"], cwd=ROOT, env=env,

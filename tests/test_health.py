@@ -18,7 +18,7 @@ def test_healthz_is_ok_without_sign_in_when_the_schema_is_at_the_head(client):
 
 def test_healthz_is_503_when_the_database_does_not_answer(database_url_for_tests):
     app = create_app({"SQLALCHEMY_DATABASE_URI": f"postgresql+psycopg://jobsweb@127.0.0.1:{closed_port()}/x",
-                      "TESTING": True, "SECRET_KEY": "x"})
+                      "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     response = app.test_client().get("/healthz")
     assert response.status_code == 503
     assert response.get_json() == {"status": "unavailable", "reason": "database unreachable"}
@@ -26,7 +26,7 @@ def test_healthz_is_503_when_the_database_does_not_answer(database_url_for_tests
 
 def test_healthz_is_503_naming_both_revisions_when_the_schema_is_behind(scratch_database):
     url = scratch_database("jobsweb_health_behind", revision="0002_schedules")
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     response = app.test_client().get("/healthz")
     assert response.status_code == 503
     reason = response.get_json()["reason"]
@@ -36,7 +36,7 @@ def test_healthz_is_503_naming_both_revisions_when_the_schema_is_behind(scratch_
 
 def test_healthz_is_503_when_the_database_was_never_migrated(scratch_database):
     url = scratch_database("jobsweb_health_empty", revision=None)
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     response = app.test_client().get("/healthz")
     assert response.status_code == 503
     assert response.get_json()["reason"] == "database schema is not migrated: run `flask jobs migrate`"
@@ -46,7 +46,7 @@ def test_healthz_recovers_once_the_schema_is_upgraded(scratch_database):
     from flask_migrate import upgrade
 
     url = scratch_database("jobsweb_health_upgrade", revision="0003_admin")
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
     client = app.test_client()
     assert client.get("/healthz").status_code == 503
     with app.app_context():

@@ -63,8 +63,9 @@ def csrf(client, path):
 def test_flask_jobs_migrate_leaves_the_hosts_tables_and_alembic_history_alone(host):
     _, _, url = host
     assert query(url, "SELECT version_num FROM alembic_version") == [("host_0042",)]
-    heads = query(url, "SELECT version_num FROM jobsweb_alembic_version")
-    assert {head for (head,) in heads} == schema.revisions()[0]
+    # jobsweb's own version table holds jobsweb's head, whatever migration that is now.
+    [head] = schema.revisions()[0]
+    assert query(url, "SELECT version_num FROM jobsweb_alembic_version") == [(head,)]
     assert query(url, "SELECT email, role FROM users ORDER BY id") == [
         ("vera@example.com", "viewer"), ("otto@example.com", "operator")]
     ours = {name for (name,) in query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}

@@ -9,7 +9,7 @@ TOKEN = "s3cret-metrics-token-0123456789"
 @pytest.fixture
 def metrics_app(app, monkeypatch, database_url_for_tests):
     monkeypatch.setenv("JOBSWEB_METRICS_TOKEN", TOKEN)
-    return create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True, "SECRET_KEY": "x"})
+    return create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
 
 
 def scrape(app, token=TOKEN):
@@ -83,7 +83,7 @@ def test_metrics_report_runs_queue_definitions_durations_and_workers(metrics_app
 
 def test_every_scrape_reads_the_database_so_processes_agree(metrics_app, database_url_for_tests, sql):
     other_process = create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True,
-                                "SECRET_KEY": "y"})
+                                "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-y"})
     assert scrape(metrics_app)[("jobsweb_due_runs", ())] == 0
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
     assert scrape(metrics_app)[("jobsweb_due_runs", ())] == scrape(other_process)[("jobsweb_due_runs", ())] == 1

@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from jobsweb import create_app, definitions, enqueue
 from jobsweb.core.database import database_url, libpq_url
 from jobsweb.engine.wakeup import Listener
-from tests.conftest import PASSWORD, TEST_DATABASE, committed, csrf_token, wait_for
+from tests.conftest import PASSWORD, SECRET_KEY, TEST_DATABASE, committed, csrf_token, wait_for
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 RUNS = 150
@@ -92,7 +92,7 @@ def test_listen_through_the_pooler_is_found_not_to_work_and_a_direct_url_is(pool
 def test_workers_schedules_alerts_enqueue_and_pages_work_through_the_pooler_alone(
         app, sql, spawn_worker, pooled_url, make_user, tmp_path):
     pooled_app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(pooled_url), "TESTING": True,
-                             "SECRET_KEY": "test"})
+                             "SECRET_KEY": SECRET_KEY})
     with committed(pooled_app):
         runs = [enqueue("test.record") for _ in range(RUNS)]
         enqueue("jobsweb.fail", {"permanent": True})  # dies: an alert incident opens

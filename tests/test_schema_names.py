@@ -29,7 +29,7 @@ def shape(url):
 
 
 def migrate(url):
-    with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "x"}).app_context():
+    with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"}).app_context():
         schema.upgrade()
 
 

@@ -94,7 +94,7 @@ def test_users_create_makes_a_user_who_can_sign_in(runner, client):
 
 def test_users_create_names_the_field_it_refuses_and_writes_nothing(runner, sql):
     short = runner.invoke(args=["users", "create", "c@example.com", "--password", "short"])
-    assert short.exit_code == 2 and "password: must have at least 8 characters" in short.output
+    assert short.exit_code == 2 and "password: must have at least 12 characters" in short.output
     not_email = runner.invoke(args=["users", "create", "nobody", "--password", PASSWORD])
     assert not_email.exit_code == 2 and "email: 'nobody' is not an email address" in not_email.output
     assert sql("SELECT count(*) FROM jobsweb_users") == [(0,)]

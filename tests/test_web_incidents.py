@@ -22,12 +22,21 @@ def test_the_incidents_page_shows_open_incidents_and_notification_errors_escaped
     app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = HOOK
     overdue_incident(app, sql, name="<b>nightly</b>")
     sql("UPDATE jobsweb_alert_deliveries SET attempts = 1, last_error = 'HTTP 500: <script>x</script>'")
-    html = sign_in("viewer").get("/incidents").get_data(as_text=True)
+    html = sign_in("admin").get("/incidents").get_data(as_text=True)
     assert "&lt;b&gt;nightly&lt;/b&gt; is overdue" in html
     assert "HTTP 500: &lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
     assert 'hx-trigger="every 3s"' in html  # polls while a notification is pending
     # The webhook URL is the secret: only its host is shown.
     assert "https://hooks.example.com/…" in html and "very-secret" not in html
+
+
+def test_a_receivers_reply_is_shown_to_admins_only(app, sign_in, sql):
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = HOOK
+    overdue_incident(app, sql)
+    sql("UPDATE jobsweb_alert_deliveries SET attempts = 1, last_error = 'HTTP 500 Internal Server Error: internal "
+        "host db-7.corp answered'")
+    html = sign_in("viewer").get("/incidents").get_data(as_text=True)
+    assert "HTTP 500 Internal Server Error" in html and "db-7.corp" not in html
 
 
 def test_the_dashboard_and_the_definition_page_show_an_open_incident(app, sign_in, sql):

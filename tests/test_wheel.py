@@ -68,7 +68,7 @@ def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_di
     # Nothing of the checkout on the path: no PYTHONPATH, no FLASK_APP, no JOBSWEB_HANDLERS.
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("JOBSWEB_", "FLASK_", "PYTHON"))}
-    env.update(DATABASE_URL=libpq_url(url), SECRET_KEY="wheel-test")
+    env.update(DATABASE_URL=libpq_url(url), SECRET_KEY="0123456789abcdef-test-secret-key-0123456789-wheel-test")
 
     def flask(*args):
         result = subprocess.run([installed / "flask", "--app", "jobsweb", *args], cwd=empty, env=env,

@@ -5,6 +5,10 @@ from urllib.parse import urlsplit
 import click
 
 EMAIL_MAX_CHARS = 254
+BIGINT_MAX = 2**63 - 1  # ids are PostgreSQL bigints: a larger number can name no row
+# Control characters other than tab, newline and carriage return: PostgreSQL text cannot hold
+# NUL, and the others forge log lines or hide text on a page.
+_CONTROL = {chr(c) for c in range(32)} - {"\t", "\n", "\r"} | {"\x7f"}
 
 
 class InvalidInput(ValueError):
@@ -23,6 +27,27 @@ class ConfigError(click.ClickException):
     """
 
 
+def clean_text(field, value, multiline=False):
+    """Text from a form, query string or the command line, or InvalidInput naming `field`: no
+    NUL or other control character, and no line break unless `multiline` (a payload, a note)."""
+    if value is None:
+        return None
+    refused = _CONTROL if multiline else _CONTROL | {"\n", "\r"}
+    bad = next((c for c in value if c in refused), None)
+    if bad is not None:
+        raise InvalidInput(field, f"must not contain the control character {bad!r}")
+    return value
+
+
+def whole_number(field, raw, maximum=BIGINT_MAX):
+    """A whole number from 0 written in ASCII digits (so "²", which str.isdigit() accepts, is
+    refused), at most `maximum`; InvalidInput naming `field` otherwise."""
+    raw = raw.strip()
+    if not raw or not raw.isascii() or not raw.isdigit() or len(raw) > 19 or int(raw) > maximum:
+        raise InvalidInput(field, f"must be a whole number from 0 to {maximum}, got {raw!r}")
+    return int(raw)
+
+
 def has_nul(value):
     """True if a JSON-able value holds U+0000 anywhere: PostgreSQL text and jsonb cannot store it."""
     if isinstance(value, str):
@@ -38,6 +63,7 @@ def check_url(field, raw):
     """An http(s) URL with a host, or InvalidInput naming `field`. Empty means none."""
     if raw == "":
         return None
+    clean_text(field, raw)
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in raw):
         raise InvalidInput(field, f"must be an http:// or https:// URL, got {raw!r}")
@@ -46,7 +72,7 @@ def check_url(field, raw):
 
 def check_emails(field, raw):
     """Comma-separated email addresses as a list, or InvalidInput naming `field`."""
-    emails = [part.strip() for part in raw.split(",") if part.strip()]
+    emails = [part.strip() for part in clean_text(field, raw).split(",") if part.strip()]
     for email in emails:
         # No spaces or line breaks: a recipient must never add headers to a message.
         if email.count("@") != 1 or any(c.isspace() or c in "<>,;" for c in email) or len(email) > EMAIL_MAX_CHARS:

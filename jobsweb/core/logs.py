@@ -30,6 +30,11 @@ class TextFormatter(logging.Formatter):
     def __init__(self):
         super().__init__(TEXT_FORMAT)
 
+    def formatMessage(self, record):
+        # A job's error text or a webhook's reply could hold line breaks that forge log lines:
+        # the line itself is kept on one line (a traceback after it stays as Python wrote it).
+        return super().formatMessage(record).replace("\r", "\\r").replace("\n", "\\n")
+
     def format(self, record):
         line = super().format(record)
         if getattr(record, "event", None) is None:

@@ -131,6 +131,9 @@ class User(Model):
     role: Mapped[str] = mapped_column(Text, server_default="viewer")
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     last_sign_in_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    active: Mapped[bool] = mapped_column(server_default="true")
+    # Sessions carry the version they started with; adding one ends them all (migration 0012).
+    session_version: Mapped[int] = mapped_column(server_default="1")
 
     def can(self, role):
         """Whether this user has `role` or a higher one."""

@@ -18,8 +18,10 @@ def _positive(convert, what):
             value = convert(raw)
         except ValueError:
             raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
-        if value <= 0:
+        if not value > 0:
             raise ConfigError(f"{name} must be greater than 0, got {raw!r}")
+        if convert is float and not value <= MAX_SECONDS:
+            raise ConfigError(f"{name} must be at most {MAX_SECONDS:g} seconds (7 days), got {raw!r}")
         return value
 
     return parse
@@ -27,6 +29,8 @@ def _positive(convert, what):
 
 _positive_float = _positive(float, "a number of seconds")
 _positive_int = _positive(int, "a whole number")
+# float() reads "inf" and "1e300": a delay must also be finite and at most this (7 days).
+MAX_SECONDS = 7 * 86400.0
 
 
 def _optional_seconds(name, raw):
@@ -40,7 +44,7 @@ def _whole(what):
     """A parser for whole numbers from 0; `what` names the unit and what 0 means."""
 
     def parse(name, raw):
-        if not raw.isdigit():
+        if not raw.isascii() or not raw.isdigit():
             raise ConfigError(f"{name} must be a whole number of {what}, got {raw!r}")
         return int(raw)
 
@@ -155,7 +159,8 @@ SETTINGS = {
     # Runs per transaction when the admin retries or cancels everything matching a filter.
     "JOBSWEB_BULK_BATCH": (1000, _positive_int),
     # Payload keys containing any of these words are masked on every admin page.
-    "JOBSWEB_MASK_KEYS": (["password", "passwd", "token", "secret", "api_key", "apikey"], _word_list),
+    "JOBSWEB_MASK_KEYS": (["password", "passwd", "pwd", "token", "secret", "api_key", "apikey", "authorization",
+                           "credential", "private_key", "dsn", "cookie", "session"], _word_list),
     # GET /metrics answers only with `Authorization: Bearer <this>`; unset, /metrics is a 404.
     "JOBSWEB_METRICS_TOKEN": (None, _token),
     # text: one readable line per event; json: one JSON object per line, for log pipelines.
@@ -189,6 +194,13 @@ SETTINGS = {
     "JOBSWEB_SMTP_PASSWORD": (None, _optional_text),
     "JOBSWEB_SMTP_FROM": ("jobsweb@localhost", _email),
     "JOBSWEB_SMTP_STARTTLS": (True, _boolean),
+    # Webhooks to loopback, private, link-local, multicast or reserved addresses are refused
+    # (the cloud metadata service is one) unless this is true, for receivers on a private network.
+    "JOBSWEB_ALERT_ALLOW_PRIVATE_IPS": (False, _boolean),
+    # Bytes a request to the admin screen may send; larger ones get a 413 before being read.
+    "JOBSWEB_MAX_REQUEST_BYTES": (1024 * 1024, _positive_int),
+    # Seconds without a request after which a signed-in session of jobsweb's own users ends.
+    "JOBSWEB_SESSION_IDLE_SECONDS": (12 * 3600, _positive_int),
 }
 
 
@@ -204,6 +216,17 @@ def from_environment(environ=None):
     if environ.get("SECRET_KEY"):
         config["SECRET_KEY"] = environ["SECRET_KEY"]
     return config
+
+
+SECRET_KEY_MIN_CHARS = 32
+
+
+def check_secret_key(value):
+    """A SECRET_KEY long enough that its sessions and CSRF tokens cannot be guessed."""
+    if not isinstance(value, (str, bytes)) or len(value) < SECRET_KEY_MIN_CHARS:
+        raise ConfigError(f"SECRET_KEY must be at least {SECRET_KEY_MIN_CHARS} characters long "
+                          "(e.g. from `openssl rand -hex 32`)")
+    return value
 
 
 def resolve(app_config, environ=None):

@@ -2,6 +2,7 @@
 
 import functools
 import json
+import math
 from datetime import datetime, timezone
 
 from flask import current_app
@@ -9,10 +10,16 @@ from psycopg.types.json import Jsonb
 
 from . import registry, statements, upkeep
 from ..core.database import db
-from ..core.errors import InvalidInput, has_nul
+from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
+PAYLOAD_MAX_DEPTH = 64  # nested objects and lists; deeper ones overflowed json's recursion (a 500)
+INT_MAX = 2**31 - 1  # an integer column
+# run_at must fit in a timestamp psycopg can read back: 0001-01-01 at +14:00 was stored and
+# then broke the runs list for everyone.
+RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=timezone.utc)
+RUN_AT_MAX = datetime(9999, 1, 1, tzinfo=timezone.utc)
 ENQUEUE_MANY_CHUNK = 10_000  # runs per INSERT statement of enqueue_many
 KEY_CONFLICT_TRIES = 5  # inserts tried while the run holding a unique key keeps finishing
 
@@ -28,9 +35,11 @@ def _checked_payload(payload, max_bytes):
         return {}, "{}"
     if not isinstance(payload, dict):
         raise InvalidInput("payload", f"must be a JSON object ({{...}}), got {type(payload).__name__}")
+    _check_values(payload, 1)
     try:
-        text = json.dumps(payload)
-    except (TypeError, ValueError) as exc:
+        # allow_nan=False: NaN and Infinity are not JSON, and jsonb refuses them.
+        text = json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput("payload", f"cannot be stored as JSON: {exc}") from None
     if has_nul(payload):
         # PostgreSQL's jsonb cannot hold U+0000: without this check the INSERT fails with a
@@ -44,11 +53,41 @@ def _checked_payload(payload, max_bytes):
     return payload, text
 
 
+def _check_values(value, depth):
+    """Depth within PAYLOAD_MAX_DEPTH, finite numbers and text without lone surrogates (which
+    UTF-8 cannot encode), before json.dumps or PostgreSQL meets them."""
+    if depth > PAYLOAD_MAX_DEPTH:
+        raise InvalidInput("payload", f"is nested more than {PAYLOAD_MAX_DEPTH} levels deep")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput("payload", f"holds {value!r}, which JSON cannot store")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput("payload", "holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_values(key, depth)
+            _check_values(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_values(item, depth + 1)
+
+
+def _refuse_constant(name):
+    raise InvalidInput("payload", f"holds {name}, which is not a JSON number")
+
+
 def parse_payload(text, max_bytes):
     """Parse payload JSON text (from a form or the CLI) into a checked dict."""
     try:
-        payload = json.loads(text)
+        # 1e400 parses as inf: parse_float keeps it visible to the finite check.
+        payload = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise InvalidInput("payload", f"is nested more than {PAYLOAD_MAX_DEPTH} levels deep") from None
     except ValueError as exc:
+        if isinstance(exc, InvalidInput):
+            raise
         raise InvalidInput("payload", f"is not valid JSON: {exc}") from None
     return check_payload(payload, max_bytes)
 
@@ -71,6 +110,12 @@ def check_run_at(value):
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput("run_at", "must say its timezone (for example +00:00 or Z); "
                                      "a time without one is ambiguous")
+    try:
+        in_range = RUN_AT_MIN <= value < RUN_AT_MAX
+    except OverflowError:  # 0001-01-01T00:00+14:00 is before the year 1 in UTC
+        in_range = False
+    if not in_range:
+        raise InvalidInput("run_at", "must be between 1970-01-01 and 9998-12-31 UTC")
     return value
 
 
@@ -101,6 +146,7 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not idempotency_key.strip():
             raise InvalidInput("idempotency_key", "must be a non-empty string")
+        clean_text("idempotency_key", idempotency_key)
         if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
             raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
@@ -173,8 +219,8 @@ def check_max_attempts(max_attempts, registered, config):
     """max_attempts as given, else the job type's, else JOBSWEB_MAX_ATTEMPTS; InvalidInput if unusable."""
     if max_attempts is None:
         max_attempts = registered.max_attempts or config["JOBSWEB_MAX_ATTEMPTS"]
-    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-        raise InvalidInput("max_attempts", f"must be a whole number of at least 1, got {max_attempts!r}")
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or not 1 <= max_attempts <= INT_MAX:
+        raise InvalidInput("max_attempts", f"must be a whole number from 1 to {INT_MAX}, got {max_attempts!r}")
     return max_attempts
 
 

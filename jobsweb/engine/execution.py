@@ -8,9 +8,10 @@ import time
 import traceback
 from dataclasses import dataclass
 
+import psycopg
 from psycopg.types.json import Jsonb
 
-from . import retry
+from . import retry, statements
 from ..core.errors import has_nul
 from ..core.logs import run_event
 from .registry import Cancelled, JobContext, JobType
@@ -212,3 +213,24 @@ def log_finished(outcomes, rows):
                   "longer held by %s", o.run_id, o.job_type, o.attempt, o.worker, run_id=o.run_id,
                   job_type=o.job_type, attempt=o.attempt, worker=o.worker)
     return len(rows)
+
+
+def finish_each(run, outcomes):
+    """Write outcomes one FINISH_RUNS each, after the batch failed: the database refused one of
+    them (a value it cannot store). Each that still fails is logged and dropped (its lease runs
+    out and lease recovery fails the attempt), so one bad row cannot lose the others' outcomes
+    or stop the worker. `run(sql, params)` runs one statement in its own transaction (or
+    savepoint) and returns its rows. Returns how many were written."""
+    written = 0
+    for outcome in outcomes:
+        try:
+            rows = run(statements.FINISH_RUNS, finish_params([outcome]))
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                raise  # the connection, not the row: the caller handles an outage
+            log.error("run %d %s: the outcome of attempt %d could not be written (%s: %s); its lease will "
+                      "expire and lease recovery will fail the attempt", outcome.run_id, outcome.job_type,
+                      outcome.attempt, type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc) else "")
+            continue
+        written += log_finished([outcome], rows)
+    return written

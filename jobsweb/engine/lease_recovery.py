@@ -4,8 +4,10 @@ frozen) are recorded as failed, so those runs retry or die instead of staying `r
 A duty of every worker, handed to it by the command that builds it, like Oban's Lifeline.
 """
 
+import psycopg
+
 from . import registry, statements
-from .execution import Failures, finish_params, log_finished
+from .execution import Failures, finish_each, finish_params, log_finished
 from .registry import JobContext
 from .worker import Duty
 
@@ -29,10 +31,23 @@ def recover_expired_leases(link, failures, limit=RECOVER_BATCH):
                                             f"lease expired: worker {holder} stopped heartbeating "
                                             "(killed, crashed or stuck)", backoff=(backoff_base, backoff_cap)))
         if outcomes:
-            log_finished(outcomes, conn.execute(statements.FINISH_RUNS, finish_params(outcomes)).fetchall())
+            try:
+                with conn.transaction():  # a savepoint: its failure leaves the locks taken above
+                    rows = conn.execute(statements.FINISH_RUNS, finish_params(outcomes)).fetchall()
+                log_finished(outcomes, rows)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error:
+                # One outcome the database cannot store must not block recovering the others.
+                finish_each(lambda sql, params: _in_savepoint(conn, sql, params), outcomes)
         return len(outcomes)
 
     return link.in_transaction(recover)
+
+
+def _in_savepoint(conn, sql, params):
+    with conn.transaction():
+        return conn.execute(sql, params).fetchall()
 
 
 def duty(config):

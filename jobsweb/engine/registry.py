@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from . import effects
 from .flow import check_priority, check_queue
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InvalidInput
 
 
 class PermanentError(Exception):
@@ -53,6 +53,12 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
         check_queue(queue)
     if priority is not None:
         check_priority(priority)
+
+    for option, value in (("timeout", timeout), ("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
+        # A week at most, like a definition's: the worker turns these into timestamps.
+        if value is not None and not (isinstance(value, (int, float)) and 0 < value <= 7 * 86400):
+            raise InvalidInput(option, f"of @job({name!r}) must be a number of seconds above 0 and at "
+                                       f"most 604800 (7 days), got {value!r}")
 
     def register(func):
         add(JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap, tuple(permanent),

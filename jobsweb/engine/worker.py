@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import registry, statements, upkeep
+import psycopg
+
+from . import registry, retry, statements, upkeep
 from ..core.logs import flush_events, run_event
-from .execution import Failures, Held, Outcome, Pool, finish_params, log_finished
+from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
 from .wakeup import Listener
@@ -294,6 +296,10 @@ class Worker:
         except DatabaseUnavailable:
             self.pending = outcomes + self.pending  # written again once the database is back
             raise
+        except psycopg.Error:
+            # The database refused a value of one outcome: write them one by one instead.
+            self.done += finish_each(self.link.fetch, outcomes)
+            return self.link.fetch(*batch[-1]) if free else []
         if outcomes:
             self.done += log_finished(outcomes, results[0])
         return results[-1] if free else []
@@ -324,7 +330,8 @@ class Worker:
         held = self.held.get(ctx.run_id)
         if held is None or held.ctx is not ctx:
             return False
-        held.lease = float(seconds or self.lease)
+        # Bounded like a retry delay: 1e300 would overflow EXTEND_LEASES at every heartbeat.
+        held.lease = max(1.0, retry.bounded(seconds or self.lease))
         try:
             rows = self.link.fetch(upkeep.EXTEND_LEASES, {
                 "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})

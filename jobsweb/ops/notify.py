@@ -18,15 +18,15 @@ import json
 import logging
 import smtplib
 import ssl
-import urllib.error
-import urllib.request
 from email.message import EmailMessage
+from urllib.parse import urlsplit
 
 from flask import current_app, url_for
 
 from ..core.database import db, execute
 from ..core.models import AlertDelivery
 from ..engine import retry
+from . import webhook
 
 log = logging.getLogger("jobsweb.notify")
 
@@ -124,35 +124,23 @@ def deliver_due(stop=None, limit=100):
 def send(channel, target, subject, body, data, config):
     """Send one notification now; SendError when the receiver did not take it."""
     if channel == "webhook":
-        post_webhook(target, body, data, config["JOBSWEB_ALERT_TIMEOUT"])
+        post_webhook(target, body, data, config["JOBSWEB_ALERT_TIMEOUT"], config["JOBSWEB_ALERT_ALLOW_PRIVATE_IPS"])
     else:
         send_email(target, subject, body, config)
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    # urllib would turn a redirected POST into a GET without the body: a lost alert that
-    # looks delivered. A redirect is reported as an error instead.
-    def redirect_request(self, *args, **kwargs):
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirects)
-
-
-def post_webhook(url, body, data, timeout):
+def post_webhook(url, body, data, timeout, allow_private=False):
     """POST {"text": ..., "jobsweb": {...}}: Slack's incoming webhooks (and Mattermost's,
-    and most chat tools') show `text`; other receivers can read the structured part."""
+    and most chat tools') show `text`; other receivers can read the structured part. The whole
+    send ends within `timeout` seconds; private addresses only with `allow_private`."""
     payload = json.dumps({"text": slack_escape(body), "jobsweb": data}).encode()
-    request = urllib.request.Request(url, data=payload, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "jobsweb-alerts"})
     try:
-        with _opener.open(request, timeout=timeout) as response:
-            response.read(ERROR_CHARS)
-    except urllib.error.HTTPError as exc:
-        answer = exc.read(ERROR_CHARS).decode("utf-8", "replace").strip()
-        raise SendError(f"HTTP {exc.code} {exc.reason}" + (f": {answer}" if answer else "")) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise SendError(f"could not POST to {redact(url)}: {getattr(exc, 'reason', exc)}") from None
+        webhook.post(url, payload, timeout, allow_private)
+    except webhook.WebhookError as exc:
+        message = str(exc)
+        if not message.startswith("HTTP "):
+            message = f"could not POST to {redact(url)}: {message}"
+        raise SendError(message) from None
 
 
 def slack_escape(message):
@@ -168,7 +156,9 @@ def send_email(recipients, subject, body, config):
     message = EmailMessage()
     message["From"] = config["JOBSWEB_SMTP_FROM"]
     message["To"] = recipients
-    message["Subject"] = subject
+    # A line break in a header makes EmailMessage raise (and the failure went unrecorded): names
+    # stored before define() refused them still carry one.
+    message["Subject"] = " ".join(subject.split())
     message.set_content(body)
     try:
         if port == SMTP_SSL_PORT:
@@ -224,9 +214,11 @@ def queue_test(sent_by):
 
 
 def redact(target):
-    """A webhook URL without its path (Slack's and others' URLs are the secret); emails as is."""
+    """A webhook URL without its path, query or fragment (Slack's URLs and ?token= are the
+    secret) and without a user:password; emails as is."""
     if "://" not in target:
         return target
-    scheme, rest = target.split("://", 1)
-    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
-    return f"{scheme}://{host}/…" if "/" in rest.strip("/") else f"{scheme}://{host}"
+    parts = urlsplit(target)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    hidden = parts.path.strip("/") or parts.query or parts.fragment
+    return f"{parts.scheme}://{host}/…" if hidden else f"{parts.scheme}://{host}"

@@ -16,10 +16,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import aliased
 
 from ..core.database import db, execute
-from ..core.errors import InvalidInput, check_emails, check_url
+from ..core.errors import InvalidInput, check_emails, check_url, clean_text
 from ..core.models import JobDefinition, JobRun
 from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
 from ..engine.flow import check_priority, check_queue, ensure_queue
+from ..engine.retry import MAX_DELAY
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
 from .schedule import Schedule
 
@@ -29,6 +30,9 @@ FAILING_AFTER = 2  # default consecutive dead runs that make a definition "faili
 URL_MAX_CHARS = 2000
 MISFIRE_POLICIES = ("latest", "all", "skip")
 OVERLAP_POLICIES = ("skip", "queue", "allow")
+MAX_SECONDS = MAX_DELAY  # timeouts, leases and retry delays: 7 days at most
+MAX_GRACE = 30 * 86400  # seconds; a monthly job may be days late before it counts as overdue
+MAX_ALERT_AFTER = 1000
 
 
 def define(name, job_type, schedule, **options):
@@ -80,13 +84,13 @@ def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_b
     """The options whose checks need no app or database: also run where @job declares a schedule."""
     _check_choice("overlap", overlap, OVERLAP_POLICIES)
     _check_choice("misfire", misfire, MISFIRE_POLICIES)
-    _check_whole("grace_seconds", grace_seconds, minimum=0)
+    _check_whole("grace_seconds", grace_seconds, minimum=0, maximum=MAX_GRACE)
     for field, value in (("timeout", timeout), ("lease", lease), ("backoff_base", backoff_base),
                          ("backoff_cap", backoff_cap)):
         _check_seconds(field, value)
     if backoff_base and backoff_cap and backoff_cap < backoff_base:
         raise InvalidInput("backoff_cap", "must be at least backoff_base")
-    _check_whole("alert_after_failures", alert_after_failures, minimum=1)
+    _check_whole("alert_after_failures", alert_after_failures, minimum=1, maximum=MAX_ALERT_AFTER)
 
 
 def upsert(values, source=None):
@@ -227,7 +231,8 @@ def _check_name(name):
         raise InvalidInput("name", "is required")
     if len(name) > NAME_MAX_CHARS:
         raise InvalidInput("name", f"must be at most {NAME_MAX_CHARS} characters")
-    return name.strip()
+    # A line break in a name once made the alert email's subject raise, unrecorded.
+    return clean_text("name", name.strip())
 
 
 def _check_choice(field, value, choices):
@@ -235,9 +240,9 @@ def _check_choice(field, value, choices):
         raise InvalidInput(field, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
-def _check_whole(field, value, minimum):
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidInput(field, f"must be a whole number of at least {minimum}, got {value!r}")
+def _check_whole(field, value, minimum, maximum):
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidInput(field, f"must be a whole number from {minimum} to {maximum}, got {value!r}")
 
 
 def _check_routing(webhook_url, email_to):
@@ -254,5 +259,7 @@ def _check_routing(webhook_url, email_to):
 def _check_seconds(field, value):
     if value is None:
         return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise InvalidInput(field, f"must be a number of seconds greater than 0, got {value!r}")
+    # not 0 < value <= MAX_SECONDS is also true of NaN; inf and 1e300 are over the maximum.
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= MAX_SECONDS:
+        raise InvalidInput(field, f"must be a number of seconds greater than 0 and at most {MAX_SECONDS:g} "
+                                  f"(7 days), got {value!r}")

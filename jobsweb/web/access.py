@@ -5,6 +5,7 @@ A viewer comes from the host's `authorize` callable when the app gave one (it re
 (identity, role)), otherwise from jobsweb's own users and sign-in page.
 """
 
+import time
 from dataclasses import dataclass
 from functools import wraps
 from urllib.parse import urlencode
@@ -18,6 +19,12 @@ from ..core.models import ROLES, User
 from .rendering import htmx
 
 SESSION_KEY = "jobsweb_user_id"  # jobsweb's own sign-in, in the app's session
+VERSION_KEY = "jobsweb_session_version"  # the user's session_version when this session began
+SEEN_KEY = "jobsweb_seen_at"  # Unix time of the session's latest request, for the idle timeout
+# What a sign-in or sign-out clears: jobsweb's keys and the CSRF token (Flask-WTF's key), so no
+# token or cookie from before is good after. A host's own keys in the session are left alone.
+SESSION_KEYS = (SESSION_KEY, VERSION_KEY, SEEN_KEY, "csrf_token")
+SEEN_RESOLUTION = 60  # seconds: the idle clock is rewritten at most this often (a new cookie)
 # Seconds a form's CSRF token stays good: as long as a session cookie lives, so that a page
 # left open overnight still posts (the token is tied to the session anyway).
 CSRF_MAX_AGE = 31 * 86400
@@ -75,8 +82,34 @@ def find_viewer():
             raise RuntimeError(f"authorize() returned role {role!r}; it must be one of {', '.join(ROLES)}")
         return Viewer(str(identity), role)
     user_id = session.get(SESSION_KEY)
-    user = db.session.get(User, user_id) if isinstance(user_id, int) else None
-    return Viewer(user.email, user.role, user.id) if user is not None else None
+    if not isinstance(user_id, int):
+        return None
+    user = db.session.get(User, user_id)
+    now = int(time.time())
+    seen = session.get(SEEN_KEY)
+    if (user is None or not user.active or session.get(VERSION_KEY) != user.session_version
+            or not isinstance(seen, int) or now - seen > current_app.config["JOBSWEB_SESSION_IDLE_SECONDS"]):
+        # Signed out elsewhere, deactivated, password reset, or idle too long: this session is over.
+        forget_session()
+        return None
+    if now - seen >= SEEN_RESOLUTION:
+        session[SEEN_KEY] = now
+    return Viewer(user.email, user.role, user.id)
+
+
+def forget_session():
+    """Remove jobsweb's sign-in and the CSRF token from the session."""
+    for key in SESSION_KEYS:
+        session.pop(key, None)
+    g.pop("csrf_token", None)
+
+
+def start_session(user):
+    """A fresh session for `user`: nothing from before sign-in (CSRF token included) survives."""
+    forget_session()
+    session[SESSION_KEY] = user.id
+    session[VERSION_KEY] = user.session_version
+    session[SEEN_KEY] = int(time.time())
 
 
 def check_csrf():

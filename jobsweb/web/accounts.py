@@ -8,11 +8,11 @@ from sqlalchemy import func, select
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from ..core.database import db
-from ..core.errors import EMAIL_MAX_CHARS, InvalidInput
+from ..core.errors import EMAIL_MAX_CHARS, InvalidInput, clean_text
 from ..core.models import ROLES, User
+from ..core.passwords import check_password
 
 DEMO_EMAIL = "operator@example.com"
-PASSWORD_MIN_CHARS = 8
 
 
 @cache
@@ -31,12 +31,38 @@ def find_user(email):
 
 
 def check_credentials(email, password):
-    """The user with this email and password, or None."""
+    """The active user with this email and password, or None."""
     user = find_user(email)
     if user is None:
         check_password_hash(_dummy_hash(), password)
         return None
-    return user if check_password_hash(user.password_hash, password) else None
+    return user if check_password_hash(user.password_hash, password) and user.active else None
+
+
+def end_sessions(user):
+    """End every session of `user`, wherever its cookie is (the caller commits)."""
+    user.session_version = User.session_version + 1
+
+
+def set_active(user, active):
+    """Deactivate (no sign-in, every session ended) or reactivate a user; the caller commits."""
+    user.active = active
+    if not active:
+        end_sessions(user)
+
+
+def reset_password(user, password):
+    """A new password; every session of the user ends. The caller commits."""
+    user.password_hash = generate_password_hash(check_password(password))
+    end_sessions(user)
+
+
+def user_by_email(email):
+    """The user with this email, or InvalidInput naming `email`."""
+    user = find_user(clean_text("email", email))
+    if user is None:
+        raise InvalidInput("email", f"no user has the email {email!r}")
+    return user
 
 
 def create_user(email, password, role):
@@ -44,13 +70,12 @@ def create_user(email, password, role):
 
     InvalidInput names the field when the email is taken or the input is unusable.
     """
-    email = email.strip()
-    if "@" not in email or len(email) > EMAIL_MAX_CHARS:
+    email = clean_text("email", email.strip())
+    if "@" not in email or len(email) > EMAIL_MAX_CHARS or any(c.isspace() for c in email):
         raise InvalidInput("email", f"{email!r} is not an email address")
     if role not in ROLES:
         raise InvalidInput("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
-    if len(password) < PASSWORD_MIN_CHARS:
-        raise InvalidInput("password", f"must have at least {PASSWORD_MIN_CHARS} characters")
+    check_password(password)
     if find_user(email) is not None:
         raise InvalidInput("email", f"a user with email {email} already exists")
     user = User(email=email, password_hash=generate_password_hash(password), role=role)
@@ -65,6 +90,6 @@ def ensure_demo_operator():
     The caller commits."""
     if db.session.scalar(select(func.count()).select_from(User)):
         return None
-    password = secrets.token_urlsafe(12)
+    password = secrets.token_urlsafe(16)
     create_user(DEMO_EMAIL, password, "operator")
     return DEMO_EMAIL, password

@@ -21,7 +21,7 @@ from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER
 from ..scheduling.schedule import Schedule, next_fire_times
 from .access import role_required
 from .forms import DefinitionForm
-from .rendering import redirect_to, render
+from .rendering import mask_secrets, redirect_to, render, restore_secrets
 
 bp = Blueprint("definition_form", __name__, url_prefix="/definitions")
 
@@ -43,11 +43,16 @@ def _form(definition=None):
                       "backoff_cap", "grace_seconds", "alert_after_failures", "alert_webhook_url",
                       "alert_email_to", "queue", "priority"):
             getattr(form, field).data = getattr(definition, field)
-        form.payload.data = json.dumps(definition.payload, indent=2, sort_keys=True)
+        # Masked like on every other page; _save puts the stored secrets back.
+        form.payload.data = json.dumps(mask_secrets(definition.payload, _mask_words()), indent=2, sort_keys=True)
         form.timeout.data = definition.timeout_seconds
         form.overlap.data = definition.overlap_policy
         form.misfire.data = definition.misfire_policy
     return form
+
+
+def _mask_words():
+    return current_app.config["JOBSWEB_MASK_KEYS"]
 
 
 def preview(schedule, timezone):
@@ -73,6 +78,8 @@ def _save(form, definition=None):
     """define() from the form; InvalidInput goes onto the field it names. Returns the definition."""
     try:
         payload = parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+        if definition is not None:
+            payload = restore_secrets(payload, definition.payload, _mask_words())
         return definitions.define(
             definition.name if definition else form.name.data, form.job_type.data, form.schedule.data,
             timezone=form.timezone.data, payload=payload, max_attempts=form.max_attempts.data,

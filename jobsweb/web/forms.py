@@ -5,13 +5,36 @@ from flask_wtf import FlaskForm
 from wtforms import EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
 from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
+from ..core.errors import InvalidInput, clean_text
 from ..core.models import ROLES
-from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER, MISFIRE_POLICIES, OVERLAP_POLICIES
+from ..scheduling.definitions import (DEFAULT_GRACE, FAILING_AFTER, MAX_GRACE, MAX_SECONDS, MISFIRE_POLICIES,
+                                      OVERLAP_POLICIES)
+from ..core.passwords import PASSWORD_MIN_CHARS
+
+# A number field bounded by NumberRange accepts "nan" (every comparison with it is false).
+_finite = NumberRange(min=0.001, max=MAX_SECONDS)
 
 
 class Form(FlaskForm):
+    """The input-cleaning layer of every form: text with a control character (NUL, or a line
+    break outside a text area) gets an error on its own field, before any other check runs."""
+
     class Meta:
         csrf = False
+
+    def validate(self, extra_validators=None):
+        valid = super().validate(extra_validators)
+        for field in self:
+            if isinstance(field.data, str):
+                try:
+                    clean_text(field.name, field.data, multiline=isinstance(field, TextAreaField))
+                except InvalidInput as exc:
+                    field.errors = [*field.errors, exc.message]
+                    valid = False
+            elif isinstance(field.data, float) and field.data != field.data:
+                field.errors = [*field.errors, "must be a number"]
+                valid = False
+        return valid
 
 
 class SignInForm(Form):
@@ -35,8 +58,9 @@ class UserForm(Form):
     role = SelectField("Role", choices=list(ROLES),
                        description="Viewers read; operators also act on runs; admins also manage "
                                    "definitions and users.")
-    password = PasswordField("Password", validators=[DataRequired(), Length(min=8, max=200)],
-                             description="At least 8 characters; tell it to them another way.")
+    password = PasswordField("Password", validators=[DataRequired(), Length(max=200)],
+                             description=f"At least {PASSWORD_MIN_CHARS} characters, not a common one; "
+                                         "tell it to them another way.")
 
 
 class DefinitionForm(Form):
@@ -55,15 +79,15 @@ class DefinitionForm(Form):
                         description="Empty: the job type's queue, or default. Created on first use.")
     priority = StringField("Priority", validators=[Optional(), Length(max=10)],
                            description="-1000 to 1000, smaller runs first. Empty: the job type's, or 0.")
-    backoff_base = FloatField("Retry delay base (s)", validators=[Optional(), NumberRange(min=0.001)])
-    backoff_cap = FloatField("Retry delay cap (s)", validators=[Optional(), NumberRange(min=0.001)])
-    timeout = FloatField("Timeout (s)", validators=[Optional(), NumberRange(min=0.001)],
+    backoff_base = FloatField("Retry delay base (s)", validators=[Optional(), _finite])
+    backoff_cap = FloatField("Retry delay cap (s)", validators=[Optional(), _finite])
+    timeout = FloatField("Timeout (s)", validators=[Optional(), _finite],
                          description="Empty: the job type's timeout, if any.")
     overlap = SelectField("If the previous run is still going", default="skip", choices=list(OVERLAP_POLICIES),
                           description="skip this slot · queue it after · allow both")
     misfire = SelectField("After downtime", default="latest", choices=list(MISFIRE_POLICIES),
                           description="run the latest missed slot · run all · skip them")
-    grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0)],
+    grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0, max=MAX_GRACE)],
                                  description="How late a slot may be before it counts as overdue.")
     alert_after_failures = IntegerField("Alert after (dead runs)", default=FAILING_AFTER,
                                         validators=[Optional(), NumberRange(min=1, max=1000)],

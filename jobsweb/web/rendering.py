@@ -72,6 +72,21 @@ def mask_secrets(value, words):
     return value
 
 
+def restore_secrets(edited, stored, words):
+    """The edited payload with each masked value still equal to MASK put back from the stored
+    one, so that an edit form showing masked secrets does not overwrite them with the mask."""
+    if not isinstance(edited, dict) or not isinstance(stored, dict):
+        return edited
+    out = {}
+    for key, item in edited.items():
+        secret = any(word in str(key).lower() for word in words)
+        if secret and item == MASK and key in stored:
+            out[key] = stored[key]
+        else:
+            out[key] = restore_secrets(item, stored.get(key), words)
+    return out
+
+
 def pretty_json(value, words=()):
     """Indented JSON with secrets masked; Jinja escapes it like any other text."""
     return json.dumps(mask_secrets(value, words), indent=2, sort_keys=True, ensure_ascii=False)

@@ -5,6 +5,7 @@ from sqlalchemy import select
 
 from . import audit, runlist
 from ..core.database import db
+from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine import registry, run_actions
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
@@ -47,9 +48,12 @@ def bulk():
         raw = request.form.getlist("ids")
         if not raw:
             abort(400, "No runs selected: tick some rows, or choose everything matching the filter.")
-        if len(raw) > BULK_SELECTED_MAX or not all(r.isdigit() and len(r) < 19 for r in raw):
-            abort(400, f"Bad selection: at most {BULK_SELECTED_MAX} run numbers.")
-        batches = [[int(r) for r in raw]]
+        try:
+            if len(raw) > BULK_SELECTED_MAX:
+                raise InvalidInput("ids", f"at most {BULK_SELECTED_MAX} runs at once")
+            batches = [[whole_number("ids", r) for r in raw]]
+        except InvalidInput as exc:
+            abort(400, f"Bad selection: {exc}.")
         scope = "selected"
     changed = requested = 0
     for ids in batches:

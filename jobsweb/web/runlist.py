@@ -13,8 +13,8 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import load_only
 
 from ..core.database import db
+from ..core.errors import InvalidInput, clean_text, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..core.errors import InvalidInput
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 
@@ -57,6 +57,11 @@ class RunFilter:
         queue = args.get("queue", "").strip()
         if len(queue) > TEXT_MAX_CHARS:
             raise BadFilter(f"queue is longer than {TEXT_MAX_CHARS} characters")
+        for name, value in (("job_type", job_type), ("q", text), ("worker", worker), ("queue", queue)):
+            try:
+                clean_text(name, value)  # also for the POSTed filter of a bulk action
+            except InvalidInput as exc:
+                raise BadFilter(str(exc)) from None
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), job_type,
                    number(args, "definition"), _time(args, "since"), _time(args, "until"), text, worker,
                    queue, _priority(args))
@@ -118,9 +123,10 @@ def number(args, name):
     raw = args.get(name, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise BadFilter(f"{name} must be a whole number, got {raw!r}")
-    return int(raw)
+    try:
+        return whole_number(name, raw)
+    except InvalidInput as exc:
+        raise BadFilter(str(exc)) from None
 
 
 def _priority(args):
@@ -142,7 +148,12 @@ def _time(args, name):
         value = datetime.fromisoformat(raw)
     except ValueError:
         raise BadFilter(f"{name} must be a date and time such as 2026-11-21T06:00, got {raw!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    try:
+        value.astimezone(timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+14:00 is before the year 1 in UTC
+        raise BadFilter(f"{name} is out of range, got {raw!r}") from None
+    return value
 
 
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,

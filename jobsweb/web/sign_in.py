@@ -2,13 +2,15 @@
 
 from urllib.parse import urlsplit
 
-from flask import Blueprint, abort, redirect, request, session, url_for
+from flask import Blueprint, abort, redirect, request, url_for
 
 from ..core.database import db
-from .access import SESSION_KEY, access
-from .accounts import check_credentials
+from ..core.models import User
+from .access import access, forget_session, start_session, viewer
+from .accounts import check_credentials, end_sessions
 from .forms import SignInForm
 from .rendering import render_template
+from .throttle import Attempt
 
 bp = Blueprint("auth", __name__)
 
@@ -18,7 +20,9 @@ def _safe_next(target):
     if not target:
         return None
     parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+    # A backslash or a control character can turn a path into another host in some browsers.
+    if (parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//")
+            or "\\" in target or any(ord(c) < 32 or ord(c) == 127 for c in target)):
         return None
     return target
 
@@ -36,19 +40,31 @@ def sign_in():
     form = SignInForm()
     error = None
     if form.validate_on_submit():
+        attempt = Attempt.of(form.email.data, request.remote_addr)
+        wait = attempt.retry_after()
+        if wait:
+            message = (f"Too many wrong passwords for this account or from this address: try again in "
+                       f"{(wait + 59) // 60} minute{'s' * (wait > 60)}.")
+            return render_template("sign_in.html", form=form, error=message), 429, {"Retry-After": str(wait)}
         user = check_credentials(form.email.data, form.password.data)
         if user is not None:
-            session[SESSION_KEY] = user.id
+            start_session(user)
             user.last_sign_in_at = db.func.now()
             db.session.commit()
             return redirect(_safe_next(request.args.get("next")) or url_for("jobsweb.dashboard.index"))
+        attempt.failed()
+        db.session.commit()
         error = "That email and password do not match an account."
-    status = 401 if error else 200
+    status = 401 if error else 422 if form.errors else 200
     return render_template("sign_in.html", form=form, error=error), status
 
 
 @bp.post("/sign-out")
 def sign_out():
-    """Forget the session (POST, with the CSRF token, so no link can sign a person out)."""
-    session.pop(SESSION_KEY, None)
+    """End this user's sessions, everywhere (POST, with the CSRF token, so no link can sign a
+    person out): a copy of the cookie is no good after."""
+    if viewer() is not None and viewer().user_id is not None:
+        end_sessions(db.session.get(User, viewer().user_id))
+        db.session.commit()
+    forget_session()
     return redirect(url_for("jobsweb.auth.sign_in"))

@@ -11,8 +11,8 @@ from pathlib import Path
 from flask import Blueprint
 from flask_wtf.csrf import CSRFError
 
-from . import (access, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, probes, queue_pages,
-               run_pages, sign_in, user_pages, worker_pages)
+from . import (access, dashboard, definition_form, definition_pages, enqueue_form, guards, incident_pages, probes,
+               queue_pages, run_pages, sign_in, user_pages, worker_pages)
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
@@ -31,8 +31,11 @@ admin = Blueprint("jobsweb", __name__, static_folder=str(resource("static")), st
 admin.register_blueprint(Blueprint("htmx", __name__, static_folder=_htmx_folder(), static_url_path="/vendor/htmx"))
 for page in PAGES:
     admin.register_blueprint(page.bp)
+admin.before_request(guards.limit_request)  # first: nothing may parse a body over the limit
 admin.before_request(access.check_csrf)
+admin.before_request(guards.check_query_and_ids)
 admin.before_request(access.require_sign_in)
+admin.after_request(guards.add_headers)
 
 
 def error_page(code, title, message):
@@ -57,6 +60,11 @@ def bad_request(exc):
 @admin.errorhandler(BadFilter)
 def bad_filter(exc):
     return error_page(400, "Bad filter", f"{exc}.")
+
+
+@admin.errorhandler(413)
+def too_large(exc):
+    return error_page(413, "Request too large", exc.description)
 
 
 @admin.errorhandler(401)

@@ -5,10 +5,10 @@ from sqlalchemy import select
 
 from . import audit
 from ..core.database import db
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, clean_text
 from ..core.models import ROLES, User
 from .access import role_required, viewer
-from .accounts import create_user
+from .accounts import create_user, reset_password, set_active
 from .forms import UserForm
 from .rendering import redirect_to, render
 
@@ -50,4 +50,50 @@ def change_role(user_id):
     user.role = role
     db.session.commit()
     flash(f"{user.email} is now {role}.")
+    return redirect(url_for("jobsweb.users.index"))
+
+
+def _user_or_404(user_id):
+    return db.get_or_404(User, user_id, description=f"There is no user {user_id}.")
+
+
+@bp.post("/<int:user_id>/deactivate")
+@role_required("admin")
+def deactivate(user_id):
+    """Stop a user from signing in and end their sessions; not yourself (someone must stay admin)."""
+    user = _user_or_404(user_id)
+    if user.id == viewer().user_id:
+        abort(400, "You cannot deactivate yourself; ask another admin.")
+    set_active(user, False)
+    audit.record("deactivate_user", "user", user.id, email=user.email)
+    db.session.commit()
+    flash(f"{user.email} can no longer sign in; their sessions have ended.")
+    return redirect(url_for("jobsweb.users.index"))
+
+
+@bp.post("/<int:user_id>/reactivate")
+@role_required("admin")
+def reactivate(user_id):
+    """Let a deactivated user sign in again."""
+    user = _user_or_404(user_id)
+    set_active(user, True)
+    audit.record("reactivate_user", "user", user.id, email=user.email)
+    db.session.commit()
+    flash(f"{user.email} can sign in again.")
+    return redirect(url_for("jobsweb.users.index"))
+
+
+@bp.post("/<int:user_id>/password")
+@role_required("admin")
+def set_password(user_id):
+    """Reset a user's password (tell it to them another way); their sessions end."""
+    user = _user_or_404(user_id)
+    try:
+        password = clean_text("password", request.form.get("password", ""))
+        reset_password(user, password)
+    except InvalidInput as exc:
+        abort(400, f"Bad password: {exc.message}.")
+    audit.record("reset_password", "user", user.id, email=user.email)
+    db.session.commit()
+    flash(f"{user.email} has a new password; their sessions have ended.")
     return redirect(url_for("jobsweb.users.index"))

@@ -1,0 +1,67 @@
+"""What every jobsweb command shares: the `jobs` and `users` groups, whose commands refuse
+control characters in their arguments, one-line errors, logging, and times as people read them."""
+
+from contextlib import contextmanager
+
+import click
+import psycopg
+from flask import current_app
+from flask.cli import AppGroup
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from ..core import logs
+from ..core.errors import InvalidInput, clean_text
+from ..engine.link import DatabaseUnavailable, describe
+from ..scheduling.schedule import local_time, parse_timezone
+
+MULTILINE_OPTIONS = ("payload",)  # JSON text may span lines
+
+
+class CleanCommand(click.Command):
+    """The command line's part of the input-cleaning layer: every text argument and option is
+    refused, naming it, if it holds a NUL or other control character (exit code 2)."""
+
+    def invoke(self, ctx):
+        for name, value in ctx.params.items():
+            if isinstance(value, str):
+                try:
+                    clean_text(name, value, multiline=name in MULTILINE_OPTIONS)
+                except InvalidInput as exc:
+                    raise click.UsageError(str(exc), ctx) from None
+        return super().invoke(ctx)
+
+
+class CleanGroup(AppGroup):
+    command_class = CleanCommand
+
+
+jobs = CleanGroup("jobs", help="Enqueue and inspect jobs.")
+users = CleanGroup("users", help="Manage who may sign in to the admin screen.")
+
+
+@contextmanager
+def plain_errors():
+    """Turn the errors a person can fix into one-line messages instead of tracebacks."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from None
+    except (DatabaseUnavailable, OperationalError) as exc:
+        reason = describe(getattr(exc, "orig", None) or exc)
+        raise click.ClickException(f"cannot reach the database: {reason}\n"
+                                   "Check DATABASE_URL and that PostgreSQL is running.") from None
+    except (psycopg.errors.UndefinedTable, ProgrammingError) as exc:
+        if "does not exist" not in str(exc):
+            raise
+        raise click.ClickException("the jobsweb tables do not exist in this database: "
+                                   "run `flask jobs migrate` first.") from None
+
+
+def setup_logging():
+    """Log lines to stderr in JOBSWEB_LOG_FORMAT (unless a test runner set logging up)."""
+    logs.setup(current_app.config["JOBSWEB_LOG_FORMAT"])
+
+
+def when(moment, tz_name):
+    """A time in the definition's own timezone, as its owners read it."""
+    return "-" if moment is None else local_time(moment, parse_timezone(tz_name))

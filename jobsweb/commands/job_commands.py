@@ -1,0 +1,56 @@
+"""`flask jobs migrate`, `jobs enqueue` and `jobs prune`: the schema, ad-hoc runs, retention."""
+
+import click
+from flask import current_app
+
+from ..core import schema
+from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
+from ..engine.flow import check_priority
+from ..ops import retention
+from .groups import jobs, plain_errors, when
+
+
+@jobs.command("migrate")
+def migrate_command():
+    """Create jobsweb's tables, or upgrade them to this version (safe to run from several processes)."""
+    with plain_errors():
+        schema.upgrade()
+    click.echo("jobsweb's schema is up to date")
+
+
+@jobs.command("enqueue")
+@click.argument("job_type")
+@click.option("--payload", default="{}", help="A JSON object passed to the handler.")
+@click.option("--run-at", help="ISO 8601 time with its timezone; default now.")
+@click.option("--idempotency-key", help="Enqueue at most one run for this key.")
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the run is dead.")
+@click.option("--queue", help="The run's queue (created on first use) [the job type's, or default].")
+@click.option("--priority", help="-1000..1000, smaller runs first [the job type's, or 0].")
+@click.option("--unique-key", help="At most one unfinished run for this key: prints the existing one's id.")
+def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts, queue, priority, unique_key):
+    """Enqueue a run of JOB_TYPE and print its id."""
+    with plain_errors():
+        max_bytes = current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]
+        run_id = enqueue(job_type, parse_payload(payload, max_bytes),
+                         run_at=parse_run_at(run_at) if run_at else None,
+                         idempotency_key=idempotency_key, max_attempts=max_attempts, queue=queue,
+                         priority=None if priority is None else check_priority(priority),
+                         unique_key=unique_key)
+    click.echo(run_id)
+
+
+@jobs.command("prune")
+@click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
+def prune_command(dry_run):
+    """Delete finished runs older than their retention (JOBSWEB_RETAIN_*), in small batches."""
+    with plain_errors():
+        if dry_run:
+            for p in retention.dry_run():
+                span = f", finished {when(p.oldest, 'UTC')} to {when(p.newest, 'UTC')}" if p.runs else ""
+                click.echo(f"{p.status}: would delete {p.runs:,} runs and {p.attempts:,} attempts "
+                           f"older than {p.days} days{span}")
+            return
+        pruned, workers = retention.prune()
+    for p in pruned:
+        click.echo(f"{p.status}: deleted {p.runs:,} runs and {p.attempts:,} attempts older than {p.days} days")
+    click.echo(f"workers: deleted {workers:,} not seen for {retention.WORKER_RETAIN_DAYS} days")

@@ -1,0 +1,155 @@
+"""The schedule and flow-control commands: `flask jobs define/sync/pause/resume/run-now/
+schedules`, and `jobs queue/pause-type/resume-type`."""
+
+import click
+from flask import current_app
+
+from ..core.database import db
+from ..core.errors import InvalidInput
+from ..engine import flow
+from ..engine.enqueuing import parse_payload
+from ..engine.flow import check_priority
+from ..scheduling import code_definitions, definitions
+from ..scheduling.definitions import MISFIRE_POLICIES, OVERLAP_POLICIES
+from ..scheduling.schedule import Schedule
+from .groups import jobs, plain_errors, when
+
+
+@jobs.command("define")
+@click.argument("name")
+@click.option("--type", "job_type", required=True, help="The job type each run executes.")
+@click.option("--schedule", required=True, help="Cron ('0 6 * * *'), @daily and friends, or '@every 10m'.")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA name the schedule is read in.")
+@click.option("--payload", default="{}", help="A JSON object passed to every run.")
+@click.option("--max-attempts", type=int, help="Attempts before a run is dead.")
+@click.option("--overlap", default="skip", show_default=True, help=f"{'|'.join(OVERLAP_POLICIES)}: "
+              "while a run of this definition is queued or running, skip the slot, queue it, or allow it.")
+@click.option("--misfire", default="latest", show_default=True, help=f"{'|'.join(MISFIRE_POLICIES)}: "
+              "after an outage, run the latest missed slot, all of them, or none.")
+@click.option("--alert-after", type=int, default=definitions.FAILING_AFTER, show_default=True,
+              help="Dead runs in a row that raise a 'failing' alert.")
+@click.option("--alert-webhook", help="This definition's alert webhook [JOBSWEB_ALERT_WEBHOOK_URL].")
+@click.option("--alert-email", help="This definition's alert recipients, comma-separated [JOBSWEB_ALERT_EMAIL_TO].")
+@click.option("--queue", help="Its runs' queue (created on first use) [the job type's, or default].")
+@click.option("--priority", help="Its runs' priority, -1000..1000, smaller first [the job type's, or 0].")
+def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire,
+                   alert_after, alert_webhook, alert_email, queue, priority):
+    """Create or update the job definition NAME."""
+    with plain_errors():
+        payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+        definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
+                                        max_attempts=max_attempts, overlap=overlap, misfire=misfire,
+                                        alert_after_failures=alert_after, alert_webhook_url=alert_webhook,
+                                        alert_email_to=alert_email, queue=queue,
+                                        priority=None if priority is None else check_priority(priority))
+        db.session.commit()
+        words = Schedule(definition.schedule, definition.timezone).describe()
+    click.echo(f"{definition.name}: {words}; next run {when(definition.next_run_at, definition.timezone)}")
+
+
+def _schedule_words(definition):
+    """A definition's schedule in words; one stored before a rule refused it is listed, not fatal."""
+    try:
+        return Schedule(definition.schedule, definition.timezone).describe()
+    except InvalidInput as exc:
+        return f"(invalid: {exc.message})"
+
+
+@jobs.command("sync")
+def sync_command():
+    """Create or update the definitions declared in code (@job(..., schedule=...)); run it at
+    every release. Admin-made definitions are left alone; those no longer declared are disabled."""
+    with plain_errors():
+        changes = code_definitions.sync()
+        db.session.commit()
+    if not code_definitions.declared():
+        click.echo("no job type declares a schedule in code (are the modules with @job imported?)")
+    for change in changes:
+        click.echo(str(change))
+
+
+@jobs.command("pause")
+@click.argument("name")
+def pause_command(name):
+    """Stop creating runs for NAME (runs already queued still run)."""
+    with plain_errors():
+        definitions.pause(name)
+        db.session.commit()
+    click.echo(f"{name}: paused")
+
+
+@jobs.command("resume")
+@click.argument("name")
+def resume_command(name):
+    """Create runs for NAME again, from its next slot."""
+    with plain_errors():
+        definition = definitions.resume(name)
+        db.session.commit()
+    click.echo(f"{name}: resumed; next run {when(definition.next_run_at, definition.timezone)}")
+
+
+@jobs.command("queue")
+@click.argument("name")
+@click.option("--limit", help="At most N of its runs running at once, across all workers.")
+@click.option("--no-limit", is_flag=True, help="Remove the concurrency limit.")
+@click.option("--rate", help="At most N starts per SECONDS, across all workers (5/1: five a second).")
+@click.option("--no-rate", is_flag=True, help="Remove the rate limit.")
+@click.option("--pause/--resume", default=None, help="Leave its runs queued / claim them again.")
+def queue_command(name, limit, no_limit, rate, no_rate, pause):
+    """Show queue NAME's settings, or change them (the queue is created on first use)."""
+    with plain_errors():
+        if limit is not None and no_limit or rate is not None and no_rate:
+            raise InvalidInput("limit" if no_limit and limit is not None else "rate",
+                               "give a value or --no-..., not both")
+        row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else limit,
+                                   rate=None if no_rate else flow.UNSET if rate is None else rate,
+                                   paused=pause)
+        db.session.commit()
+    name, limit, rate_limit, rate_seconds, paused = row
+    rate = f"{rate_limit}/{rate_seconds}s" if rate_limit else "none"
+    click.echo(f"{name}: limit {limit or 'none'}, rate {rate}, {'paused' if paused else 'running'}")
+
+
+@jobs.command("pause-type")
+@click.argument("job_type")
+def pause_type_command(job_type):
+    """Leave every run of JOB_TYPE queued until resume-type (runs already running finish)."""
+    with plain_errors():
+        flow.pause_type(job_type)
+        db.session.commit()
+    click.echo(f"{job_type}: paused")
+
+
+@jobs.command("resume-type")
+@click.argument("job_type")
+def resume_type_command(job_type):
+    """Claim runs of JOB_TYPE again."""
+    with plain_errors():
+        flow.pause_type(job_type, paused=False)
+        db.session.commit()
+    click.echo(f"{job_type}: resumed")
+
+
+@jobs.command("run-now")
+@click.argument("name")
+def run_now_command(name):
+    """Create a run of NAME due now, outside its schedule, and print its id."""
+    with plain_errors():
+        run_id = definitions.run_now(name)
+        db.session.commit()
+    click.echo(run_id)
+
+
+@jobs.command("schedules")
+def schedules_command():
+    """List job definitions: schedule in words, next run, last status, failures."""
+    with plain_errors():
+        rows = [("NAME", "SCHEDULE", "NEXT RUN", "LAST STATUS", "FAILURES")]
+        for d in definitions.all_definitions():
+            words = _schedule_words(d) if d.schedule else "(no schedule)"
+            rows.append((d.name, words,
+                         when(d.next_run_at, d.timezone) if d.enabled else "paused",
+                         d.last_status or "-", str(d.failure_count)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

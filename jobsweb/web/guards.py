@@ -1,0 +1,49 @@
+"""Limits and headers for every request to jobsweb's blueprint (never the host app's routes):
+request size, text without control characters in query strings, ids that fit a bigint, and the
+security headers of each answer."""
+
+from flask import abort, current_app, request
+
+from ..core.errors import BIGINT_MAX, InvalidInput, clean_text
+
+# No inline script or style anywhere (confirm.js replaces onclick); nothing may frame the screen.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+def limit_request():
+    """before_request, first: refuse a body over JOBSWEB_MAX_REQUEST_BYTES before anything parses
+    it (a 50 MB anonymous POST was parsed before the CSRF check refused it), and cap what the
+    form parser reads when no length was sent."""
+    limit = current_app.config["JOBSWEB_MAX_REQUEST_BYTES"]
+    if request.content_length is not None and request.content_length > limit:
+        abort(413, f"The request is over the limit of {limit} bytes.")
+    request.max_content_length = limit
+    request.max_form_memory_size = limit
+
+
+def check_query_and_ids():
+    """before_request: query-string text has no control characters, and every id in the URL fits
+    a bigint (a larger one made PostgreSQL raise, a 500): a 400 or 404 naming the field."""
+    for name, value in request.args.items(multi=True):
+        try:
+            clean_text(name, name)
+            clean_text(name, value)
+        except InvalidInput as exc:
+            abort(400, f"Bad query string: {exc}.")
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, int) and value > BIGINT_MAX:
+            abort(404, f"There is no {name.removesuffix('_id')} {value}.")
+
+
+def add_headers(response):
+    """after_request: the security headers, on every answer of the blueprint."""
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
