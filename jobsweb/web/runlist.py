@@ -45,26 +45,10 @@ class RunFilter:
         for status in statuses:
             if status not in RUN_STATUSES:
                 raise BadFilter(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
-        job_type = args.get("job_type", "").strip()
-        if len(job_type) > TEXT_MAX_CHARS:
-            raise BadFilter(f"job_type is longer than {TEXT_MAX_CHARS} characters")
-        text = args.get("q", "").strip()
-        if len(text) > TEXT_MAX_CHARS:
-            raise BadFilter(f"the error text to search for is longer than {TEXT_MAX_CHARS} characters")
-        worker = args.get("worker", "").strip()
-        if len(worker) > TEXT_MAX_CHARS:
-            raise BadFilter(f"worker is longer than {TEXT_MAX_CHARS} characters")
-        queue = args.get("queue", "").strip()
-        if len(queue) > TEXT_MAX_CHARS:
-            raise BadFilter(f"queue is longer than {TEXT_MAX_CHARS} characters")
-        for name, value in (("job_type", job_type), ("q", text), ("worker", worker), ("queue", queue)):
-            try:
-                clean_text(name, value)  # also for the POSTed filter of a bulk action
-            except InvalidInput as exc:
-                raise BadFilter(str(exc)) from None
-        return cls(sorted(set(statuses), key=RUN_STATUSES.index), job_type,
-                   number(args, "definition"), _time(args, "since"), _time(args, "until"), text, worker,
-                   queue, _priority(args))
+        return cls(sorted(set(statuses), key=RUN_STATUSES.index), _text(args, "job_type"),
+                   number(args, "definition"), _time(args, "since"), _time(args, "until"),
+                   _text(args, "q", "the error text to search for"), _text(args, "worker"),
+                   _text(args, "queue"), _priority(args))
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -116,6 +100,18 @@ class RunFilter:
             where.append(or_(JobRun.id.in_(executed),
                              and_(JobRun.status == "running", JobRun.locked_by == self.worker)))
         return where
+
+
+def _text(args, name, words=None):
+    """A text filter (also the POSTed filter of a bulk action): at most TEXT_MAX_CHARS, no
+    control character; BadFilter naming it (`words`, or its name) otherwise."""
+    value = args.get(name, "").strip()
+    if len(value) > TEXT_MAX_CHARS:
+        raise BadFilter(f"{words or name} is longer than {TEXT_MAX_CHARS} characters")
+    try:
+        return clean_text(name, value)
+    except InvalidInput as exc:
+        raise BadFilter(str(exc)) from None
 
 
 def number(args, name):
