@@ -48,7 +48,7 @@ class RunFilter:
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), _text(args, "job_type"),
                    number(args, "definition"), _time(args, "since"), _time(args, "until"),
                    _text(args, "q", "the error text to search for"), _text(args, "worker"),
-                   _text(args, "queue"), _priority(args))
+                   _text(args, "queue"), _optional(args, "priority", check_priority))
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -114,25 +114,20 @@ def _text(args, name, words=None):
         raise BadFilter(str(exc)) from None
 
 
-def number(args, name):
-    """A positive whole number from the query string (a run or definition id, a page cursor)."""
+def _optional(args, name, check):
+    """A query-string value through `check`, None when empty; BadFilter saying why it is refused."""
     raw = args.get(name, "").strip()
     if not raw:
         return None
     try:
-        return whole_number(name, raw)
+        return check(raw)
     except InvalidInput as exc:
         raise BadFilter(str(exc)) from None
 
 
-def _priority(args):
-    raw = args.get("priority", "").strip()
-    if not raw:
-        return None
-    try:
-        return check_priority(raw)
-    except InvalidInput as exc:
-        raise BadFilter(str(exc)) from None
+def number(args, name):
+    """A positive whole number from the query string (a run or definition id, a page cursor)."""
+    return _optional(args, name, lambda raw: whole_number(name, raw))
 
 
 def _time(args, name):
