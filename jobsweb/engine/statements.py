@@ -147,9 +147,9 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # would still see those runs queued (one snapshot per statement; the locked row is the newest
 # version), so every claim that takes runs of a limited queue bumps its `claims`, and a claimer
 # whose snapshot's `claims` differs from the locked row's takes nothing from it. The rate
-# window is in the row (rate_starts). Starts are stamped with the clock read after the snapshot
-# was taken (`clock`), so that a run that ended before it never seems to overlap one started by
-# it. Unlimited queues pay for none of this: their runs come from one scan of
+# window is in the row (rate_starts). Starts and leases count from the clock read after the
+# snapshot (`clock`): no run that ended before it seems to overlap, and no lease ends before
+# started_at + lease. Unlimited queues pay for none of this: their runs come from one scan of
 # job_runs_claimable; --queues and limited queues use job_runs_queue_claimable.
 CLAIM_RUNS = """
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
@@ -220,7 +220,7 @@ SET status = 'running',
     attempts = r.attempts + 1,
     locked_by = %(worker)s,
     -- A run's own lease (from its definition) can only lengthen the worker's: see Worker._start.
-    locked_until = now() + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
+    locked_until = clock.now + make_interval(secs => greatest(r.lease_seconds, %(lease)s)),
     started_at = clock.now,
     updated_at = now()
 FROM due, clock
