@@ -51,6 +51,10 @@ class JobDefinition(Model):
     source: Mapped[str] = mapped_column(Text, server_default="admin")
     queue: Mapped[str] = mapped_column(Text, server_default="default")
     priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
+    # Watched, never run by jobsweb: its slots are reported by `flask jobs exec` or pings.
+    external: Mapped[bool] = mapped_column(server_default="false")
+    ping_token: Mapped[str | None] = mapped_column(Text)  # the secret part of its ping URL
+    max_duration_seconds: Mapped[int | None]  # longer opens a 'slow' incident
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 
@@ -103,6 +107,7 @@ class JobAttempt(Model):
     error_type: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     stack: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)  # the tail of what the attempt printed or logged
 
 
 class JobWorker(Model):
