@@ -1,7 +1,9 @@
 """Job types used by the tests; loaded through JOBSWEB_HANDLERS=tests.job_types."""
 
+import logging
 import os
 import random
+import threading
 import time
 
 from sqlalchemy import text
@@ -137,3 +139,19 @@ def nul_result(ctx):
 @job("test.urgent_mail", queue="mail", priority=-5)
 def urgent_mail(ctx):
     """A job type whose runs default to queue 'mail' at priority -5."""
+
+
+_pair = threading.Barrier(2)
+
+
+@job("test.chatty")
+def chatty(ctx):
+    """Log a line, then (payload "pair") wait until a second chatty run has logged its own first
+    line in this process, then log again: two attempts whose log records interleave."""
+    log = logging.getLogger("tests.chatty")
+    name = ctx.payload["name"]
+    log.info("%s begins", name)
+    if ctx.payload.get("pair"):
+        _pair.wait(timeout=20)
+    log.warning("%s ends", name)
+    return name

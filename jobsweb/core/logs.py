@@ -107,7 +107,7 @@ def flush_events():
 def setup(log_format="text"):
     """Log INFO and up to stderr in `log_format`, unless the host (a test runner) set logging up."""
     root = logging.getLogger()
-    if root.handlers:
+    if any(not getattr(handler, "captures_only", False) for handler in root.handlers):
         return
     handler = EventBatchingHandler(sys.stderr)
     handler.setFormatter(formatter(log_format))

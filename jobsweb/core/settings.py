@@ -114,6 +114,18 @@ def _direct_url(name, raw):
         raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)") from None
 
 
+def _minutes(name, raw):
+    """A number of minutes above zero and at most a week (fractions allowed: 0.5 is 30 s)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of minutes, got {raw!r}") from None
+    if not 0 < value <= MAX_SECONDS / 60:
+        raise ConfigError(f"{name} must be greater than 0 and at most {MAX_SECONDS / 60:g} minutes (7 days), "
+                          f"got {raw!r}")
+    return value
+
+
 def _optional_text(name, raw):
     return raw or None
 
@@ -183,6 +195,16 @@ SETTINGS = {
     "JOBSWEB_ALERT_TIMEOUT": (10.0, _positive_float),  # seconds per HTTP request or SMTP session
     "JOBSWEB_ALERT_MAX_ATTEMPTS": (10, _positive_int),  # sends of one notification before giving up
     "JOBSWEB_ALERT_RETRY_BASE": (30.0, _positive_float),  # seconds; doubles per failure, capped at 1 h
+    # Seconds between two alert evaluations in one process (a worker's, or a web process's).
+    "JOBSWEB_ALERT_INTERVAL": (5.0, _positive_float),
+    # Each web process evaluates alerts too, on a thread of its own, so they fire with no worker
+    # running at all (ops/web_alerts.py); false leaves alerting to the workers.
+    "JOBSWEB_WEB_ALERTS": (True, _boolean),
+    # Runs are due and no worker was seen for this many minutes: a 'no_worker' incident.
+    "JOBSWEB_NO_WORKER_MINUTES": (5.0, _minutes),
+    # Characters of an attempt's output kept (its tail): a handler's log records, a command's
+    # stdout and stderr under `flask jobs exec`, a ping's body.
+    "JOBSWEB_OUTPUT_MAX_CHARS": (10_000, _positive_int),
     # Links in notifications point here (e.g. https://jobs.example.com); none without it.
     "JOBSWEB_BASE_URL": (None, _url),
     # Inside a team's app with `authorize`: where a person who is not signed in is sent (with

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import retry, statements
+from . import output, retry, statements
 from ..core.errors import has_nul
 from ..core.logs import run_event
 from .registry import Cancelled, JobContext, JobType
@@ -35,6 +35,7 @@ class Outcome:
     stack: str | None = None
     delay: float = 0.0  # seconds before the retry, when it fails
     give_up: bool = False  # True: dead now, whatever attempts remain
+    output: str | None = None  # the tail of what the handler logged (output.py)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Finished:
     result: object = None
     exc: BaseException | None = None
     seconds: float = 0.0
+    output: str | None = None
 
 
 def clip(text, limit):
@@ -71,6 +73,13 @@ def clip(text, limit):
 def run_handler(app, held):
     """Call the handler of one held run inside an app context; never raises."""
     started = time.monotonic()
+    with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged:
+        finished = _call(app, held, started)
+    finished.output = logged.text()
+    return finished
+
+
+def _call(app, held, started):
     try:
         with app.app_context():
             result = held.job.func(held.ctx)
@@ -151,7 +160,12 @@ class Failures:
 
     def outcome_of(self, worker, finished, stopping):
         """What a handler's return comes to: succeeded, cancelled by an operator, released by a
-        stopping worker, or failed (retried or dead)."""
+        stopping worker, or failed (retried or dead); with what it logged."""
+        outcome = self._ended(worker, finished, stopping)
+        outcome.output = finished.output
+        return outcome
+
+    def _ended(self, worker, finished, stopping):
         held, exc = finished.held, finished.exc
         ctx = held.ctx
         if exc is None:
@@ -184,6 +198,7 @@ def finish_params(outcomes):
         "stacks": [o.stack for o in outcomes],
         "delays": [o.delay for o in outcomes],
         "give_up": [o.give_up for o in outcomes],
+        "outputs": [o.output for o in outcomes],
     }
 
 

@@ -241,8 +241,8 @@ WITH outcome AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(workers)s::text[], %(outcomes)s::text[],
         %(results)s::jsonb[], %(error_types)s::text[], %(errors)s::text[], %(stacks)s::text[],
-        %(delays)s::float8[], %(give_up)s::bool[]
-    ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up)
+        %(delays)s::float8[], %(give_up)s::bool[], %(outputs)s::text[]
+    ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up, output)
 ),
 decided AS (
     SELECT o.*,
@@ -277,7 +277,7 @@ finished AS (
       AND r.locked_by = d.worker
       AND r.status = 'running'
     RETURNING r.id, r.status, r.run_at, r.started_at, r.definition_id, d.attempt, d.worker,
-              d.outcome, d.error_type, d.error, d.stack
+              d.outcome, d.error_type, d.error, d.stack, d.output
 ),
 -- Definitions are locked in id order before they are updated: two workers finishing runs of
 -- the same definitions at once then queue behind each other instead of deadlocking.
@@ -317,8 +317,8 @@ definition_state AS (
 ),
 recorded AS (
     INSERT INTO job_attempts (run_id, attempt, worker, started_at, finished_at, outcome,
-                              error_type, error, stack)
-    SELECT id, attempt, worker, started_at, now(), outcome, error_type, error, stack
+                              error_type, error, stack, output)
+    SELECT id, attempt, worker, started_at, now(), outcome, error_type, error, stack, output
     FROM finished
 )
 -- seconds: how long the attempt took by the database clock, for the worker's log line.
