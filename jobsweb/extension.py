@@ -8,7 +8,8 @@ through the app's own Flask-SQLAlchemy (jobsweb's own when the app has none), ad
 `flask run-jobs` and `flask jobs ...` to the app's CLI, and mounts the admin screen under
 `url_prefix`. Nothing it adds reaches beyond its blueprint: the app's routes, sessions, error
 pages and request hooks stay the app's. Handlers run in the app's context, so they can use the
-app's models, config and extensions.
+app's models, config and extensions. In a process serving the app (not in `flask` commands or
+test apps) a thread evaluates alerts (ops/web_alerts.py; JOBSWEB_WEB_ALERTS=false turns it off).
 """
 
 from . import commands
@@ -16,6 +17,7 @@ from .core import database, settings
 from .core.errors import ConfigError
 from .engine import builtin_jobs, registry  # noqa: F401 - importing builtin_jobs registers jobsweb.noop/sleep/fail
 from .ops import retention  # noqa: F401 - importing it registers jobsweb.prune
+from .ops import web_alerts
 from .web import site
 
 DEFAULT_PREFIX = "/jobs"
@@ -45,3 +47,5 @@ class JobsWeb:
         commands.init_app(app)
         site.init_app(app, url_prefix, authorize)
         app.extensions["jobsweb"] = self
+        # Alerts fire with no worker running: each process serving the app evaluates them too.
+        app.extensions["jobsweb_web_alerts"] = web_alerts.start_if_serving(app)

@@ -32,8 +32,10 @@ from .groups import jobs, plain_errors, when
 @click.option("--alert-email", help="This definition's alert recipients, comma-separated [JOBSWEB_ALERT_EMAIL_TO].")
 @click.option("--queue", help="Its runs' queue (created on first use) [the job type's, or default].")
 @click.option("--priority", help="Its runs' priority, -1000..1000, smaller first [the job type's, or 0].")
+@click.option("--max-duration", type=int, help="Seconds after which a still running run opens a 'slow' "
+              "incident [3x the p95 of its last 20 successful runs, at least 60].")
 def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire,
-                   alert_after, alert_webhook, alert_email, queue, priority):
+                   alert_after, alert_webhook, alert_email, queue, priority, max_duration):
     """Create or update the job definition NAME."""
     with plain_errors():
         payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
@@ -41,7 +43,8 @@ def define_command(name, job_type, schedule, timezone, payload, max_attempts, ov
                                         max_attempts=max_attempts, overlap=overlap, misfire=misfire,
                                         alert_after_failures=alert_after, alert_webhook_url=alert_webhook,
                                         alert_email_to=alert_email, queue=queue,
-                                        priority=None if priority is None else check_priority(priority))
+                                        priority=None if priority is None else check_priority(priority),
+                                        max_duration=max_duration)
         db.session.commit()
         words = Schedule(definition.schedule, definition.timezone).describe()
     click.echo(f"{definition.name}: {words}; next run {when(definition.next_run_at, definition.timezone)}")

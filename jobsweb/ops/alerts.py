@@ -8,7 +8,9 @@ An incident is one problem, notified once when it opens and once when it clears:
   definitions alert only through this threshold, so set it to 1 to hear about every dead run;
   (both from scheduling/definitions.py's problems(), which the dashboard reads too)
 - dead: a run enqueued outside any definition died. One open incident per job type counts
-  every run of that type that dies while it is open, so a hundred dead invoices are one alert.
+  every run of that type that dies while it is open, so a hundred dead invoices are one alert;
+- no_worker and slow (stalls.py): runs are due and no worker has been seen for a while; a run
+  of a definition is running far longer than expected.
 Each clears with the next success: a run of the definition that started after the incident
 began, or for dead, a later run of the job type (or a dead one retried) that succeeded.
 An overdue or failing incident also clears when its definition is deleted, and an overdue
@@ -16,17 +18,21 @@ one when it is paused.
 
 evaluate() does all of this in one transaction, notifications included (rows in
 jobsweb_alert_deliveries, sent by notify.py): an incident exists exactly when its notification was
-queued. Exactly once across workers: evaluations take a transaction-level advisory lock
-(a worker that finds it taken skips its turn), and the unique partial indexes on open
-incidents refuse a second one whatever happens.
+queued. Workers evaluate as a duty of their loop, and each web process on a thread of its own
+(web_alerts.py), so alerts fire with no worker running. Exactly once across all of them:
+evaluations take a transaction-level advisory lock (an evaluator that finds it taken skips
+its turn; nothing is held across transactions, so a pooler in transaction mode is fine), and
+the unique partial indexes on open incidents refuse a second one whatever happens.
 """
 
 import logging
 import threading
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from . import notify
+from flask import current_app
+
+from . import notify, stalls
 from ..core.database import db, execute
 from ..core.models import AlertDelivery, AlertIncident
 from ..engine.worker import Duty
@@ -34,12 +40,10 @@ from ..scheduling import definitions
 
 log = logging.getLogger("jobsweb.alerts")
 
-INCIDENT_KINDS = ("overdue", "failing", "dead")
-EVALUATE_EVERY = 5.0  # seconds between evaluations in one worker process
+INCIDENT_KINDS = ("overdue", "failing", "dead", "slow", "no_worker")
 # Dead runs are looked for among those that died this recently: the anti-join against
-# jobsweb_alert_incident_runs then stays small however many dead runs the table keeps. Every
-# worker tick evaluates, so only an hour with no worker at all could miss one (and that
-# hour shows up as overdue definitions).
+# jobsweb_alert_incident_runs then stays small however many dead runs the table keeps. Workers
+# and web processes evaluate every few seconds, so only an hour with neither could miss one.
 DEAD_LOOKBACK_SECONDS = 3600
 DEAD_RUNS_PER_PASS = 1000
 # A finished attempt becomes visible when its transaction commits, stamped with the time the
@@ -169,10 +173,12 @@ def evaluate():
         if not execute(TAKE_TURN, {"key": LOCK_KEY}).scalar():
             db.session.rollback()
             return None
+        config = current_app.config
         resolved = [row[0] for row in execute(RESOLVE_DEFINITION_INCIDENTS)]
         resolved += [row[0] for row in execute(RESOLVE_DEAD_INCIDENTS, {"margin": COMMIT_MARGIN_SECONDS})]
+        resolved += stalls.resolve(config)
         execute(DEAD_INCIDENTS_CHECKED)
-        opened = _open_definition_incidents() + _open_dead_incidents()
+        opened = _open_definition_incidents() + _open_dead_incidents() + stalls.open_incidents(config)
         for incident_id in resolved:
             _queue(incident_id, "resolved")
         for incident_id in opened:
@@ -268,7 +274,11 @@ def _queue(incident_id, event):
                                      subject=subject, body=body, data=data))
 
 
-_KIND_WORDS = {"overdue": "is overdue", "failing": "is failing", "dead": "has dead runs"}
+_KIND_WORDS = {"overdue": "is overdue", "failing": "is failing", "dead": "has dead runs",
+               "slow": "is running long", "no_worker": "have not been seen"}
+# How the admin screen names each kind.
+KIND_LABELS = {"overdue": "overdue", "failing": "failing", "dead": "dead runs", "slow": "slow",
+               "no_worker": "no worker"}
 
 
 def open_incidents(definition_id=None):
@@ -291,18 +301,20 @@ def _error(error_type, message):
 
 
 class Alerter:
-    """A worker's share of alerting: evaluate every EVALUATE_EVERY seconds from the loop
-    (a few short statements), and send due notifications on a thread of its own, so that a
-    slow webhook or SMTP server never delays claims, heartbeats or completions."""
+    """A process's share of alerting: evaluate every JOBSWEB_ALERT_INTERVAL seconds (from a
+    worker's loop, a few short statements, or a web process's thread), and send due
+    notifications on a thread of its own, so that a slow webhook or SMTP server never delays
+    claims, heartbeats or completions."""
 
     def __init__(self, app):
         self.app = app
+        self.every = app.config["JOBSWEB_ALERT_INTERVAL"]
         self.sender = None
         self.stopping = threading.Event()
 
     def duty(self):
         """Alerting as a worker duty: it never finds work that keeps a cron tick going."""
-        return Duty("alerts", self.evaluate_and_send, every=EVALUATE_EVERY, stop=self.stop)
+        return Duty("alerts", self.evaluate_and_send, every=self.every, stop=self.stop)
 
     def evaluate_and_send(self, link=None):
         """Evaluate, then start the sender if something is waiting to be sent; never raises.
@@ -312,12 +324,12 @@ class Alerter:
             with self.app.app_context():
                 evaluate()
                 due = notify.any_due()
-        except OperationalError as exc:
+        except (OperationalError, ProgrammingError) as exc:  # down, or not migrated yet
             log.warning("alerts: database unavailable (%s); next try in %gs",
-                        str(exc.orig).strip().splitlines()[0] if exc.orig else exc, EVALUATE_EVERY)
+                        str(exc.orig).strip().splitlines()[0] if exc.orig else exc, self.every)
             return False
         except Exception:  # a bug here must not stop the worker from running jobs
-            log.exception("alerts: evaluation failed; next try in %gs", EVALUATE_EVERY)
+            log.exception("alerts: evaluation failed; next try in %gs", self.every)
             return False
         if due and (self.sender is None or not self.sender.is_alive()):
             self.sender = threading.Thread(target=self._send, name="jobsweb-alerts", daemon=True)

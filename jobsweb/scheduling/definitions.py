@@ -42,7 +42,8 @@ def define(name, job_type, schedule, **options):
     overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None, lease=None,
     backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
     alert_webhook_url=None, alert_email_to=None, queue=None and priority=None (of its runs;
-    None: the job type's).
+    None: the job type's), max_duration=None (whole seconds: a run still running after it
+    opens a 'slow' incident; None: 3x the p95 of its recent successful runs).
 
     next_run_at is recomputed when the schedule or timezone changes (or the definition is
     new); otherwise the pending slot is kept. A paused definition stays paused.
@@ -53,7 +54,7 @@ def define(name, job_type, schedule, **options):
 def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
             overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
             lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
-            alert_webhook_url=None, alert_email_to=None, queue=None, priority=None):
+            alert_webhook_url=None, alert_email_to=None, queue=None, priority=None, max_duration=None):
     """The column values of a definition, every input checked (InvalidInput naming its field);
     next_run_at is the first slot after the database's now()."""
     config = current_app.config
@@ -66,6 +67,8 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
                    lease=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
                    alert_after_failures=alert_after_failures)
     alert_webhook_url, alert_email_to = _check_routing(alert_webhook_url, alert_email_to)
+    if max_duration is not None:
+        _check_whole("max_duration", max_duration, minimum=1, maximum=int(MAX_SECONDS))
     queue = check_queue(registered.queue if queue is None else queue)
     priority = check_priority(registered.priority if priority is None else priority)
 
@@ -76,7 +79,7 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
                 lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
                 alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
                 alert_email_to=alert_email_to, queue=queue, priority=priority,
-                next_run_at=parsed.next_after(now))
+                max_duration_seconds=max_duration, next_run_at=parsed.next_after(now))
 
 
 def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_base, backoff_cap,

@@ -46,6 +46,7 @@ def _form(definition=None):
         # Masked like on every other page; _save puts the stored secrets back.
         form.payload.data = json.dumps(mask_secrets(definition.payload, _mask_words()), indent=2, sort_keys=True)
         form.timeout.data = definition.timeout_seconds
+        form.max_duration.data = definition.max_duration_seconds
         form.overlap.data = definition.overlap_policy
         form.misfire.data = definition.misfire_policy
     return form
@@ -88,7 +89,8 @@ def _save(form, definition=None):
             timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data,
             alert_after_failures=form.alert_after_failures.data or FAILING_AFTER,
             alert_webhook_url=form.alert_webhook_url.data, alert_email_to=form.alert_email_to.data,
-            queue=(form.queue.data or "").strip() or None, priority=(form.priority.data or "").strip() or None)
+            queue=(form.queue.data or "").strip() or None, priority=(form.priority.data or "").strip() or None,
+            max_duration=form.max_duration.data)
     except InvalidInput as exc:
         field = {"n": "schedule"}.get(exc.field, exc.field)
         getattr(form, field, form.name).errors.append(exc.message)

@@ -92,6 +92,9 @@ class DefinitionForm(Form):
     alert_after_failures = IntegerField("Alert after (dead runs)", default=FAILING_AFTER,
                                         validators=[Optional(), NumberRange(min=1, max=1000)],
                                         description="1: alert on every dead run.")
+    max_duration = IntegerField("Max duration (s)", validators=[Optional(), NumberRange(min=1, max=7 * 86400)],
+                                description="Longer opens a 'slow' incident. Empty: 3× the p95 of its last 20 "
+                                            "successful runs, at least 60 s.")
     alert_webhook_url = StringField("Alert webhook URL", validators=[Optional(), Length(max=2000)],
                                     description="Empty: the default (JOBSWEB_ALERT_WEBHOOK_URL).")
     alert_email_to = StringField("Alert emails", validators=[Optional(), Length(max=2000)],

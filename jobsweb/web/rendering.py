@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from ..core.errors import InvalidInput
 from ..core.package_files import resource
+from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
 
 STATUS_WORDS = {
@@ -148,5 +149,5 @@ def templates():
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule)
     env.filters.update(when=when, time_ago=time_ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty)
+                       pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind))
     return env

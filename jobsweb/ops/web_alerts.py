@@ -1,0 +1,76 @@
+"""Alerts evaluated by web processes: a daemon thread in each one runs what a worker's alert
+duty runs (alerts.Alerter), so incidents open and notifications go out with no worker at all,
+which is when a team most needs to hear (cron stopped, every worker crashed).
+
+The extension starts it for the app it is set up on (extension.py), in any process that
+serves it: gunicorn's, another WSGI server's, the standalone app's and a team's own app alike.
+Not in `flask` commands (a worker's duty evaluates there; `flask jobs migrate` must not), not
+in apps with TESTING set, and not with JOBSWEB_WEB_ALERTS=false. Every web process evaluates:
+the advisory lock and the unique indexes of alerts.evaluate() keep it exactly once.
+"""
+
+import logging
+import os
+import threading
+
+import click
+
+from ..core.database import db
+from .alerts import Alerter
+
+log = logging.getLogger("jobsweb.alerts")
+
+_started = []  # the WebAlerts running in this process, for _after_fork
+_fork_hook = []  # one registration per process tree: a child inherits its parent's
+
+
+class WebAlerts:
+    """Evaluate and send every JOBSWEB_ALERT_INTERVAL seconds on a daemon thread until stop()."""
+
+    def __init__(self, app):
+        self.app = app
+        self.alerter = Alerter(app)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="jobsweb-web-alerts", daemon=True)
+
+    def start(self):
+        if not _fork_hook:
+            os.register_at_fork(after_in_child=_after_fork)
+            _fork_hook.append(True)
+        _started.append(self)
+        self.thread.start()
+        log.info("alerts: evaluated in this web process (pid %d) every %gs", os.getpid(), self.alerter.every)
+        return self
+
+    def _loop(self):
+        # The first pass waits one interval: starting the app is not slowed by it.
+        while not self.stopping.wait(self.alerter.every):
+            self.alerter.evaluate_and_send()
+
+    def stop(self):
+        """Stop evaluating, and let a send in progress finish (tests; a process exit needs none)."""
+        self.stopping.set()
+        self.thread.join()
+        self.alerter.stop()
+        if self in _started:
+            _started.remove(self)
+
+
+def start_if_serving(app):
+    """Start evaluating in this process unless it runs a `flask` command, the app is a test app
+    or JOBSWEB_WEB_ALERTS is false; the WebAlerts, or None."""
+    if not app.config["JOBSWEB_WEB_ALERTS"] or app.testing or click.get_current_context(silent=True):
+        return None
+    return WebAlerts(app).start()
+
+
+def _after_fork():
+    """In a child forked from a process whose thread ran (gunicorn --preload forks its workers
+    from the master, where the app was built): the thread did not come along, and the pooled
+    connections it used belong to the parent. Sharing one would corrupt both sessions, so the
+    child's engine starts with an empty pool (SQLAlchemy's advice for os.fork) and never
+    touches the parent's connections; the parent keeps evaluating."""
+    for watch in _started:
+        with watch.app.app_context():
+            db.engine.dispose(close=False)
+    _started.clear()
