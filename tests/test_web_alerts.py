@@ -228,3 +228,20 @@ def test_flask_jobs_define_takes_a_max_duration_and_refuses_a_bad_one(app, runne
                                  "--max-duration", "0"])
     assert result.exit_code == 2 and "max_duration" in result.output
     assert sql("SELECT max_duration_seconds FROM job_definitions") == [(90,)]
+
+
+def test_the_incidents_page_and_dashboard_name_the_new_kinds_and_link_what_they_are_about(app, sql, sign_in):
+    app.config["JOBSWEB_NO_WORKER_MINUTES"] = 1
+    slow = define(app, "slowpoke", max_duration=60)
+    run_id = running_since(sql, slow, 120)
+    with committed(app):
+        enqueue("jobsweb.noop")
+    sql("UPDATE job_runs SET run_at = now() - interval '2 minutes' WHERE status = 'queued'")
+    with app.app_context():
+        assert len(alerts.evaluate()[0]) == 2
+    client = sign_in("viewer")
+    for page in ("/incidents", "/"):
+        html = client.get(page).get_data(as_text=True)
+        assert '<span class="badge s-dead">no worker</span>' in html and '<a href="/workers">workers</a>' in html
+        assert '<span class="badge s-dead">slow</span>' in html
+        assert f'<a href="/runs/{run_id}">Run {run_id}</a>' in html

@@ -33,7 +33,7 @@ def index():
 @bp.post("/incidents/test")
 @role_required("operator")
 def send_test():
-    """Queue a test notification on every default channel; a worker sends it."""
+    """Queue a test notification on every default channel; the next alert pass sends it."""
     queued = notify.queue_test(viewer().identity)
     if not queued:
         db.session.rollback()
@@ -42,5 +42,5 @@ def send_test():
         return redirect_to(url_for("jobsweb.incidents.index"))
     audit.record("send_test_alert", "alerts", channels=[c for c, _ in notify.routes()])
     db.session.commit()
-    flash(f"Test alert queued on {queued} channel{'s' if queued != 1 else ''}; the next worker tick sends it.")
+    flash(f"Test alert queued on {queued} channel{'s' if queued != 1 else ''}; the next alert pass (a worker's or a web process's) sends it.")
     return redirect_to(url_for("jobsweb.incidents.index"))
