@@ -15,7 +15,6 @@ context, so their records are not captured.
 
 import logging
 from collections import deque
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 from ..core.logs import TEXT_FORMAT
@@ -25,6 +24,8 @@ _attempt = ContextVar("jobsweb_attempt_output", default=None)
 
 class Tail:
     """The last `limit` characters of the lines given to `add`."""
+
+    __slots__ = ("limit", "lines", "chars", "cut")
 
     def __init__(self, limit):
         self.limit = limit
@@ -74,16 +75,23 @@ class CaptureHandler(logging.Handler):
 _handler = CaptureHandler()
 
 
-@contextmanager
-def capture(limit):
+class capture:  # noqa: N801 - used as a function: `with capture(limit) as tail:`
     """Capture the log records of the code inside, in this context (thread or asyncio task);
-    yields the Tail. The handler joins the root logger on first use."""
-    root = logging.getLogger()
-    if _handler not in root.handlers:
-        root.addHandler(_handler)
-    tail = Tail(limit)
-    token = _attempt.set(tail)
-    try:
-        yield tail
-    finally:
-        _attempt.reset(token)
+    `with` gives the Tail. The handler joins the root logger on first use (and again if a
+    logging configuration replaced the root's handlers). A class, not @contextmanager: this
+    runs around every attempt, and a generator's setup costs several times as much."""
+
+    __slots__ = ("tail", "token")
+
+    def __init__(self, limit):
+        self.tail = Tail(limit)
+
+    def __enter__(self):
+        root = logging.root
+        if _handler not in root.handlers:
+            root.addHandler(_handler)
+        self.token = _attempt.set(self.tail)
+        return self.tail
+
+    def __exit__(self, *exc_info):
+        _attempt.reset(self.token)
