@@ -76,3 +76,31 @@ def test_the_run_page_shows_each_attempts_output_escaped_in_a_collapsed_block(ap
     assert '<details class="output"><summary>Output (' in html
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; ends" in html
     assert "<script>alert" not in html
+
+
+def test_in_a_browser_without_javascript_the_output_opens_on_a_click_and_shows_the_text_as_written(
+        app, browser, serve, make_user):
+    from playwright import sync_api
+
+    from tests.conftest import PASSWORD
+
+    [run_id] = add_many(app, "test.chatty", 1, {"name": "<b>bold</b>"})
+    with app.app_context():
+        drain()
+    context = browser.new_context(base_url=serve(app), java_script_enabled=False)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        page.goto("/sign-in")
+        page.get_by_label("Email").fill(make_user("viewer"))
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.goto(f"/runs/{run_id}")
+        block = page.locator("details.output pre")
+        sync_api.expect(block).to_be_hidden()
+        page.locator("details.output summary").click()
+        sync_api.expect(block).to_be_visible()
+        sync_api.expect(block).to_contain_text("<b>bold</b> ends")
+        assert page.locator("details.output b").count() == 0
+    finally:
+        context.close()

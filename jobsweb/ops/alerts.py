@@ -28,9 +28,8 @@ the unique partial indexes on open incidents refuse a second one whatever happen
 import logging
 import threading
 
-from sqlalchemy.exc import OperationalError, ProgrammingError
-
 from flask import current_app
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from . import notify, stalls
 from ..core.database import db, execute
