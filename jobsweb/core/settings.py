@@ -183,6 +183,9 @@ SETTINGS = {
     "JOBSWEB_ALERT_TIMEOUT": (10.0, _positive_float),  # seconds per HTTP request or SMTP session
     "JOBSWEB_ALERT_MAX_ATTEMPTS": (10, _positive_int),  # sends of one notification before giving up
     "JOBSWEB_ALERT_RETRY_BASE": (30.0, _positive_float),  # seconds; doubles per failure, capped at 1 h
+    # Characters of an attempt's output kept (its tail): a handler's log records, a command's
+    # stdout and stderr under `flask jobs exec`, a ping's body.
+    "JOBSWEB_OUTPUT_MAX_CHARS": (10_000, _positive_int),
     # Links in notifications point here (e.g. https://jobs.example.com); none without it.
     "JOBSWEB_BASE_URL": (None, _url),
     # Inside a team's app with `authorize`: where a person who is not signed in is sent (with
