@@ -6,11 +6,19 @@ import sys
 import click
 from flask import current_app
 
+from ..core.errors import InvalidInput
 from ..ops import command_runs
 from .groups import jobs, plain_errors
 
 
-@jobs.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class BadExec(click.ClickException):
+    """Bad input to exec: one line on stderr and exit code 2, like a usage error, but without
+    the usage text around it (a crontab's mail should say what is wrong and nothing else)."""
+
+    exit_code = 2
+
+
+@jobs.command("exec", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=7 * 86400),
               help="Seconds the command may run; then SIGTERM, and SIGKILL --kill-after seconds later.")
@@ -27,7 +35,10 @@ def exec_command(name, timeout, kill_after, command):
     * * * * * cd /app && flask jobs exec backup --timeout 3600 -- pg_dump -f /backups/db.sql app
     """
     if not command:
-        raise click.UsageError("give the command to run after --, e.g. flask jobs exec NAME -- ./backup.sh")
+        raise BadExec("give the command to run after --, e.g. flask jobs exec NAME -- ./backup.sh")
     with plain_errors():
-        code = command_runs.run(current_app._get_current_object(), name, list(command), timeout, kill_after)
+        try:
+            code = command_runs.run(current_app._get_current_object(), name, list(command), timeout, kill_after)
+        except InvalidInput as exc:
+            raise BadExec(str(exc)) from None
     sys.exit(code)
