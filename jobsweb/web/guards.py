@@ -24,7 +24,6 @@ def limit_request():
     form parser reads when no length was sent. A ping reads only the start of its body and cuts
     the rest (a script piping a long log must still be recorded): it is left to do so."""
     if local_endpoint() in PINGS:
-        request.max_content_length = None  # nor the host's MAX_CONTENT_LENGTH: pings.py caps its read
         return
     limit = current_app.config["JOBSWEB_MAX_REQUEST_BYTES"]
     if request.content_length is not None and request.content_length > limit:
