@@ -2,6 +2,8 @@
 be reported (by `flask jobs exec` or a ping); a slot not reported within its grace becomes a
 missed run and an overdue incident, like a jobsweb-run definition whose ticks stopped."""
 
+import re
+
 import pytest
 
 from jobsweb import definitions
@@ -33,7 +35,11 @@ def receiver():
     r.close()
 
 
-def define_external(app, name="backup", schedule="@every 1h", **kwargs):
+# Once a year: the slot after one a test puts minutes ago is never near the test's clock.
+YEARLY = "0 3 1 1 *"
+
+
+def define_external(app, name="backup", schedule=YEARLY, **kwargs):
     with committed(app):
         return definitions.define(name, None, schedule, external=True, **kwargs).id
 
@@ -147,7 +153,7 @@ def test_a_report_after_several_unreported_slots_counts_for_the_newest_and_misse
 
 
 def test_a_report_outside_any_pending_slot_is_a_run_without_a_slot(app, sql):
-    define_external(app, schedule="0 6 * * *")
+    define_external(app)
     report(app, status="dead")
     assert sql("SELECT status, scheduled_for FROM job_runs") == [("dead", None)]
     assert sql("SELECT last_status, failure_count FROM job_definitions") == [("dead", 1)]
@@ -193,3 +199,58 @@ def test_an_unreported_slot_materialised_by_a_real_worker_process_opens_the_inci
              timeout=30, message="the overdue incident")
     worker.wait(timeout=30)
     assert sql("SELECT status FROM job_runs") == [("missed",)]
+
+
+# -- the admin screen ---------------------------------------------------------------------
+
+def test_an_admin_creates_an_external_definition_in_the_form_without_a_job_type(sign_in, sql):
+    from tests.conftest import csrf_token
+
+    client = sign_in("admin")
+    form = {"name": "backup", "external": "y", "schedule": "0 3 * * *", "timezone": "UTC", "payload": "{}",
+            "overlap": "skip", "misfire": "latest", "grace_seconds": "600", "csrf_token": csrf_token(client, "/")}
+    response = client.post("/definitions/new", data=form)
+    assert response.status_code == 302, response.get_data(as_text=True)
+    [(definition_id, external, job_type, grace, token)] = sql(
+        "SELECT id, external, job_type, grace_seconds, ping_token FROM job_definitions")
+    assert (external, job_type, grace) == (True, EXTERNAL_JOB_TYPE, 600) and token
+    edit_page = client.get(f"/definitions/{definition_id}/edit").get_data(as_text=True)
+    assert re.search(r'<input checked id="external" name="external" type="checkbox"', edit_page), edit_page[-3000:]
+    # Saved again as it is shown: still external, same token.
+    response = client.post(f"/definitions/{definition_id}/edit", data={**form, "grace_seconds": "900"})
+    assert response.status_code == 302
+    assert sql("SELECT external, grace_seconds, ping_token FROM job_definitions") == [(True, 900, token)]
+    # Without the box and without a job type: refused on the job type's field, nothing changed.
+    form.pop("external")
+    response = client.post(f"/definitions/{definition_id}/edit", data={**form, "job_type": ""})
+    assert response.status_code == 422 and "is not a registered job type" in response.get_data(as_text=True)
+    assert sql("SELECT external FROM job_definitions") == [(True,)]
+
+
+def test_the_definitions_page_marks_external_definitions_and_filters_by_kind(sign_in, app, sql):
+    define_external(app)
+    with committed(app):
+        definitions.define("nightly", "jobsweb.noop", "0 3 * * *")
+    client = sign_in("viewer")
+    every = client.get("/definitions").get_data(as_text=True)
+    assert "backup" in every and "nightly" in every and ">external</span>" in every
+    external = client.get("/definitions?kind=external").get_data(as_text=True)
+    assert "backup" in external and "nightly" not in external
+    run = client.get("/definitions?kind=run").get_data(as_text=True)
+    assert "nightly" in run and ">backup<" not in run
+    assert client.get("/definitions?kind=other").status_code == 400
+
+
+def test_the_dashboard_lists_external_definitions_with_their_last_report(sign_in, app, sql):
+    define_external(app)
+    report(app)
+    html = sign_in("viewer").get("/").get_data(as_text=True)
+    assert 'id="external-jobs"' in html and "backup" in html and "last report" in html
+
+
+def test_the_dashboard_names_an_unreported_external_definition(sign_in, app, sql, materialise):
+    define_external(app, grace_seconds=0)
+    slot_ago(sql, 1)
+    materialise()
+    html = sign_in("viewer").get("/").get_data(as_text=True)
+    assert "(external) was due" in html and "has not reported" in html

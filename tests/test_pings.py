@@ -131,7 +131,7 @@ def test_the_definition_page_shows_the_ping_urls_and_an_admin_can_regenerate_the
     [(definition_id,)] = sql("SELECT id FROM job_definitions")
     page = client.get(f"/definitions/{definition_id}").get_data(as_text=True)
     assert f"curl -fsS -m 10 --retry 3 http://localhost/ping/{token}/start" in page
-    assert "flask jobs exec backup" in page and "Run now" not in page
+    assert "flask jobs exec backup" in page and "Run now" not in page and "Payload" not in page
     response = client.post(f"/definitions/{definition_id}/ping-token",
                            data={"csrf_token": csrf_token(client, f"/definitions/{definition_id}")})
     assert response.status_code == 302
@@ -204,3 +204,12 @@ def test_the_rate_limit_holds_across_gunicorn_processes(token, sql, database_url
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_exec_line_on_the_page_quotes_a_name_the_shell_would_split(sign_in, app, sql):
+    with committed(app):
+        definitions.define("nightly pg_dump", None, "0 3 * * *", external=True)
+    [(definition_id,)] = sql("SELECT id FROM job_definitions")
+    page = sign_in("viewer").get(f"/definitions/{definition_id}").get_data(as_text=True)
+    assert "flask jobs exec &#39;nightly pg_dump&#39; --timeout" in page
+    assert "New ping URL" not in page  # admins only
