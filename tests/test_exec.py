@@ -195,3 +195,20 @@ def test_a_command_that_does_not_exist_is_a_dead_run_and_exit_code_127(backup, j
     assert code == 127 and "cannot start" in err
     status, _, error, error_type, *_ = run_row(sql)
     assert (status, error_type) == ("dead", "not_started") and "/nonexistent/backup.sh" in error
+
+
+def test_an_operator_cancelling_the_run_stops_the_command_at_the_next_heartbeat(app, backup, jobs_exec, sql):
+    from jobsweb.engine import run_actions
+
+    proc = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(60)", wait=False, JOBSWEB_LEASE_SECONDS=1.5)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,
+             message="the exec's run")
+    [(run_id,)] = sql("SELECT id FROM job_runs")
+    with committed(app):
+        assert run_actions.cancel([run_id]) == ([], [run_id])  # running: the holder is asked to stop
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    status, _, error, error_type, _, outcome, _, _ = run_row(sql)
+    assert (status, error_type, outcome) == ("cancelled", "cancelled", "cancelled")
+    assert error.startswith("cancelled by an operator: stopped with SIGTERM")
+    assert sql("SELECT last_status, failure_count FROM job_definitions") == [(None, 0)]

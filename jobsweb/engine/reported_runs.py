@@ -59,16 +59,20 @@ WHERE d.id = %(definition_id)s
 RETURNING id, status, reason
 """
 
-# running -> succeeded or dead (`status`): the reporter says how its run ended. Guarded like
-# FINISH_RUNS by the holder, the attempt and the status, so a run whose lease ran out and was
-# recovered (dead, 'lease_expired') is not finished twice: no row comes back. The attempt is
-# recorded with the command's output, and the definition's state follows, as FINISH_RUNS does
-# (failure_count counts consecutive dead runs; a success resets it). One run, one definition,
-# locked in the same order as FINISH_RUNS (run, then definition), so the two cannot deadlock.
+# running -> succeeded or dead (`status`), or cancelled: the reporter says how its run ended; a
+# run an operator asked to stop (REQUEST_CANCEL, which exec's heartbeat obeys) that did not
+# succeed ends cancelled, as FINISH_RUNS has it. Guarded like FINISH_RUNS by the holder, the
+# attempt and the status, so a run whose lease ran out and was recovered (dead,
+# 'lease_expired') is not finished twice: no row comes back. The attempt is recorded with the
+# command's output, and the definition's state follows a succeeded or dead run, as in
+# FINISH_RUNS (failure_count counts consecutive dead runs; a success resets it). One run, one
+# definition, locked in FINISH_RUNS's order (run, then definition), so the two cannot deadlock.
 FINISH_REPORTED = """
 WITH finished AS (
     UPDATE job_runs r
-    SET status = %(status)s, finished_at = now(), last_error = %(error)s, error_type = %(error_type)s,
+    SET status = CASE WHEN %(status)s <> 'succeeded' AND r.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                      ELSE %(status)s END,
+        finished_at = now(), last_error = %(error)s, error_type = %(error_type)s,
         locked_by = NULL, locked_until = NULL, updated_at = now()
     WHERE r.id = %(run_id)s AND r.locked_by = %(holder)s AND r.attempts = 1 AND r.status = 'running'
     RETURNING r.id, r.status, r.started_at, r.definition_id
@@ -79,12 +83,12 @@ definition_state AS (
         last_duration_ms = (extract(epoch FROM now() - f.started_at) * 1000)::bigint,
         failure_count = CASE WHEN f.status = 'succeeded' THEN 0 ELSE d.failure_count + 1 END
     FROM finished f
-    WHERE d.id = f.definition_id
+    WHERE d.id = f.definition_id AND f.status IN ('succeeded', 'dead')
 ),
 recorded AS (
     INSERT INTO job_attempts (run_id, attempt, worker, started_at, finished_at, outcome, error_type,
                               error, output)
-    SELECT id, 1, %(holder)s, started_at, now(), CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+    SELECT id, 1, %(holder)s, started_at, now(), CASE WHEN status = 'dead' THEN 'failed' ELSE status END,
            %(error_type)s, %(error)s, %(output)s
     FROM finished
 )

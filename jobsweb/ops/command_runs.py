@@ -84,20 +84,24 @@ def _pump(source, sink, tail):
             pass  # our own stdout went away (a closed pipe): the command still runs and is recorded
 
 
-def _heartbeat(app, run_id, holder, lease, stop):
+def _heartbeat(app, run_id, holder, lease, stop, on_cancel):
     """Extend the run's lease every third of it until `stop` is set; a failed beat is retried
-    at the next one (the lease outlives two), and never stops the command."""
+    at the next one (the lease outlives two), and never stops the command. An operator's cancel
+    (REQUEST_CANCEL, seen here as on a worker's heartbeat) calls `on_cancel`."""
     while not stop.wait(lease / 3):
         try:
             with app.app_context():
-                if not execute(EXTEND_LEASES, {"ids": [run_id], "attempts": [1], "leases": [lease],
-                                               "worker": holder}).fetchall():
-                    print(f"jobsweb: run {run_id} is no longer held by this exec (its lease ran out)",
-                          file=sys.stderr)
+                rows = execute(EXTEND_LEASES, {"ids": [run_id], "attempts": [1], "leases": [lease],
+                                               "worker": holder}).fetchall()
                 db.session.commit()
         except Exception as exc:  # the database may be away for a while; the command goes on
             print(f"jobsweb: heartbeat of run {run_id} failed: {str(exc).strip().splitlines()[0]}",
                   file=sys.stderr)
+            continue
+        if not rows:
+            print(f"jobsweb: run {run_id} is no longer held by this exec (its lease ran out)", file=sys.stderr)
+        elif rows[0].cancel_requested:
+            on_cancel()
 
 
 def _signal_name(number):
@@ -107,43 +111,63 @@ def _signal_name(number):
         return f"signal {number}"
 
 
-def _kill(proc, number):
-    try:
-        os.killpg(proc.pid, number)
-    except ProcessLookupError:
-        pass
+class Command:
+    """The command's process, and how it is stopped: SIGTERM to its process group, SIGKILL
+    `kill_after` seconds later if it is still there."""
+
+    def __init__(self, proc, kill_after):
+        self.proc = proc
+        self.kill_after = kill_after
+        self.stopped_with = None  # the last signal a timeout or a cancel sent
+        self.cancelled = threading.Event()
+
+    def signal(self, number):
+        try:
+            os.killpg(self.proc.pid, number)
+        except ProcessLookupError:
+            pass
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after kill_after; returns once the command has exited."""
+        self.stopped_with = signal.SIGTERM
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(self.kill_after)
+        except subprocess.TimeoutExpired:
+            self.stopped_with = signal.SIGKILL
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def cancel(self):
+        """An operator cancelled the run (from the heartbeat thread): stop the command."""
+        if not self.cancelled.is_set():
+            self.cancelled.set()
+            threading.Thread(target=self.stop, name="jobsweb-exec-cancel", daemon=True).start()
+
+    def wait(self, timeout):
+        """Wait for the command; past `timeout` seconds (None: none), stop it. Whether it timed out."""
+        try:
+            self.proc.wait(timeout)
+            return False
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return True
 
 
-def _wait(proc, timeout, kill_after):
-    """Wait for the command; past `timeout` seconds, SIGTERM its process group, then SIGKILL it
-    `kill_after` seconds later. Returns the signal a timeout sent last, or None."""
-    if timeout is None:
-        proc.wait()
-        return None
-    try:
-        proc.wait(timeout)
-        return None
-    except subprocess.TimeoutExpired:
-        _kill(proc, signal.SIGTERM)
-    try:
-        proc.wait(kill_after)
-        return signal.SIGTERM
-    except subprocess.TimeoutExpired:
-        _kill(proc, signal.SIGKILL)
-        proc.wait()
-        return signal.SIGKILL
-
-
-def ended(returncode, timeout=None, timed_out_with=None):
-    """What a return code (negative: killed by that signal) comes to."""
+def ended(returncode, timeout=None, stopped_with=None, why=None):
+    """What a return code (negative: killed by that signal) comes to; `why` is 'timeout' or
+    'cancelled' when jobsweb stopped the command, with the last signal it sent."""
     if returncode < 0:
         number = -returncode
         code, words = 128 + number, f"killed by signal {number} ({_signal_name(number)})"
     else:
         code, words = returncode, f"exit code {returncode}"
-    if timed_out_with is not None:
+    if why == "timeout":
         return Ended(code, "dead", "timeout", f"timed out after {timeout:g} s: stopped with "
-                                              f"{_signal_name(timed_out_with)}; {words}")
+                                              f"{_signal_name(stopped_with)}; {words}")
+    if why == "cancelled":
+        return Ended(code, "dead", "cancelled", f"cancelled by an operator: stopped with "
+                                                f"{_signal_name(stopped_with)}; {words}")
     if returncode == 0:
         return Ended(0, "succeeded")
     return Ended(code, "dead", "signal" if returncode < 0 else "exit_code", words)
@@ -162,15 +186,26 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
               file=sys.stderr)
         return 0
     tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
-    stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(app, started.run_id, holder, lease, stop),
-                            name="jobsweb-exec-heartbeat", daemon=True)
-    beat.start()
     try:
-        outcome = _execute(argv, tail, timeout, kill_after)
-    finally:
-        stop.set()
-        beat.join()
+        # Its own session (process group), so that a timeout's signal reaches what it started.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as exc:
+        message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+        print(f"jobsweb: {message}", file=sys.stderr)
+        tail.add(message.encode() + b"\n")
+        outcome = Ended(127 if exc.errno == errno.ENOENT else 126, "dead", "not_started", message)
+    else:
+        command = Command(proc, kill_after)
+        stop = threading.Event()
+        beat = threading.Thread(target=_heartbeat, args=(app, started.run_id, holder, lease, stop, command.cancel),
+                                name="jobsweb-exec-heartbeat", daemon=True)
+        beat.start()
+        try:
+            outcome = _follow(command, tail, timeout)
+        finally:
+            stop.set()
+            beat.join()
     with app.app_context():
         recorded = reports.finish(started.run_id, holder, outcome.status, outcome.error_type,
                                   outcome.error, tail.text())
@@ -181,33 +216,25 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
     return outcome.exit_code
 
 
-def _execute(argv, tail, timeout, kill_after):
-    """Run the command to its end; its Ended."""
-    try:
-        # Its own session (process group), so that a timeout's signal reaches what it started.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-    except OSError as exc:
-        code = 127 if exc.errno == errno.ENOENT else 126
-        message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
-        print(f"jobsweb: {message}", file=sys.stderr)
-        tail.add(message.encode() + b"\n")
-        return Ended(code, "dead", "not_started", message)
+def _follow(command, tail, timeout):
+    """Pass the command's output on while it runs; its Ended."""
+    proc = command.proc
     pumps = [threading.Thread(target=_pump, args=(pipe, sink, tail), daemon=True)
              for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
     for pump in pumps:
         pump.start()
     # The command is in a process group of its own, so a terminal's ^C or a supervisor's
     # SIGTERM to `exec` would not reach it: pass them on.
-    previous = {number: signal.signal(number, lambda number, frame: _kill(proc, number))
+    previous = {number: signal.signal(number, lambda number, frame: command.signal(number))
                 for number in FORWARDED_SIGNALS}
     started = time.monotonic()
     try:
-        timed_out_with = _wait(proc, timeout, kill_after)
+        timed_out = command.wait(timeout)
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
     for pump in pumps:
         # A background process of the command may hold the pipes open: its output is not waited for.
         pump.join(max(1.0, min(5.0, time.monotonic() - started)))
-    return ended(proc.returncode, timeout, timed_out_with)
+    why = "timeout" if timed_out else "cancelled" if command.cancelled.is_set() else None
+    return ended(proc.returncode, timeout, command.stopped_with, why)
