@@ -86,7 +86,7 @@ def test_an_unknown_token_is_a_404_that_says_nothing(client, token, sql, path):
     assert runs(sql) == []
 
 
-def test_a_paused_or_no_longer_external_definitions_token_stops_working(app, client, token, sql):
+def test_the_token_of_a_definition_that_is_no_longer_external_stops_working(app, client, token, sql):
     with committed(app):
         definitions.define("backup", "jobsweb.noop", "0 3 * * *")
     assert client.get(f"/ping/{token}").status_code == 404
