@@ -1,5 +1,6 @@
 """Crontab mode with Debian's real cron daemon: two "servers" with the same crontab line, both
-firing `flask run-jobs --max-runtime 55` every minute against one database.
+firing `flask run-jobs --max-runtime 55` every minute against one database; and a crontab line
+that jobsweb does not run but watches, wrapped in `flask jobs exec`.
 
 Slow (one to three minutes: it waits for cron's minute boundaries) and run by `make test`,
 which installs the `cron` package like chromium. Needs root, as cron itself does.
@@ -23,8 +24,9 @@ RUNS = 40  # enqueued before the first firing; each works 0.2 s, so both servers
 
 
 @pytest.fixture
-def crontab(database_url_for_tests, tmp_path):
-    """Install /etc/cron.d/<name> with two identical lines (server a, server b) and start cron."""
+def cron(database_url_for_tests, tmp_path):
+    """start(lines): install /etc/cron.d/<name> with the test environment and `lines` (each may
+    name {logs}, a folder for their output), start cron; (logs folder, the daemon)."""
     if os.geteuid() != 0 or not os.path.exists(CRON):
         pytest.fail("this test runs Debian's cron daemon as root: run it as root after "
                     "`apt-get install cron` (make test does)")
@@ -32,23 +34,34 @@ def crontab(database_url_for_tests, tmp_path):
     logs.mkdir()
     # cron.d names may hold only letters, digits, - and _ (run-parts rules), or cron ignores them.
     path = Path("/etc/cron.d") / f"jobsweb_test_{secrets.token_hex(4)}"
-    env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq_url(database_url_for_tests),
-           "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-test", **TEST_SETTINGS}
-    lines = [f"{name}={value}" for name, value in env.items()]
-    # The documented line, as each server's crontab has it; only the log file differs.
-    # "fired" is written the moment cron starts the line, before Python has even started.
-    lines += [f"* * * * * root cd {ROOT} && echo fired >> {logs}/{server}.log && "
-              f"flask run-jobs --max-runtime 55 >> {logs}/{server}.log 2>&1" for server in ("a", "b")]
-    path.write_text("\n".join(lines) + "\n")
-    path.chmod(0o644)
-    daemon = subprocess.Popen([CRON, "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = []
+
+    def start(lines):
+        env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq_url(database_url_for_tests),
+               "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-test", **TEST_SETTINGS}
+        text = [f"{name}={value}" for name, value in env.items()] + [line.format(logs=logs) for line in lines]
+        path.write_text("\n".join(text) + "\n")
+        path.chmod(0o644)
+        started.append(subprocess.Popen([CRON, "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return logs, started[0]
+
     try:
-        yield logs, daemon
+        yield start
     finally:
         path.unlink(missing_ok=True)
-        if daemon.poll() is None:
-            daemon.terminate()
-        daemon.wait(timeout=10)
+        for daemon in started:
+            if daemon.poll() is None:
+                daemon.terminate()
+            daemon.wait(timeout=10)
+
+
+@pytest.fixture
+def crontab(cron):
+    """Two identical lines (server a, server b) running the documented worker line."""
+    # The documented line, as each server's crontab has it; only the log file differs.
+    # "fired" is written the moment cron starts the line, before Python has even started.
+    return cron([f"* * * * * root cd {ROOT} && echo fired >> {{logs}}/{server}.log && "
+                 f"flask run-jobs --max-runtime 55 >> {{logs}}/{server}.log 2>&1" for server in ("a", "b")])
 
 
 def log_lines(logs, server, words):
@@ -94,3 +107,34 @@ def test_two_servers_with_the_same_crontab_run_each_run_and_each_slot_once(app, 
     assert all((b[0] - a[0]).total_seconds() == 60 for a, b in zip(slots, slots[1:])), slots
     assert all(executions.get(run_id) == 1 for _, status, _, run_id in slots if status == "succeeded")
     assert time.monotonic() - started < 200
+
+
+@pytest.mark.slow
+def test_a_crontab_line_wrapped_in_flask_jobs_exec_reports_each_slot_of_its_external_definition(app, sql, cron):
+    with committed(app):
+        definitions.define("cleanup", None, "* * * * *", external=True, grace_seconds=50)
+    # A command that is not Python and not jobsweb's, with output on both streams and a failure.
+    logs, daemon = cron([f"* * * * * root cd {ROOT} && flask jobs exec cleanup --timeout 30 -- "
+                         "sh -c 'echo removed 12 files; echo 1 was busy >&2; exit 3' >> {logs}/cleanup.log 2>&1"])
+
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'dead'")[0][0] >= 2,
+             timeout=200, interval=1, message="two cron firings to be reported")
+    daemon.terminate()
+    daemon.wait(timeout=10)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'") == [(0,)], timeout=60,
+             message="the last exec to finish")
+
+    reported = sql("SELECT r.scheduled_for, r.last_error, a.output FROM job_runs r "
+                   "JOIN job_attempts a ON a.run_id = r.id ORDER BY r.scheduled_for")
+    assert len(reported) >= 2
+    for slot, error, output in reported:
+        # Each firing counted for its own minute's slot: that slot is reported, never missed.
+        assert slot is not None and slot.second == 0 and error == "exit code 3"
+        assert "removed 12 files\n" in output and "1 was busy\n" in output
+    assert all((b[0] - a[0]).total_seconds() == 60 for a, b in zip(reported, reported[1:])), reported
+    missed = [slot for (slot,) in sql("SELECT scheduled_for FROM job_runs WHERE status = 'missed'")]
+    assert not set(missed) & {slot for slot, _, _ in reported}
+    # Passed through to cron's redirect as it ran; and cron ran nothing jobsweb refused.
+    text = (logs / "cleanup.log").read_text()
+    assert text.count("removed 12 files") == len(reported) and "Traceback" not in text
+    assert sql("SELECT last_status, failure_count >= 2 FROM job_definitions") == [("dead", True)]

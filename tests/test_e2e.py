@@ -168,3 +168,36 @@ def test_an_operator_sees_an_incident_and_watches_a_test_alert_get_delivered(pag
         shoot(page, "incidents")
     finally:
         receiver.close()
+
+
+def test_an_admin_makes_an_external_definition_and_its_ping_shows_as_its_last_report(page, server, make_user, sql):
+    import urllib.request
+
+    sign_in(page, make_user("admin"))
+    page.goto("/definitions/new")
+    page.locator("input[name=name]").fill("nightly pg_dump")
+    page.get_by_label("External: jobsweb watches it, never runs it").check()
+    page.locator("input[name=schedule]").fill("0 3 * * *")
+    page.get_by_role("button", name="Create definition").click()
+    expect(page.get_by_role("heading", name=re.compile("nightly pg_dump"))).to_be_visible()
+    expect(page.locator("h1")).to_contain_text("external")
+    expect(page.get_by_role("button", name="Run now")).to_have_count(0)
+    curl = page.locator("#reporting pre").nth(1)
+    ping_url = re.search(r"(http://\S+/ping/[\w-]+)\s", curl.inner_text()).group(1)
+    assert ping_url.startswith(server)
+    shoot(page, "definition-external")
+
+    with urllib.request.urlopen(urllib.request.Request(ping_url + "/0", data=b"dumped 42 tables", method="POST")) as r:
+        assert r.status == 200
+    page.goto("/definitions?kind=external")
+    row = page.locator("#definitions-table tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("external")
+    expect(row).to_contain_text("Succeeded")
+    shoot(page, "definitions-external")
+    page.goto("/")
+    expect(page.locator("#external-jobs")).to_contain_text("nightly pg_dump")
+    expect(page.locator("#external-jobs")).to_contain_text("last report")
+    shoot(page, "dashboard-external")
+    page.goto("/definitions?kind=run")
+    expect(page.locator("#definitions-table tbody tr")).to_contain_text("No definitions match")

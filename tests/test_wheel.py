@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow  # builds a wheel and installs it with its depende
 PASSWORD = "wheel-test-password"
 # Every page of the admin screen, as a signed-in admin sees it ({run} and {definition}: ids).
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
-         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users"]
+         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users",
+         "/definitions?kind=external", "/definitions/{external}"]
 
 
 def source_copy(destination):
@@ -85,10 +86,13 @@ def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_di
     flask("run-jobs")
     flask("jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "0 3 * * *")
     flask("users", "create", "admin@example.com", "--role", "admin", "--password", PASSWORD)
+    flask("jobs", "define", "backup", "--schedule", "0 3 * * *", "--external")
+    flask("jobs", "exec", "backup", "--", "true")
 
     with psycopg.connect(libpq_url(url)) as conn:
         assert conn.execute("SELECT status FROM job_runs WHERE id = %s", [run_id]).fetchone() == ("succeeded",)
         [definition_id] = conn.execute("SELECT id FROM job_definitions WHERE name = 'nightly'").fetchone()
+        external_id, ping_token = conn.execute("SELECT id, ping_token FROM job_definitions WHERE name = 'backup'").fetchone()
 
     port = free_port()
     web = subprocess.Popen([installed / "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
@@ -105,7 +109,7 @@ def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_di
 
         assets = set()
         for page in PAGES:
-            path = page.format(run=run_id, definition=definition_id)
+            path = page.format(run=run_id, definition=definition_id, external=external_id)
             response = browser.open(base + path)
             html = response.read().decode()
             assert response.status == 200, path
@@ -115,6 +119,12 @@ def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_di
         for asset in assets:
             body = browser.open(base + asset).read()
             assert len(body) > 100, asset
+        # A script's ping, without a session.
+        ping = urllib.request.Request(f"{base}/ping/{ping_token}/0", data=b"done", method="POST")
+        assert urllib.request.urlopen(ping, timeout=10).read() == b"OK\n"
+        with psycopg.connect(libpq_url(url)) as conn:
+            assert conn.execute("SELECT status, count(*) FROM job_runs WHERE definition_id = %s GROUP BY status",
+                                [external_id]).fetchall() == [("succeeded", 2)]
     finally:
         web.terminate()
         web.wait(timeout=30)

@@ -2,7 +2,7 @@
 schedules`, and `jobs queue/pause-type/resume-type`."""
 
 import click
-from flask import current_app
+from flask import current_app, url_for
 
 from ..core.database import db
 from ..core.errors import InvalidInput
@@ -17,7 +17,7 @@ from .groups import jobs, plain_errors, when
 
 @jobs.command("define")
 @click.argument("name")
-@click.option("--type", "job_type", required=True, help="The job type each run executes.")
+@click.option("--type", "job_type", help="The job type each run executes (not with --external).")
 @click.option("--schedule", required=True, help="Cron ('0 6 * * *'), @daily and friends, or '@every 10m'.")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA name the schedule is read in.")
 @click.option("--payload", default="{}", help="A JSON object passed to every run.")
@@ -34,20 +34,32 @@ from .groups import jobs, plain_errors, when
 @click.option("--priority", help="Its runs' priority, -1000..1000, smaller first [the job type's, or 0].")
 @click.option("--max-duration", type=int, help="Seconds after which a still running run opens a 'slow' "
               "incident [3x the p95 of its last 20 successful runs, at least 60].")
+@click.option("--external", is_flag=True, help="Watched, never run by jobsweb: its crontab line (flask jobs "
+              "exec) or script (its ping URL) reports each run; a slot not reported within --grace is missed.")
+@click.option("--grace", type=int, default=definitions.DEFAULT_GRACE, show_default=True,
+              help="Seconds a slot may be late (or, --external, unreported) before it counts as overdue.")
 def define_command(name, job_type, schedule, timezone, payload, max_attempts, overlap, misfire,
-                   alert_after, alert_webhook, alert_email, queue, priority, max_duration):
+                   alert_after, alert_webhook, alert_email, queue, priority, max_duration, external, grace):
     """Create or update the job definition NAME."""
     with plain_errors():
+        if job_type is None and not external:
+            raise InvalidInput("type", "is required (or --external for a job jobsweb only watches)")
         payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
                                         max_attempts=max_attempts, overlap=overlap, misfire=misfire,
                                         alert_after_failures=alert_after, alert_webhook_url=alert_webhook,
-                                        alert_email_to=alert_email, queue=queue,
-                                        priority=None if priority is None else check_priority(priority),
-                                        max_duration=max_duration)
+                                        alert_email_to=alert_email, queue=queue, external=external,
+                                        grace_seconds=grace, max_duration=max_duration,
+                                        priority=None if priority is None else check_priority(priority))
         db.session.commit()
         words = Schedule(definition.schedule, definition.timezone).describe()
     click.echo(f"{definition.name}: {words}; next run {when(definition.next_run_at, definition.timezone)}")
+    if definition.external:
+        base = current_app.config["JOBSWEB_BASE_URL"]
+        with current_app.test_request_context(base_url=base or "http://localhost"):
+            url = url_for("jobsweb.pings.ping", token=definition.ping_token, _external=bool(base))
+        click.echo(f"external: report its runs with `flask jobs exec {definition.name} -- COMMAND`, "
+                   f"or its ping URL {url}")
 
 
 def _schedule_words(definition):

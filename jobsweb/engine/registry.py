@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from . import effects
 from .flow import check_priority, check_queue
+from .reported_runs import EXTERNAL_JOB_TYPE
 from ..core.errors import ConfigError, InvalidInput
 
 
@@ -70,6 +71,8 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
 
 def add(job_type):
     """Register a JobType; one of the same name is replaced (a module imported again)."""
+    if job_type.name == EXTERNAL_JOB_TYPE:
+        raise InvalidInput("name", f"{job_type.name!r} is reserved for external definitions, which no worker runs")
     _registry[job_type.name] = job_type
 
 

@@ -4,13 +4,15 @@ The statements and the races they guard against are in statements.py (RETRY_RUNS
 CANCEL_WAITING, REQUEST_CANCEL).
 """
 
-from . import statements
+from . import reported_runs, statements
 from ..core.database import execute
 
 
 def retry(ids):
-    """Queue these runs again now; returns the ids that were retried (the caller commits)."""
-    retried = [row.id for row in execute(statements.RETRY_RUNS, {"ids": list(ids)})]
+    """Queue these runs again now; returns the ids that were retried (the caller commits). Runs
+    of external definitions are left alone: no worker could run them."""
+    ids = [row.id for row in execute(reported_runs.RETRYABLE_IDS, {"ids": list(ids)})]
+    retried = [row.id for row in execute(statements.RETRY_RUNS, {"ids": ids})]
     if retried:
         execute(statements.NOTIFY)  # listening workers start them at commit
     return retried

@@ -8,8 +8,8 @@ the states and names the statement behind each arrow.
 Every statement that changes a run a worker holds is guarded by who holds it (`locked_by`) and
 which attempt it is (`attempts`), and reports through RETURNING which rows it changed: a worker
 whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
-Times are the database's `now()`. The engine's other SQL is in upkeep.py.
-"""
+Times are the database's `now()`. Other engine SQL: upkeep.py; runs reported from outside
+(`flask jobs exec`, ping URLs) change status in reported_runs.py."""
 
 # skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")

@@ -202,6 +202,11 @@ def _open_definition_incidents():
             if error is not None:
                 summary += f"; run {error.id} died with {_error(error.error_type, error.last_error)}"
             opened += _open_for_definition("failing", d, summary + ".", d.last_run_at)
+        elif d.external:
+            slot = d.next_run_at if run is None else run.scheduled_for
+            summary = (f"{d.name} is overdue: its run due at {_utc(slot)} was not reported within its grace of "
+                       f"{d.grace_seconds} s. Is its crontab line (flask jobs exec) or its ping still there?")
+            opened += _open_for_definition("overdue", d, summary, slot)
         elif run is None:
             summary = (f"{d.name} is overdue: its run due at {_utc(d.next_run_at)} has not started and "
                        "nothing of it is queued or running. Is cron or a worker running?")

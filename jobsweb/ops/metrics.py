@@ -53,8 +53,10 @@ class DatabaseCollector:
             unknown.add_metric([job_type, queue], n)
         yield unknown
 
+        late = {d.id for d in definitions.overdue()} | {d.id for d, _ in definitions.unreported()}
         yield GaugeMetricFamily("jobsweb_definitions_overdue", "Enabled definitions past their slot "
-                                "and grace with nothing queued or running.", value=len(definitions.overdue()))
+                                "and grace with nothing queued or running (external ones: not reported).",
+                                value=len(late))
         yield GaugeMetricFamily("jobsweb_definitions_failing", "Definitions whose last runs ended dead "
                                 "(their alert threshold, default "
                                 f"{definitions.FAILING_AFTER}, or more in a row).",

@@ -8,6 +8,7 @@ define, pause, resume and run_now write in the caller's db.session and leave the
 the caller, so that a change and what goes with it (the admin's audit entry) commit together.
 """
 
+import secrets
 from dataclasses import dataclass
 
 from flask import current_app
@@ -21,6 +22,7 @@ from ..core.models import JobDefinition, JobRun
 from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
 from ..engine.flow import check_priority, check_queue, ensure_queue
 from ..engine.retry import MAX_DELAY
+from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
 from .schedule import Schedule
 
@@ -33,6 +35,7 @@ OVERLAP_POLICIES = ("skip", "queue", "allow")
 MAX_SECONDS = MAX_DELAY  # timeouts, leases and retry delays: 7 days at most
 MAX_GRACE = 30 * 86400  # seconds; a monthly job may be days late before it counts as overdue
 MAX_ALERT_AFTER = 1000
+PING_TOKEN_BYTES = 24  # secrets.token_urlsafe: 32 URL-safe characters
 
 
 def define(name, job_type, schedule, **options):
@@ -43,7 +46,9 @@ def define(name, job_type, schedule, **options):
     backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
     alert_webhook_url=None, alert_email_to=None, queue=None and priority=None (of its runs;
     None: the job type's), max_duration=None (whole seconds: a run still running after it
-    opens a 'slow' incident; None: 3x the p95 of its recent successful runs).
+    opens a 'slow' incident; None: 3x the p95 of its recent successful runs), external=False
+    (watched, never run: job_type must be None; its runs are reported by `flask jobs exec` or
+    its ping URL).
 
     next_run_at is recomputed when the schedule or timezone changes (or the definition is
     new); otherwise the pending slot is kept. A paused definition stays paused.
@@ -54,12 +59,18 @@ def define(name, job_type, schedule, **options):
 def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attempts=None,
             overlap="skip", misfire="latest", grace_seconds=DEFAULT_GRACE, timeout=None,
             lease=None, backoff_base=None, backoff_cap=None, alert_after_failures=FAILING_AFTER,
-            alert_webhook_url=None, alert_email_to=None, queue=None, priority=None, max_duration=None):
+            alert_webhook_url=None, alert_email_to=None, queue=None, priority=None, max_duration=None,
+            external=False):
     """The column values of a definition, every input checked (InvalidInput naming its field);
     next_run_at is the first slot after the database's now()."""
     config = current_app.config
     name = _check_name(name)
-    registered = check_job_type(job_type)
+    if external is True:
+        registered, job_type, max_attempts = _external(name, job_type, max_attempts)
+    elif external is False:
+        registered = check_job_type(job_type)
+    else:
+        raise InvalidInput("external", f"must be true or false, got {external!r}")
     parsed = Schedule(schedule, timezone)
     payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
     max_attempts = check_max_attempts(max_attempts, registered, config)
@@ -79,7 +90,36 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
                 lease_seconds=lease, backoff_base=backoff_base, backoff_cap=backoff_cap,
                 alert_after_failures=alert_after_failures, alert_webhook_url=alert_webhook_url,
                 alert_email_to=alert_email_to, queue=queue, priority=priority,
-                max_duration_seconds=max_duration, next_run_at=parsed.next_after(now))
+                max_duration_seconds=max_duration, external=external,
+                ping_token=secrets.token_urlsafe(PING_TOKEN_BYTES) if external else None,
+                next_run_at=parsed.next_after(now))
+
+
+def _external(name, job_type, max_attempts):
+    """(a stand-in for the job type, EXTERNAL_JOB_TYPE, 1): what an external definition has
+    instead of a handler. A definition that has runs waiting for a worker cannot become one."""
+    if job_type not in (None, "", EXTERNAL_JOB_TYPE):
+        raise InvalidInput("job_type", "an external definition has no job type: jobsweb does not run it")
+    if max_attempts not in (None, 1):
+        raise InvalidInput("max_attempts", "an external definition's runs are reported once each; leave it empty")
+    waiting = select(JobRun.id).join(JobDefinition, JobDefinition.id == JobRun.definition_id).where(
+        JobDefinition.name == name, JobRun.status.in_(("queued", "failed")))
+    if db.session.scalar(waiting.limit(1)) is not None:
+        raise InvalidInput("external", "the definition has runs waiting for a worker (queued or failed): "
+                                       "cancel them before it becomes external")
+    return _EXTERNAL, EXTERNAL_JOB_TYPE, 1
+
+
+@dataclass(frozen=True)
+class _Unregistered:
+    """What check_max_attempts and the queue defaults read of a job type, for external definitions."""
+
+    max_attempts: int | None = None
+    queue: str = "default"
+    priority: int = 0
+
+
+_EXTERNAL = _Unregistered()
 
 
 def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_base, backoff_cap,
@@ -109,7 +149,11 @@ def upsert(values, source=None):
             & table.c.next_run_at.is_not(None))
     # One statement, so two people defining one name at once cannot both insert.
     stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={
-        **{key: stmt.excluded[key] for key in values if key not in ("name", "next_run_at")},
+        **{key: stmt.excluded[key] for key in values if key not in ("name", "next_run_at", "ping_token")},
+        # An external definition keeps its ping URL when edited (regenerate_token changes it);
+        # one that is no longer external has none.
+        **({"ping_token": case((stmt.excluded.external, func.coalesce(table.c.ping_token, stmt.excluded.ping_token)),
+                               else_=None)} if "ping_token" in values else {}),
         **({"source": source} if source else {}),
         "next_run_at": case((keep, table.c.next_run_at), else_=stmt.excluded.next_run_at),
         "updated_at": func.now(),
@@ -130,6 +174,13 @@ def get(name):
 def all_definitions():
     """Every definition, by name."""
     return db.session.scalars(select(JobDefinition).order_by(JobDefinition.name)).all()
+
+
+def external_definitions(limit=50):
+    """External definitions, the most recently reported first (never reported: last)."""
+    return db.session.scalars(select(JobDefinition).where(JobDefinition.external)
+                              .order_by(JobDefinition.last_run_at.desc().nulls_last(), JobDefinition.name)
+                              .limit(limit)).all()
 
 
 def pause(name):
@@ -154,7 +205,20 @@ def resume(name):
 def run_now(name):
     """Create a run of `name` due now, outside its schedule (RUN_NOW); return its id.
     next_run_at does not move; listening workers start the run when the caller commits."""
-    return execute(RUN_NOW, {"definition_id": get(name).id}).scalar_one()
+    definition = get(name)
+    if definition.external:
+        raise InvalidInput("name", f"{name!r} is external: jobsweb does not run it (its crontab line or "
+                                   "script reports its runs)")
+    return execute(RUN_NOW, {"definition_id": definition.id}).scalar_one()
+
+
+def regenerate_token(definition):
+    """Give an external definition a new ping token (the old URL stops working); the caller commits."""
+    if not definition.external:
+        raise InvalidInput("external", "only an external definition has a ping URL")
+    definition.ping_token = secrets.token_urlsafe(PING_TOKEN_BYTES)
+    definition.updated_at = func.now()
+    return definition.ping_token
 
 
 def _in_flight():
@@ -187,6 +251,19 @@ def stuck():
         .order_by(JobRun.run_at)).all()
 
 
+def unreported():
+    """[(definition, run)]: enabled external definitions whose newest run is a slot that was not
+    reported within its grace (missed): the crontab line or script stopped reporting. Their
+    slots keep being materialised (as missed), so overdue() alone would not see them.
+    Uses index job_runs_definition."""
+    newest = (select(JobRun.id).where(JobRun.definition_id == JobDefinition.id).order_by(JobRun.id.desc())
+              .limit(1).correlate(JobDefinition).scalar_subquery())
+    return db.session.execute(
+        select(JobDefinition, JobRun).join(JobRun, JobRun.id == newest)
+        .where(JobDefinition.enabled, JobDefinition.external, JobRun.status == "missed")
+        .order_by(JobRun.scheduled_for)).all()
+
+
 def failing():
     """Definitions whose last alert_after_failures (default FAILING_AFTER) or more runs all
     ended dead."""
@@ -201,7 +278,9 @@ class Problem:
 
     kind: str  # 'overdue' or 'failing'
     definition: JobDefinition
-    run: JobRun | None = None  # overdue because this queued run waits and no worker takes it
+    # overdue because this queued run waits and no worker takes it (or, for an external
+    # definition, because this slot was missed: not reported)
+    run: JobRun | None = None
 
 
 def problems(skip=()):
@@ -211,6 +290,7 @@ def problems(skip=()):
     skip = set(skip)
     found = ([Problem("overdue", d) for d in overdue()]
              + [Problem("overdue", d, run) for d, run in stuck()]
+             + [Problem("overdue", d, run) for d, run in unreported()]
              + [Problem("failing", d) for d in failing()])
     out = []
     for problem in found:

@@ -15,6 +15,11 @@ Which slots run:
 - overlap 'skip' runs nothing while a run of the definition is queued or running, 'queue'
   creates the run but it waits for the previous one (after_run_id), 'allow' just runs.
 Every slot that does not run still gets a row, 'missed' or 'skipped', with the reason.
+
+External definitions (jobsweb watches them, never runs them: scheduling/reports.py) never get a
+queued run. Their slots are reported by `flask jobs exec` or a ping, which moves next_run_at on;
+a slot still pending grace_seconds after it fell due is found here and becomes 'missed' (or
+'skipped' while a reported run of overlap policy 'skip' is still running).
 """
 
 import logging
@@ -50,15 +55,18 @@ IDLE_INTERVAL = 0.25  # seconds
 # 10,000 due, that lookup was most of a tick's time). Ordered by next_run_at alone, so that
 # the index hands over the oldest due rows and the scan stops at `limit`: a tie-break on id
 # made PostgreSQL read and sort every due definition first.
+# An external definition is due only once its pending slot is past the grace: until then a
+# report may still come (it is read among the due rows of the index, and left).
 # Uses indexes job_definitions_due and job_runs_definition_active.
 DUE_DEFINITIONS = """
 SELECT d.id, d.job_type, d.payload, d.schedule, d.timezone, d.max_attempts, d.misfire_policy,
        d.overlap_policy, d.grace_seconds, d.next_run_at, d.timeout_seconds, d.lease_seconds,
-       d.backoff_base, d.backoff_cap, active.id AS active_id, active.status AS active_status,
+       d.backoff_base, d.backoff_cap, d.external, active.id AS active_id, active.status AS active_status,
        now() AS now
 FROM (
     SELECT * FROM job_definitions
     WHERE enabled AND next_run_at <= now()
+      AND (NOT external OR next_run_at <= now() - make_interval(secs => grace_seconds))
     ORDER BY next_run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -112,8 +120,12 @@ def _materialise(conn, limit):
             # Written behind the API's back; left due, so the definition shows as overdue.
             log.error("definition %d: cannot materialise: %s", d["id"], exc)
             continue
-        slots, next_run_at, missed = plan(d, schedule)
-        planned += _overlap(d, slots)
+        if d["external"]:
+            slots, next_run_at, missed = plan_unreported(d, schedule)
+            planned += [(d["id"], slot, status, reason, None, None) for slot, status, reason in slots]
+        else:
+            slots, next_run_at, missed = plan(d, schedule)
+            planned += _overlap(d, slots)
         advances.append((d["id"], d["next_run_at"], next_run_at, missed))
     if not advances:
         return 0
@@ -140,7 +152,7 @@ def _materialise(conn, limit):
 def plan(d, schedule):
     """([(slot, status, reason)], next_run_at, missed count) for a due definition row `d`."""
     now = d["now"]
-    due, next_run_at, more = _due_slots(d["next_run_at"], schedule, now)
+    due, next_run_at, more = due_slots(d["next_run_at"], schedule, now)
     newest = due[-1]
     late = now - newest > timedelta(seconds=d["grace_seconds"])
     policy = d["misfire_policy"]
@@ -157,20 +169,41 @@ def plan(d, schedule):
         dropped = due[:-1]
         why = f"misfire policy 'latest' ran only the slot of {local_time(newest, schedule.tz)}"
 
-    tz_now = local_time(now, schedule.tz)
-    slots = [(slot, "missed", f"no tick between {local_time(slot, schedule.tz)} and {tz_now}; {why}")
-             for slot in dropped[-SLOT_ROWS_LIMIT:]]
-    older = len(dropped) - SLOT_ROWS_LIMIT + more
-    if older > 0:
-        first = dropped[0]
-        slots.insert(0, (first, "missed",
-                         f"no tick between {local_time(first, schedule.tz)} and {tz_now}; this row stands for "
-                         f"{'at least ' if more else ''}{older} slots from then on; {why}"))
+    slots = missed_rows(dropped, more, schedule, "no tick between {slot} and {now}", now, why)
     slots += [(slot, "queued", None) for slot in run]
     return slots, next_run_at, len(dropped) + more
 
 
-def _due_slots(first, schedule, now):
+def plan_unreported(d, schedule):
+    """([(slot, status, reason)], next_run_at, missed count) for a due external definition row
+    `d`: every slot past its grace with no report is missed; next_run_at is the oldest slot still
+    within it (a report may still come for it)."""
+    now, grace = d["now"], d["grace_seconds"]
+    due, next_run_at, more = due_slots(d["next_run_at"], schedule, now - timedelta(seconds=grace))
+    slots = missed_rows(due, more, schedule, "not reported between {slot} and {now}", now,
+                        f"grace {grace} s; external: its crontab line or script reports each run")
+    if d["active_status"] == "running" and d["overlap_policy"] == "skip":
+        slots = [(slot, "skipped", f"previous run {d['active_id']} still running") for slot, _, _ in slots]
+    return slots, next_run_at, len(due) + more
+
+
+def missed_rows(dropped, more, schedule, words, now, why):
+    """[(slot, 'missed', reason)] for the slots `dropped` (and `more` not listed): one row each
+    for the newest SLOT_ROWS_LIMIT, one summary row for the older ones. `words` is formatted
+    with the slot and `now` in the schedule's timezone."""
+    tz_now = local_time(now, schedule.tz)
+    slots = [(slot, "missed", f"{words.format(slot=local_time(slot, schedule.tz), now=tz_now)}; {why}")
+             for slot in dropped[-SLOT_ROWS_LIMIT:]]
+    older = len(dropped) - SLOT_ROWS_LIMIT + more
+    if older > 0:
+        first = dropped[0]
+        slots.insert(0, (first, "missed", f"{words.format(slot=local_time(first, schedule.tz), now=tz_now)}; "
+                                          f"this row stands for {'at least ' if more else ''}{older} slots from "
+                                          f"then on; {why}"))
+    return slots
+
+
+def due_slots(first, schedule, now):
     """(due slots up to SLOT_SCAN_LIMIT, first slot after now, count of due slots not listed)."""
     due = [first]
     for slot in schedule.fire_times(first):

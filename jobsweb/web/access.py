@@ -28,9 +28,13 @@ SEEN_RESOLUTION = 60  # seconds: the idle clock is rewritten at most this often 
 # Seconds a form's CSRF token stays good: as long as a session cookie lives, so that a page
 # left open overnight still posts (the token is tied to the session anyway).
 CSRF_MAX_AGE = 31 * 86400
+# The ping URLs (pings.py): scripts on other hosts report with curl, holding only the token in
+# the URL. They never read the session (no viewer, no cookie), need no CSRF token, and read at
+# most their own cap of a body (guards.limit_request). Only these, by exact endpoint name.
+PINGS = {"pings.ping", "pings.ping_start", "pings.ping_fail", "pings.ping_code"}
 # Reachable without signing in (local names inside jobsweb's blueprint); /metrics checks its
 # own bearer token.
-PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static"}
+PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static"} | PINGS
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
@@ -115,7 +119,7 @@ def start_session(user):
 def check_csrf():
     """before_request: every POST to jobsweb carries the CSRF token of the session (a form field,
     or the X-CSRFToken header htmx sends); a host's own routes are not checked."""
-    if request.method in UNSAFE_METHODS:
+    if request.method in UNSAFE_METHODS and local_endpoint() not in PINGS:
         token = request.form.get("csrf_token") or request.headers.get("X-CSRFToken")
         try:
             validate_csrf(token, time_limit=CSRF_MAX_AGE)
@@ -126,6 +130,9 @@ def check_csrf():
 def require_sign_in():
     """before_request: every page but the public ones needs a viewer; without one, the sign-in
     page (or the host's JOBSWEB_LOGIN_URL), or a 401."""
+    if local_endpoint() in PINGS:
+        g.jobsweb_viewer = None
+        return None
     g.jobsweb_viewer = find_viewer()
     if g.jobsweb_viewer is not None or local_endpoint() in PUBLIC:
         return None

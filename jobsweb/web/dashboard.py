@@ -8,6 +8,8 @@ from .rendering import render, time_ago
 
 bp = Blueprint("dashboard", __name__)
 
+EXTERNAL_SHOWN = 20  # external definitions listed with their last report
+
 
 def attention(incidents=()):
     """Overdue and failing definitions, in words a person can act on; those with an open
@@ -18,6 +20,11 @@ def attention(incidents=()):
         if problem.kind == "failing":
             items.append({"url": url_for("jobsweb.runs.index", definition=d.id, status="dead"), "name": d.name,
                           "words": f"has failed its last {d.failure_count} runs: open them to see why."})
+        elif d.external:
+            slot = d.next_run_at if run is None else run.scheduled_for
+            items.append({"url": url_for("jobsweb.definitions.detail", definition_id=d.id), "name": d.name,
+                          "words": f"(external) was due {time_ago(slot)} and has not reported: is its crontab "
+                                   "line or script still running?"})
         elif run is None:
             items.append({"url": url_for("jobsweb.definitions.detail", definition_id=d.id), "name": d.name,
                           "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "
@@ -34,4 +41,5 @@ def index():
     """Counts, queue depth, problems and the last 24 hours; htmx refreshes the body."""
     incidents = alerts.open_incidents()
     return render("dashboard.html", "partials/_dashboard.html", **stats.overview(),
-                  attention=attention(incidents), open_incidents=incidents)
+                  attention=attention(incidents), open_incidents=incidents,
+                  externals=definitions.external_definitions(EXTERNAL_SHOWN))

@@ -41,7 +41,7 @@ def _form(definition=None):
     if definition is not None and request.method == "GET":
         for field in ("name", "job_type", "schedule", "timezone", "max_attempts", "backoff_base",
                       "backoff_cap", "grace_seconds", "alert_after_failures", "alert_webhook_url",
-                      "alert_email_to", "queue", "priority"):
+                      "alert_email_to", "queue", "priority", "external"):
             getattr(form, field).data = getattr(definition, field)
         # Masked like on every other page; _save puts the stored secrets back.
         form.payload.data = json.dumps(mask_secrets(definition.payload, _mask_words()), indent=2, sort_keys=True)
@@ -82,7 +82,8 @@ def _save(form, definition=None):
         if definition is not None:
             payload = restore_secrets(payload, definition.payload, _mask_words())
         return definitions.define(
-            definition.name if definition else form.name.data, form.job_type.data, form.schedule.data,
+            definition.name if definition else form.name.data,
+            None if form.external.data else form.job_type.data, form.schedule.data, external=form.external.data,
             timezone=form.timezone.data, payload=payload, max_attempts=form.max_attempts.data,
             overlap=form.overlap.data, misfire=form.misfire.data,
             grace_seconds=DEFAULT_GRACE if form.grace_seconds.data is None else form.grace_seconds.data,

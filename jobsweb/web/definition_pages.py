@@ -23,10 +23,14 @@ SHOWN = 500
 
 @bp.get("")
 def index():
-    """Definitions by name, filtered by enabled state and type, searched by name."""
+    """Definitions by name, filtered by enabled state, kind (external or run by jobsweb) and type,
+    searched by name."""
     state = request.args.get("state", "")
     if state not in ("", "enabled", "paused"):
         abort(400, "Bad filter: state must be enabled or paused.")
+    kind = request.args.get("kind", "")
+    if kind not in ("", "external", "run"):
+        abort(400, "Bad filter: kind must be external or run.")
     job_type = request.args.get("job_type", "").strip()
     q = request.args.get("q", "").strip()
     if len(q) > SEARCH_MAX_CHARS or len(job_type) > SEARCH_MAX_CHARS:
@@ -34,12 +38,14 @@ def index():
     stmt = select(JobDefinition).order_by(JobDefinition.name).limit(SHOWN)
     if state:
         stmt = stmt.where(JobDefinition.enabled.is_(state == "enabled"))
+    if kind:
+        stmt = stmt.where(JobDefinition.external.is_(kind == "external"))
     if job_type:
         stmt = stmt.where(JobDefinition.job_type == job_type)
     if q:
         stmt = stmt.where(JobDefinition.name.icontains(q, autoescape=True))
     return render("definitions.html", "partials/_definitions_table.html",
-                  definitions=db.session.scalars(stmt).all(), state=state, job_type=job_type, q=q,
+                  definitions=db.session.scalars(stmt).all(), state=state, kind=kind, job_type=job_type, q=q,
                   job_types=registry.names())
 
 

@@ -2,7 +2,7 @@
 jobsweb (access.check_csrf), so the forms do not check it again."""
 
 from flask_wtf import FlaskForm
-from wtforms import EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
+from wtforms import BooleanField, EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
 from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
 from ..core.errors import InvalidInput, clean_text
@@ -68,7 +68,11 @@ class DefinitionForm(Form):
     InvalidInput from it lands on the field it names."""
 
     name = StringField("Name", validators=[DataRequired(), Length(max=200)])
-    job_type = SelectField("Job type", validators=[DataRequired()])
+    # Not DataRequired: an external definition has none (define() refuses a missing one otherwise).
+    job_type = SelectField("Job type", validators=[Optional()])
+    external = BooleanField("External: jobsweb watches it, never runs it",
+                            description="Its crontab line (flask jobs exec) or script (its ping URL) reports each "
+                                        "run; a slot not reported within the grace is missed. No job type needed.")
     schedule = StringField("Schedule", validators=[DataRequired(), Length(max=200)],
                            description="Cron (0 6 * * 1-5), a macro (@daily, @hourly) or @every 10m")
     timezone = SelectField("Timezone", default="UTC")

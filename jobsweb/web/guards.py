@@ -5,6 +5,7 @@ security headers of each answer."""
 from flask import abort, current_app, request
 
 from ..core.errors import BIGINT_MAX, InvalidInput, clean_text
+from .access import PINGS, local_endpoint
 
 # No inline script or style anywhere (confirm.js replaces onclick); nothing may frame the screen.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -20,7 +21,10 @@ HEADERS = {
 def limit_request():
     """before_request, first: refuse a body over JOBSWEB_MAX_REQUEST_BYTES before anything parses
     it (a 50 MB anonymous POST was parsed before the CSRF check refused it), and cap what the
-    form parser reads when no length was sent."""
+    form parser reads when no length was sent. A ping reads only the start of its body and cuts
+    the rest (a script piping a long log must still be recorded): it is left to do so."""
+    if local_endpoint() in PINGS:
+        return
     limit = current_app.config["JOBSWEB_MAX_REQUEST_BYTES"]
     if request.content_length is not None and request.content_length > limit:
         abort(413, f"The request is over the limit of {limit} bytes.")

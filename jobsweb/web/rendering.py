@@ -7,6 +7,7 @@ app, its `base.html`, its filters and its globals stay its own, and jobsweb's ne
 """
 
 import json
+import shlex
 from datetime import datetime, timezone
 from functools import cache
 
@@ -149,5 +150,6 @@ def templates():
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule)
     env.filters.update(when=when, time_ago=time_ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind))
+                       pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env

@@ -8,6 +8,7 @@ from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine import registry, run_actions
+from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
 from .rendering import render
@@ -100,6 +101,8 @@ def retry(run_id):
     if run_actions.retry([run_id]):
         audit.record("retry", "run", run_id, previous_status=run.status)
         flash(f"Run {run_id} is queued again.")
+    elif run.job_type == EXTERNAL_JOB_TYPE:
+        flash(f"Run {run_id} was reported from outside: jobsweb cannot run it again.")
     else:
         flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.")
     db.session.commit()

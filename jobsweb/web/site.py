@@ -11,14 +11,14 @@ from pathlib import Path
 from flask import Blueprint
 from flask_wtf.csrf import CSRFError
 
-from . import (access, dashboard, definition_form, definition_pages, enqueue_form, guards, incident_pages, probes,
-               queue_pages, run_pages, sign_in, user_pages, worker_pages)
+from . import (access, dashboard, definition_form, definition_pages, enqueue_form, guards, incident_pages, pings,
+               probes, queue_pages, run_pages, sign_in, user_pages, worker_pages)
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
 
 PAGES = (probes, sign_in, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, run_pages,
-         user_pages, worker_pages, queue_pages)
+         user_pages, worker_pages, queue_pages, pings)
 
 
 def _htmx_folder():

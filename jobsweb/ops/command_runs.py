@@ -1,0 +1,240 @@
+"""`flask jobs exec NAME -- COMMAND`: run a crontab line's command as a reported run of NAME.
+
+The run is recorded running (scheduling/reports.py: its slot, the overlap check) before the
+command starts; a heartbeat thread extends its lease while the command runs (EXTEND_LEASES, as
+a worker does), so a killed `exec` leaves a run that lease recovery ends dead. The command runs
+without a shell, in a process group of its own: a timeout, or a signal `exec` receives, reaches
+every process it started. Its stdout and stderr go through to ours as they come, and their
+combined tail (JOBSWEB_OUTPUT_MAX_CHARS) is stored with the attempt.
+
+Exit code: the command's own, or 128 + the signal that killed it, as a shell reports it; 127
+when it cannot be found and 126 when it cannot be started, as a shell does too.
+"""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from ..core.database import db, execute
+from ..engine.upkeep import EXTEND_LEASES
+from ..engine.worker import worker_id
+from ..scheduling import reports
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+READ_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the command ended: the exit code `exec` passes on and what the run records."""
+
+    exit_code: int
+    status: str  # 'succeeded' or 'dead'
+    error_type: str | None = None
+    error: str | None = None
+
+
+class Tail:
+    """The last `limit` characters of the bytes given to `add`, from both pipes, in order."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.data = bytearray()
+        self.cut = False
+        self.lock = threading.Lock()
+
+    def add(self, chunk):
+        with self.lock:
+            self.data += chunk
+            # 4 bytes per character at most in UTF-8: keep enough bytes for `limit` characters.
+            if len(self.data) > 8 * self.limit:
+                del self.data[:len(self.data) - 4 * self.limit]
+                self.cut = True
+
+    def text(self):
+        """The tail as text (bad UTF-8 replaced, NUL made visible), or None if nothing came."""
+        with self.lock:
+            text = self.data.decode("utf-8", "replace").replace("\x00", "\\x00")
+        if not text:
+            return None
+        if len(text) > self.limit:
+            text, self.cut = text[-self.limit:], True
+        return f"[earlier output cut]\n{text}" if self.cut else text
+
+
+def _pump(source, sink, tail):
+    """Copy one pipe of the command to our own stream as it comes, and into the tail."""
+    fd = source.fileno()
+    binary = getattr(sink, "buffer", None)
+    while chunk := os.read(fd, READ_BYTES):
+        tail.add(chunk)
+        try:
+            if binary is not None:
+                binary.write(chunk)
+                binary.flush()
+            else:  # a text stream (a test runner's): decoded per chunk, close enough
+                sink.write(chunk.decode("utf-8", "replace"))
+                sink.flush()
+        except (OSError, ValueError):
+            pass  # our own stdout went away (a closed pipe): the command still runs and is recorded
+
+
+def _heartbeat(app, run_id, holder, lease, stop, on_cancel):
+    """Extend the run's lease every third of it until `stop` is set; a failed beat is retried
+    at the next one (the lease outlives two), and never stops the command. An operator's cancel
+    (REQUEST_CANCEL, seen here as on a worker's heartbeat) calls `on_cancel`."""
+    while not stop.wait(lease / 3):
+        try:
+            with app.app_context():
+                rows = execute(EXTEND_LEASES, {"ids": [run_id], "attempts": [1], "leases": [lease],
+                                               "worker": holder}).fetchall()
+                db.session.commit()
+        except Exception as exc:  # the database may be away for a while; the command goes on
+            print(f"jobsweb: heartbeat of run {run_id} failed: {str(exc).strip().splitlines()[0]}",
+                  file=sys.stderr)
+            continue
+        if not rows:
+            print(f"jobsweb: run {run_id} is no longer held by this exec (its lease ran out)", file=sys.stderr)
+        elif rows[0].cancel_requested:
+            on_cancel()
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Command:
+    """The command's process, and how it is stopped: SIGTERM to its process group, SIGKILL
+    `kill_after` seconds later if it is still there."""
+
+    def __init__(self, proc, kill_after):
+        self.proc = proc
+        self.kill_after = kill_after
+        self.stopped_with = None  # the last signal a timeout or a cancel sent
+        self.cancelled = threading.Event()
+
+    def signal(self, number):
+        try:
+            os.killpg(self.proc.pid, number)
+        except ProcessLookupError:
+            pass
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after kill_after; returns once the command has exited."""
+        self.stopped_with = signal.SIGTERM
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(self.kill_after)
+        except subprocess.TimeoutExpired:
+            self.stopped_with = signal.SIGKILL
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def cancel(self):
+        """An operator cancelled the run (from the heartbeat thread): stop the command."""
+        if not self.cancelled.is_set():
+            self.cancelled.set()
+            threading.Thread(target=self.stop, name="jobsweb-exec-cancel", daemon=True).start()
+
+    def wait(self, timeout):
+        """Wait for the command; past `timeout` seconds (None: none), stop it. Whether it timed out."""
+        try:
+            self.proc.wait(timeout)
+            return False
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return True
+
+
+def ended(returncode, timeout=None, stopped_with=None, why=None):
+    """What a return code (negative: killed by that signal) comes to; `why` is 'timeout' or
+    'cancelled' when jobsweb stopped the command, with the last signal it sent."""
+    if returncode < 0:
+        number = -returncode
+        code, words = 128 + number, f"killed by signal {number} ({_signal_name(number)})"
+    else:
+        code, words = returncode, f"exit code {returncode}"
+    if why == "timeout":
+        return Ended(code, "dead", "timeout", f"timed out after {timeout:g} s: stopped with "
+                                              f"{_signal_name(stopped_with)}; {words}")
+    if why == "cancelled":
+        return Ended(code, "dead", "cancelled", f"cancelled by an operator: stopped with "
+                                                f"{_signal_name(stopped_with)}; {words}")
+    if returncode == 0:
+        return Ended(0, "succeeded")
+    return Ended(code, "dead", "signal" if returncode < 0 else "exit_code", words)
+
+
+def run(app, name, argv, timeout=None, kill_after=10.0):
+    """Record a run of definition `name`, run `argv` and record its outcome; the exit code to
+    pass on. InvalidInput (unknown definition) before anything starts."""
+    holder = f"exec:{worker_id()}"
+    lease = app.config["JOBSWEB_LEASE_SECONDS"]
+    with app.app_context():
+        started = reports.start_exec(name, holder, lease)
+        db.session.commit()
+    if started.status == "skipped":
+        print(f"jobsweb: {name}: run {started.run_id} skipped, the command was not started: {started.reason}",
+              file=sys.stderr)
+        return 0
+    tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
+    try:
+        # Its own session (process group), so that a timeout's signal reaches what it started.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as exc:
+        message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+        print(f"jobsweb: {message}", file=sys.stderr)
+        tail.add(message.encode() + b"\n")
+        outcome = Ended(127 if exc.errno == errno.ENOENT else 126, "dead", "not_started", message)
+    else:
+        command = Command(proc, kill_after)
+        stop = threading.Event()
+        beat = threading.Thread(target=_heartbeat, args=(app, started.run_id, holder, lease, stop, command.cancel),
+                                name="jobsweb-exec-heartbeat", daemon=True)
+        beat.start()
+        try:
+            outcome = _follow(command, tail, timeout)
+        finally:
+            stop.set()
+            beat.join()
+    with app.app_context():
+        recorded = reports.finish(started.run_id, holder, outcome.status, outcome.error_type,
+                                  outcome.error, tail.text())
+        db.session.commit()
+    if not recorded:
+        print(f"jobsweb: run {started.run_id} had already ended (its lease ran out); this outcome "
+              f"was not recorded: {outcome.error or outcome.status}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _follow(command, tail, timeout):
+    """Pass the command's output on while it runs; its Ended."""
+    proc = command.proc
+    pumps = [threading.Thread(target=_pump, args=(pipe, sink, tail), daemon=True)
+             for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+    for pump in pumps:
+        pump.start()
+    # The command is in a process group of its own, so a terminal's ^C or a supervisor's
+    # SIGTERM to `exec` would not reach it: pass them on.
+    previous = {number: signal.signal(number, lambda number, frame: command.signal(number))
+                for number in FORWARDED_SIGNALS}
+    started = time.monotonic()
+    try:
+        timed_out = command.wait(timeout)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    for pump in pumps:
+        # A background process of the command may hold the pipes open: its output is not waited for.
+        pump.join(max(1.0, min(5.0, time.monotonic() - started)))
+    why = "timeout" if timed_out else "cancelled" if command.cancelled.is_set() else None
+    return ended(proc.returncode, timeout, command.stopped_with, why)

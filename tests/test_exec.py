@@ -1,0 +1,214 @@
+"""`flask jobs exec NAME -- COMMAND`, as a crontab line runs it: a real `flask` process runs a
+real command, passes its output and exit code on, and records the run."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobsweb import definitions
+from tests.conftest import ROOT, committed, wait_for
+
+PY = sys.executable
+
+
+@pytest.fixture
+def jobs_exec(app, spawn_worker):
+    """jobs_exec(*args, wait=True): run `flask jobs exec ...` as a separate process."""
+    started = []
+
+    def run(*args, wait=True, **settings):
+        proc = subprocess.Popen([PY, "-m", "flask", "--app", "wsgi", "jobs", "exec", *args], cwd=ROOT,
+                                env=spawn_worker.env(**settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        started.append(proc)
+        if not wait:
+            return proc
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, out, err
+
+    yield run
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture
+def backup(app):
+    with committed(app):
+        definitions.define("backup", None, "0 3 * * *", external=True)
+    return "backup"
+
+
+def run_row(sql):
+    [row] = sql("SELECT r.status, r.attempts, r.last_error, r.error_type, r.locked_by, a.outcome, a.output, "
+                "a.worker LIKE 'exec:%%' FROM job_runs r JOIN job_attempts a ON a.run_id = r.id")
+    return row
+
+
+def test_a_command_that_exits_0_is_a_succeeded_run_and_its_output_is_passed_through_and_stored(
+        backup, jobs_exec, sql):
+    code, out, err = jobs_exec(backup, "--", PY, "-c",
+                               "import sys; print('copied 3 files'); print('one warning', file=sys.stderr)")
+    assert code == 0, err
+    assert out == "copied 3 files\n" and "one warning\n" in err
+    status, attempts, error, _, locked_by, outcome, output, by_exec = run_row(sql)
+    assert (status, attempts, error, locked_by, outcome, by_exec) == ("succeeded", 1, None, None, "succeeded", True)
+    assert "copied 3 files\n" in output and "one warning\n" in output
+    assert sql("SELECT last_status, failure_count FROM job_definitions") == [("succeeded", 0)]
+
+
+def test_a_command_that_exits_non_zero_is_a_dead_run_naming_the_exit_code_and_exec_exits_with_it(
+        backup, jobs_exec, sql):
+    code, _, _ = jobs_exec(backup, "--", PY, "-c", "import sys; print('disk full'); sys.exit(3)")
+    assert code == 3
+    status, _, error, error_type, _, outcome, output, _ = run_row(sql)
+    assert (status, error, error_type, outcome) == ("dead", "exit code 3", "exit_code", "failed")
+    assert output == "disk full\n"
+    assert sql("SELECT last_status, failure_count FROM job_definitions") == [("dead", 1)]
+
+
+def test_a_command_killed_by_a_signal_is_dead_naming_the_signal_and_exec_exits_128_plus_it(
+        backup, jobs_exec, sql):
+    code, _, _ = jobs_exec(backup, "--", PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert code == 128 + signal.SIGKILL
+    status, _, error, error_type, *_ = run_row(sql)
+    assert (status, error, error_type) == ("dead", "killed by signal 9 (SIGKILL)", "signal")
+
+
+def test_only_the_tail_of_a_long_output_is_stored(backup, jobs_exec, sql):
+    code, out, _ = jobs_exec(backup, "--", PY, "-c", "for i in range(5000): print(f'line {i:05d}')",
+                             JOBSWEB_OUTPUT_MAX_CHARS=1000)
+    assert code == 0 and out.count("\n") == 5000  # all of it passed through
+    output = run_row(sql)[6]
+    assert output.startswith("[earlier output cut]\n") and output.endswith("line 04999\n")
+    assert len(output) <= 1000 + len("[earlier output cut]\n")
+
+
+def test_a_command_over_its_timeout_is_stopped_and_recorded_as_a_timeout(backup, jobs_exec, sql):
+    began = time.monotonic()
+    code, _, _ = jobs_exec(backup, "--timeout", "1", "--", PY, "-c", "import time; time.sleep(60)")
+    assert time.monotonic() - began < 30
+    assert code == 128 + signal.SIGTERM
+    status, _, error, error_type, *_ = run_row(sql)
+    assert (status, error_type) == ("dead", "timeout")
+    assert error.startswith("timed out after 1 s: stopped with SIGTERM")
+
+
+def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_kill_after_grace(backup, jobs_exec, sql):
+    code, _, _ = jobs_exec(backup, "--timeout", "1", "--kill-after", "1", "--", PY, "-c",
+                           "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)")
+    assert code == 128 + signal.SIGKILL
+    error = run_row(sql)[2]
+    assert error.startswith("timed out after 1 s: stopped with SIGKILL") and "signal 9" in error
+
+
+def test_a_second_exec_while_the_first_runs_records_a_skipped_run_and_does_not_start_its_command(
+        backup, jobs_exec, sql, tmp_path):
+    marker = tmp_path / "second-ran"
+    first = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(3)", wait=False)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,
+             message="the first exec's run")
+    code, _, err = jobs_exec(backup, "--", PY, "-c", f"open({str(marker)!r}, 'w')")
+    assert code == 0 and "skipped" in err
+    assert not marker.exists()
+    first.communicate(timeout=60)
+    rows = sql("SELECT status, reason FROM job_runs ORDER BY id")
+    assert [status for status, _ in rows] == ["succeeded", "skipped"]
+    assert rows[1][1] == f"previous run {sql('SELECT min(id) FROM job_runs')[0][0]} still running"
+
+
+def test_two_execs_started_together_run_the_command_once(backup, jobs_exec, sql, tmp_path):
+    count = tmp_path / "runs"
+    command = ["--", PY, "-c", f"import time; open({str(count)!r}, 'a').write('x'); time.sleep(2)"]
+    procs = [jobs_exec(backup, *command, wait=False) for _ in range(2)]
+    for proc in procs:
+        proc.communicate(timeout=60)
+    assert count.read_text() == "x"
+    assert sorted(status for (status,) in sql("SELECT status FROM job_runs")) == ["skipped", "succeeded"]
+
+
+def test_overlap_allow_runs_both(app, jobs_exec, sql):
+    with committed(app):
+        definitions.define("reindex", None, "0 3 * * *", external=True, overlap="allow")
+    procs = [jobs_exec("reindex", "--", PY, "-c", "import time; time.sleep(1.5)", wait=False) for _ in range(2)]
+    for proc in procs:
+        proc.communicate(timeout=60)
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", 2)]
+
+
+def test_exec_works_for_a_definition_jobsweb_runs_too(app, jobs_exec, sql):
+    with committed(app):
+        definitions.define("nightly", "jobsweb.noop", "0 3 * * *")
+    code, _, _ = jobs_exec("nightly", "--", "true")
+    assert code == 0
+    assert sql("SELECT status, job_type, scheduled_for FROM job_runs") == [("succeeded", "jobsweb.noop", None)]
+
+
+def test_the_run_is_held_with_a_lease_and_heartbeats_while_the_command_runs(backup, jobs_exec, sql):
+    proc = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(4)", wait=False, JOBSWEB_LEASE_SECONDS=1.5)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,
+             message="the exec's run")
+    [(first_lease,)] = sql("SELECT locked_until FROM job_runs")
+    wait_for(lambda: sql("SELECT locked_until > %s FROM job_runs", [first_lease])[0][0], timeout=10,
+             message="a heartbeat to extend the lease")
+    assert sql("SELECT locked_until > now(), locked_by LIKE 'exec:%%' FROM job_runs") == [(True, True)]
+    proc.communicate(timeout=60)
+    assert sql("SELECT status FROM job_runs") == [("succeeded",)]
+
+
+def test_an_exec_killed_outright_leaves_a_run_that_lease_recovery_ends_dead(
+        backup, jobs_exec, sql, spawn_worker, tmp_path):
+    pid_file = tmp_path / "pid"
+    proc = jobs_exec(backup, "--", PY, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                     "time.sleep(60)", wait=False, JOBSWEB_LEASE_SECONDS=1)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text(), message="the command to start")
+    try:
+        proc.kill()  # the command, in its own process group, is not killed with it
+        proc.communicate()
+        worker = spawn_worker("--max-runtime", "4")
+        wait_for(lambda: sql("SELECT status, error_type FROM job_runs") == [("dead", "lease_expired")],
+                 timeout=30, message="lease recovery to end the run")
+        worker.wait(timeout=30)
+    finally:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["nosuch", "--", "true"], "no job definition is called 'nosuch'"),
+    (["backup"], "give the command to run after --"),
+])
+def test_bad_exec_input_is_a_one_line_error_with_exit_code_2_and_nothing_started(
+        backup, jobs_exec, sql, args, words):
+    code, out, err = jobs_exec(*args)
+    assert code == 2
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sql("SELECT count(*) FROM job_runs") == [(0,)]
+
+
+def test_a_command_that_does_not_exist_is_a_dead_run_and_exit_code_127(backup, jobs_exec, sql):
+    code, _, err = jobs_exec(backup, "--", "/nonexistent/backup.sh")
+    assert code == 127 and "cannot start" in err
+    status, _, error, error_type, *_ = run_row(sql)
+    assert (status, error_type) == ("dead", "not_started") and "/nonexistent/backup.sh" in error
+
+
+def test_an_operator_cancelling_the_run_stops_the_command_at_the_next_heartbeat(app, backup, jobs_exec, sql):
+    from jobsweb.engine import run_actions
+
+    proc = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(60)", wait=False, JOBSWEB_LEASE_SECONDS=1.5)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,
+             message="the exec's run")
+    [(run_id,)] = sql("SELECT id FROM job_runs")
+    with committed(app):
+        assert run_actions.cancel([run_id]) == ([], [run_id])  # running: the holder is asked to stop
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    status, _, error, error_type, _, outcome, _, _ = run_row(sql)
+    assert (status, error_type, outcome) == ("cancelled", "cancelled", "cancelled")
+    assert error.startswith("cancelled by an operator: stopped with SIGTERM")
+    assert sql("SELECT last_status, failure_count FROM job_definitions") == [(None, 0)]
