@@ -221,6 +221,17 @@ def test_bulk_refuses_a_bad_action_or_selection(sign_in):
     client = sign_in("operator")
     token = csrf_token(client, "/")
     assert client.post("/runs/bulk", data={"csrf_token": token, "action": "drop"}).status_code == 400
-    assert client.post("/runs/bulk", data={"csrf_token": token, "action": "retry"}).status_code == 400
     assert client.post("/runs/bulk", data={"csrf_token": token, "action": "retry",
                                            "ids": "1;drop"}).status_code == 400
+
+
+def test_cancel_selected_with_nothing_ticked_stays_on_the_filtered_list_and_says_why(sign_in, sql):
+    client = sign_in("operator")
+    waiting = add_run(sql, "queued", job_type="jobsweb.sleep")
+    response = client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "cancel",
+                                               "status": "queued", "job_type": "jobsweb.sleep"})
+    assert response.status_code == 302
+    assert "status=queued" in response.location and "job_type=jobsweb.sleep" in response.location
+    html = client.get(response.location).get_data(as_text=True)
+    assert "No runs are ticked" in html and run_ids(html) == [waiting]
+    assert sql("SELECT status FROM job_runs") == [("queued",)]

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow  # builds a wheel and installs it with its depende
 PASSWORD = "wheel-test-password"
 # Every page of the admin screen, as a signed-in admin sees it ({run} and {definition}: ids).
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
-         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users"]
+         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users",
+         "/audit"]
 
 
 def source_copy(destination):

@@ -30,7 +30,7 @@ SEEN_RESOLUTION = 60  # seconds: the idle clock is rewritten at most this often 
 CSRF_MAX_AGE = 31 * 86400
 # Reachable without signing in (local names inside jobsweb's blueprint); /metrics checks its
 # own bearer token.
-PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static"}
+PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static", "favicon"}
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 

@@ -17,7 +17,8 @@ def attention(incidents=()):
         d, run = problem.definition, problem.run
         if problem.kind == "failing":
             items.append({"url": url_for("jobsweb.runs.index", definition=d.id, status="dead"), "name": d.name,
-                          "words": f"has failed its last {d.failure_count} runs: open them to see why."})
+                          "words": f"{definitions.failed_last(d.failure_count)}: open "
+                                   f"{'it' if d.failure_count == 1 else 'them'} to see why."})
         elif run is None:
             items.append({"url": url_for("jobsweb.definitions.detail", definition_id=d.id), "name": d.name,
                           "words": f"should have run {time_ago(d.next_run_at)} and nothing of it is queued "

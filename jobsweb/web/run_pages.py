@@ -9,8 +9,9 @@ from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine import registry, run_actions
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
+from ..ops import stats
 from .access import role_required
-from .rendering import render
+from .rendering import htmx, render
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
 
@@ -24,11 +25,13 @@ def index():
     before = runlist.number(request.args, "before")
     rows, next_before = runlist.page(run_filter, before)
     live = request.args.get("live") == "1" and before is None
+    # Polls refresh the table only: the chips (and their counts) are outside it.
+    counts = {} if htmx() else stats.chip_counts(RUN_STATUSES)
     definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
                                      .order_by(JobDefinition.name).limit(500)).all()
     return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
                   before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
-                  job_types=registry.names(), definitions=definitions)
+                  job_types=registry.names(), definitions=definitions, counts=counts)
 
 
 @bp.post("/bulk")
@@ -47,7 +50,10 @@ def bulk():
     else:
         raw = request.form.getlist("ids")
         if not raw:
-            abort(400, "No runs selected: tick some rows, or choose everything matching the filter.")
+            # Back to the same filtered list with the words, not an error page that loses it.
+            flash(f"No runs are ticked: tick the runs to {action}, or use \"{action.capitalize()} all "
+                  "matching\" for every run the filter matches.")
+            return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
         try:
             if len(raw) > BULK_SELECTED_MAX:
                 raise InvalidInput("ids", f"at most {BULK_SELECTED_MAX} runs at once")
@@ -72,6 +78,11 @@ def bulk():
         message += f" Asked {requested} running run{'s' * (requested != 1)} to stop."
     flash(message)
     return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
+
+
+# A run's action says what it did in a flash of category "run:<the status it left>": the run's
+# panel shows it only while the run is still in that status, and its refreshes drop it, so
+# "Run 8 is queued again" never sits above a panel that already shows Dead.
 
 
 def _run_or_404(run_id):
@@ -99,9 +110,10 @@ def retry(run_id):
     run = _run_or_404(run_id)
     if run_actions.retry([run_id]):
         audit.record("retry", "run", run_id, previous_status=run.status)
-        flash(f"Run {run_id} is queued again.")
+        flash(f"Run {run_id} is queued again.", "run:queued")
     else:
-        flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.")
+        flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.",
+              f"run:{run.status}")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
 
@@ -115,11 +127,11 @@ def cancel(run_id):
     done, requested = run_actions.cancel([run_id])
     if done:
         audit.record("cancel", "run", run_id, previous_status=previous)
-        flash(f"Run {run_id} is cancelled.")
+        flash(f"Run {run_id} is cancelled.", "run:cancelled")
     elif requested:
         audit.record("request_cancel", "run", run_id, previous_status=previous)
-        flash(f"Run {run_id} is running: its worker was asked to stop it.")
+        flash(f"Run {run_id} is running: its worker was asked to stop it.", "run:running")
     else:
-        flash(f"Run {run_id} is {previous}: there is nothing to cancel.")
+        flash(f"Run {run_id} is {previous}: there is nothing to cancel.", f"run:{previous}")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
