@@ -275,14 +275,14 @@ def test_the_status_chips_count_exactly_up_to_a_cap_and_estimate_beyond(sign_in,
     for status, n in (("dead", 3), ("queued", 2)):
         for _ in range(n):
             add_run(sql, status)
-    chips = re.findall(r'value="(\w+)" > \w+ <span class="chip-count" title="([^"]+)">([^<]+)</span>',
+    chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
                        client.get("/runs").get_data(as_text=True))
     assert {status: count for status, _, count in chips} == {
         "queued": "0", "running": "0", "succeeded": "0", "failed": "0", "dead": "3", "cancelled": "0",
         "skipped": "0", "missed": "0"} | {"queued": "2"}
     monkeypatch.setattr(stats, "CHIP_COUNT_CAP", 2)
     sql("ANALYZE job_runs")
-    chips = re.findall(r'value="(\w+)" > \w+ <span class="chip-count" title="([^"]+)">([^<]+)</span>',
+    chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
                        client.get("/runs").get_data(as_text=True))
     counts = {status: (title, count) for status, title, count in chips}
     assert counts["dead"][1] == "≈ 3" and counts["dead"][0].startswith("about")
@@ -307,15 +307,16 @@ def test_a_retry_flash_shows_only_while_the_run_is_still_in_the_status_it_announ
     run_id = add_run(sql, "dead", error="boom")
     token = csrf_token(client, "/")
     response = client.post(f"/runs/{run_id}/retry", data={"csrf_token": token})
-    assert "is queued again" in client.get(response.location).get_data(as_text=True)
+    page = client.get(response.location).get_data(as_text=True)
+    assert "is queued again" in page and "was queued again" not in page
     sql("UPDATE job_runs SET status = 'dead'")
     client.post(f"/runs/{run_id}/retry", data={"csrf_token": token})
     sql("UPDATE job_runs SET status = 'dead'")  # a worker took it and it died before the page loaded
     page = client.get(f"/runs/{run_id}").get_data(as_text=True)
-    assert "is queued again" not in page and "Dead" in page
+    assert "is queued again" not in page and f"Run {run_id} was queued again; it is now dead." in page
     # Nor does the flash stay for the next page, or come back in the panel's refreshes.
-    assert "is queued again" not in client.get(f"/runs/{run_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
-    assert "is queued again" not in client.get("/runs").get_data(as_text=True)
+    assert "queued again" not in client.get(f"/runs/{run_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert "queued again" not in client.get("/runs").get_data(as_text=True)
 
 
 def test_the_runs_of_a_deleted_definition_keep_its_name_and_say_it_was_deleted(sign_in, sql):

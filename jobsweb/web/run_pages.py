@@ -80,9 +80,13 @@ def bulk():
     return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
 
 
-# A run's action says what it did in a flash of category "run:<the status it left>": the run's
-# panel shows it only while the run is still in that status, and its refreshes drop it, so
-# "Run 8 is queued again" never sits above a panel that already shows Dead.
+def _tell(status, now, then):
+    """Flash what a run's action did, twice: `now` ("Run 8 is queued again."), shown while the
+    run is still `status`, and `then` ("Run 8 was queued again"), shown with the run's new
+    status once a worker has moved it on. The run's panel picks one (partials/_run.html) and
+    its refreshes drop both: a message never contradicts the panel below it."""
+    flash(now, f"run:{status}")
+    flash(then, f"run-was:{status}")
 
 
 def _run_or_404(run_id):
@@ -110,10 +114,10 @@ def retry(run_id):
     run = _run_or_404(run_id)
     if run_actions.retry([run_id]):
         audit.record("retry", "run", run_id, previous_status=run.status)
-        flash(f"Run {run_id} is queued again.", "run:queued")
+        _tell("queued", f"Run {run_id} is queued again.", f"Run {run_id} was queued again")
     else:
-        flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.",
-              f"run:{run.status}")
+        _tell(run.status, f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.",
+              f"Run {run_id} was {run.status}, and could not be retried")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
 
@@ -127,11 +131,13 @@ def cancel(run_id):
     done, requested = run_actions.cancel([run_id])
     if done:
         audit.record("cancel", "run", run_id, previous_status=previous)
-        flash(f"Run {run_id} is cancelled.", "run:cancelled")
+        _tell("cancelled", f"Run {run_id} is cancelled.", f"Run {run_id} was cancelled")
     elif requested:
         audit.record("request_cancel", "run", run_id, previous_status=previous)
-        flash(f"Run {run_id} is running: its worker was asked to stop it.", "run:running")
+        _tell("running", f"Run {run_id} is running: its worker was asked to stop it.",
+              f"Run {run_id}'s worker was asked to stop it")
     else:
-        flash(f"Run {run_id} is {previous}: there is nothing to cancel.", f"run:{previous}")
+        _tell(previous, f"Run {run_id} is {previous}: there is nothing to cancel.",
+              f"Run {run_id} was {previous}, with nothing to cancel")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))

@@ -14,7 +14,7 @@ from sqlalchemy import and_, cast, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import load_only
 
-from ..core.database import db
+from ..core.database import db, execute
 from ..core.errors import InvalidInput, clean_text, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine.enqueuing import parse_payload
@@ -181,8 +181,21 @@ LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobR
                 JobRun.deleted_definition)
 
 
+# psycopg prepares a statement run 5 times on one connection, and PostgreSQL may then plan it
+# once for any parameter (a generic plan). For `payload @> $1` that plan walks the primary key
+# newest first, filtering: 300 ms for a payload that matches one run of a million, against
+# 0.1 ms through job_runs_payload when planned for the value. Only this transaction is told.
+CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
+
+
+def _plan_for_the_values(run_filter):
+    if run_filter.payload:
+        execute(CUSTOM_PLANS)
+
+
 def page(run_filter, before=None, size=PAGE_SIZE):
     """One page of runs, newest first, and the id to pass as `before` for the next (or None)."""
+    _plan_for_the_values(run_filter)
     stmt = (select(JobRun, JobDefinition.name).outerjoin(JobDefinition, JobDefinition.id == JobRun.definition_id)
             .options(load_only(*LIST_COLUMNS)).where(*run_filter.conditions())
             .order_by(JobRun.id.desc()).limit(size + 1))
@@ -205,6 +218,7 @@ def matching_ids_in_batches(run_filter, statuses, batch_size):
         return
     before = None
     while True:
+        _plan_for_the_values(run_filter)  # each batch is a transaction of its own
         stmt = (select(JobRun.id).where(*run_filter.conditions(), JobRun.status.in_(wanted))
                 .order_by(JobRun.id.desc()).limit(batch_size))
         if before is not None:
