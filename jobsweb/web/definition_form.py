@@ -16,7 +16,6 @@ from ..core.errors import InvalidInput
 from ..core.models import JobDefinition
 from ..engine.enqueuing import parse_payload
 from ..scheduling import definitions
-from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER
 from ..scheduling.schedule import Schedule, next_fire_times
 from .access import role_required
 from .forms import DefinitionForm, job_type_choices
@@ -73,24 +72,23 @@ def schedule_preview():
                   words=words, times=times, error=error)
 
 
-def _arguments(form, definition):
-    """define()'s arguments from the form; a field WTForms refused gets None (its default)."""
-    def value(field, data):
-        return None if getattr(form, field).errors else data
+# The form's fields that are define()'s arguments of the same name (payload and name aside).
+ARGUMENTS = ("job_type", "schedule", "timezone", "max_attempts", "overlap", "misfire", "grace_seconds", "timeout",
+             "backoff_base", "backoff_cap", "alert_after_failures", "alert_webhook_url", "alert_email_to",
+             "queue", "priority")
 
-    return dict(
-        name=definition.name if definition else value("name", form.name.data), job_type=value("job_type", form.job_type.data),
-        schedule=value("schedule", form.schedule.data), timezone=value("timezone", form.timezone.data) or "UTC",
-        max_attempts=value("max_attempts", form.max_attempts.data), overlap=value("overlap", form.overlap.data) or "skip",
-        misfire=value("misfire", form.misfire.data) or "latest",
-        grace_seconds=DEFAULT_GRACE if value("grace_seconds", form.grace_seconds.data) is None else form.grace_seconds.data,
-        timeout=value("timeout", form.timeout.data), backoff_base=value("backoff_base", form.backoff_base.data),
-        backoff_cap=value("backoff_cap", form.backoff_cap.data),
-        alert_after_failures=value("alert_after_failures", form.alert_after_failures.data) or FAILING_AFTER,
-        alert_webhook_url=value("alert_webhook_url", form.alert_webhook_url.data),
-        alert_email_to=value("alert_email_to", form.alert_email_to.data),
-        queue=(value("queue", form.queue.data) or "").strip() or None,
-        priority=(value("priority", form.priority.data) or "").strip() or None)
+
+def _arguments(form, definition):
+    """define()'s arguments from the form. A field WTForms refused, or left empty, is left out
+    (define()'s default), so that define()'s own checks still run on every other field."""
+    arguments = {"job_type": None, "schedule": None}  # required: None is refused, naming them
+    for name in ARGUMENTS:
+        field = getattr(form, name)
+        value = field.data.strip() if isinstance(field.data, str) else field.data
+        if not field.errors and value not in (None, ""):
+            arguments[name] = value
+    arguments["name"] = definition.name if definition else (None if form.name.errors else form.name.data)
+    return arguments
 
 
 def _save(form, definition=None):
