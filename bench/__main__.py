@@ -48,7 +48,7 @@ QUICK = {
 ALONE = {
     "throughput": measures.throughput, "peers": measures.peers, "history": measures.claim_latency,
     "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
-    "queues": measures.flow_control,
+    "queues": measures.flow_control, "pages": measures.admin_pages_alone,
 }
 
 

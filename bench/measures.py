@@ -316,12 +316,14 @@ def peers(bench):
 HISTORY_SQL = """
 WITH runs AS (
     INSERT INTO job_runs (job_type, status, attempts, run_at, started_at, finished_at, created_at,
-                          last_error, error_type)
+                          last_error, error_type, payload)
     SELECT 'jobsweb.noop',
            CASE WHEN g %% 100 = 0 THEN 'dead' ELSE 'succeeded' END,
            1, t, t, t + interval '5 ms', t,
            CASE WHEN g %% 100 = 0 THEN 'boom: connection refused by upstream ' || g END,
-           CASE WHEN g %% 100 = 0 THEN 'RuntimeError' END
+           CASE WHEN g %% 100 = 0 THEN 'RuntimeError' END,
+           -- One invoice per run, a thousand customers: what the payload filter searches.
+           jsonb_build_object('invoice_id', %(start)s + g, 'customer_id', (%(start)s + g) %% 1000)
     FROM generate_series(1, %(n)s) g, LATERAL (SELECT now() - (%(n)s - g) * interval '1 s' AS t) ts
     RETURNING id, status, started_at, finished_at, last_error
 )
@@ -343,7 +345,7 @@ def claim_latency(bench):
         for size in sizes:
             if size > have:
                 for start in range(have, size, 200_000):
-                    conn.execute(HISTORY_SQL, {"n": min(200_000, size - start)})
+                    conn.execute(HISTORY_SQL, {"n": min(200_000, size - start), "start": start})
                 have = size
                 conn.execute("VACUUM ANALYZE job_runs")
                 conn.execute("VACUUM ANALYZE job_attempts")
@@ -479,6 +481,11 @@ def admin_pages(bench, history):
         conn.execute("INSERT INTO job_definitions (name, job_type, schedule, next_run_at) "
                      "SELECT 'def-' || g, 'jobsweb.noop', '@every 1h', now() + interval '1 h' "
                      "FROM generate_series(1, 200) g")
+        # A year of operators' actions for /audit: 20 a day from 5 people.
+        conn.execute("INSERT INTO jobsweb_audit_log (user_email, action, target_type, target_id) "
+                     "SELECT 'op' || g % 5 || '@example.org', (ARRAY['retry', 'cancel', 'pause', 'edit'])[g % 4 + 1], "
+                     "'run', g FROM generate_series(1, 7300) g")
+        conn.execute("ANALYZE jobsweb_audit_log")
         max_id, dead_id = conn.execute("SELECT max(id), max(id) FILTER (WHERE status = 'dead') FROM job_runs").fetchone()
     port = 5599
     env = dict(os.environ, DATABASE_URL=url, SECRET_KEY="0123456789abcdef-test-secret-key-0123456789-bench")
@@ -495,7 +502,13 @@ def admin_pages(bench, history):
             {"csrf_token": token.group(1), "email": "bench@example.org", "password": "bench password 1"}).encode())
         pages = {"dashboard": "/", "runs list": "/runs", "runs: status dead": "/runs?status=dead",
                  "runs: deep keyset page": f"/runs?before={max_id // 2}", "runs: error text search": "/runs?q=upstream",
-                 "run detail": f"/runs/{dead_id}", "definitions list": "/definitions"}
+                 "run detail": f"/runs/{dead_id}", "definitions list": "/definitions",
+                 # One run of a million, by jsonb containment (index job_runs_payload).
+                 "runs: payload filter": "/runs?" + urllib.parse.urlencode({"payload": json.dumps({"invoice_id": max_id // 3})}),
+                 "runs: payload filter, dead": "/runs?" + urllib.parse.urlencode(
+                     {"payload": json.dumps({"customer_id": 700}), "status": "dead"}),
+                 "runs: payload filter, no match": "/runs?" + urllib.parse.urlencode({"payload": '{"invoice_id": -1}'}),
+                 "audit log": "/audit", "audit: by action": "/audit?action=cancel"}
         out = {}
         for name, path in pages.items():
             times = []
@@ -513,6 +526,20 @@ def admin_pages(bench, history):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def admin_pages_alone(bench):
+    """The admin pages over a history database built for them alone (`python -m bench --only
+    pages`): the history of claim_latency at its largest size, without the claims."""
+    url, app = migrated(bench, "bench_history")
+    size = bench.sizes["history"][-1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for start in range(0, size, 200_000):
+            conn.execute(HISTORY_SQL, {"n": min(200_000, size - start), "start": start})
+        conn.execute("VACUUM ANALYZE job_runs")
+        conn.execute("VACUUM ANALYZE job_attempts")
+    bench.log(f"history of {size:,} runs written")
+    return admin_pages(bench, {"url": url, "app": app})
 
 
 def wait_http(opener, url):

@@ -256,7 +256,9 @@ def write(r, out):
         f"## 7. Admin pages at {points[-1]['history']:,} runs",
         "",
         f"{s['page_requests']} requests each through `flask run` on loopback, signed in (time to the "
-        "last byte, which includes the loopback round trip):",
+        "last byte, which includes the loopback round trip). The runs pages include the status chips' "
+        "counts: each status counted exactly up to 10,000 runs (an index-only count with a LIMIT), "
+        "the planner's estimate beyond, so the count costs the same at any size:",
         "",
         "| page | path | p50 ms | p95 ms |",
         "| --- | --- | --- | --- |",

@@ -345,3 +345,49 @@ def test_an_alert_email_for_a_name_stored_with_a_line_break_is_still_sent(app, s
         assert notify.deliver_due() == 1
     [(recipients, message)] = smtp_sink.messages
     assert "Subject: nightly Bcc: all@example.com is overdue" in message and "\nBcc:" not in message
+
+
+def test_an_open_dead_incident_says_how_many_attempts_the_newest_death_took(alerting, sql):
+    from jobsweb.engine import run_actions
+
+    with committed(alerting):
+        run_id = enqueue("jobsweb.fail", {"permanent": True})
+    run_worker(alerting)
+    evaluate(alerting)
+    assert sql("SELECT summary FROM jobsweb_alert_incidents")[0][0].startswith(
+        f"run {run_id} of jobsweb.fail is dead after 1 attempt:")
+    with committed(alerting):
+        run_actions.retry([run_id])
+    run_worker(alerting)
+    assert evaluate(alerting) == ([], [])  # counted into the incident still open
+    [(summary, count)] = sql("SELECT summary, run_count FROM jobsweb_alert_incidents")
+    assert summary.startswith(f"run {run_id} of jobsweb.fail is dead after 2 attempts:") and count == 2
+
+
+def test_deleting_a_failing_definition_does_not_move_its_dead_runs_into_the_ad_hoc_incident(alerting, sql):
+    define(alerting, job_type="jobsweb.fail", payload={"permanent": True}, alert_after_failures=1)
+    with committed(alerting):
+        definitions.run_now("nightly")
+    run_worker(alerting)
+    evaluate(alerting)
+    assert sql("SELECT kind, resolved_at IS NULL FROM jobsweb_alert_incidents") == [("failing", True)]
+    [(definition_id,)] = sql("SELECT id FROM job_definitions")
+    with committed(alerting):
+        from jobsweb.core.database import db
+        from jobsweb.core.models import JobDefinition
+
+        definitions.delete(db.session.get(JobDefinition, definition_id))
+    evaluate(alerting)
+    assert sql("SELECT kind, resolved_at IS NULL FROM jobsweb_alert_incidents") == [("failing", False)]
+    assert sql("SELECT definition_id, deleted_definition, status FROM job_runs") == [(None, "nightly", "dead")]
+
+
+def test_a_definition_that_failed_its_last_run_says_run_not_runs(alerting, receiver, sql):
+    define(alerting, job_type="jobsweb.fail", payload={"permanent": True}, alert_after_failures=1)
+    with committed(alerting):
+        definitions.run_now("nightly")
+    run_worker(alerting)
+    evaluate(alerting)
+    deliver(alerting)
+    [text] = receiver.texts()
+    assert "nightly has failed its last run;" in text and "1 runs" not in text

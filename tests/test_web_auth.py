@@ -1,6 +1,6 @@
 import pytest
 
-from tests.conftest import PASSWORD, csrf_token
+from tests.conftest import PASSWORD, committed, csrf_token
 
 PAGES = ["/", "/runs", "/workers", "/queues", "/definitions", "/enqueue", "/runs/1"]
 
@@ -113,13 +113,14 @@ def test_users_create_prompts_for_the_password(runner):
     assert result.exit_code == 0, result.output
 
 
-def test_the_demo_operator_is_made_only_when_nobody_exists(app):
-    from jobsweb.web.accounts import ensure_demo_operator
+def test_the_demo_admin_is_made_only_when_nobody_exists(app, sql):
+    from jobsweb.web.accounts import ensure_demo_admin
 
-    with app.app_context():
-        email, password = ensure_demo_operator()
-        assert email == "operator@example.com" and len(password) >= 12
-        assert ensure_demo_operator() is None
+    with committed(app):
+        email, password = ensure_demo_admin()
+        assert email == "admin@example.com" and len(password) >= 12
+        assert ensure_demo_admin() is None
+    assert sql("SELECT role FROM jobsweb_users") == [("admin",)]
 
 
 @pytest.mark.parametrize("path", ["/", "/runs", "/workers", "/definitions"])

@@ -1,5 +1,7 @@
 """The definition form and its schedule preview: they need the schedules work (issue 3)."""
 
+import re
+
 import pytest
 
 from tests.conftest import csrf_token
@@ -53,7 +55,7 @@ def test_an_admin_creates_a_definition(sign_in, sql):
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"schedule": "61 * * * *"}, "not a valid cron expression"),
+    ({"schedule": "61 * * * *"}, "the minute field (1st of 5), &#39;61&#39;, is not valid: it takes 0 to 59"),
     ({"schedule": "* *"}, "has 2 fields"),
     ({"schedule": "0 0 30 2 *"}, "February never has a 30th"),
     ({"schedule": "0 0 1 * MON#4"}, "with a day of month is not supported"),
@@ -136,3 +138,29 @@ def test_the_form_sets_a_definitions_queue_and_priority_and_refuses_a_bad_priori
     assert ok.status_code == 302
     assert sql("SELECT queue, priority FROM job_definitions") == [("reports", -3)]
     assert sql("SELECT name FROM job_queues") == [("reports",)]
+
+
+def test_the_form_shows_every_server_side_error_at_once(sign_in, sql):
+    client = sign_in("admin")
+    response = client.post("/definitions/new", data={
+        **FORM, "csrf_token": csrf_token(client, "/"), "schedule": "61 * * * *", "payload": "[]",
+        "backoff_base": "10", "backoff_cap": "5", "queue": "bad queue!", "priority": "5000"})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422
+    for words in ("the minute field (1st of 5), &#39;61&#39;, is not valid", "must be a JSON object",
+                  "must be at least backoff_base", "priority", "queue"):
+        assert words in html, words
+    errors = re.findall(r'<small class="field-error">([^<]+)</small>', html)
+    assert len(errors) == 5, errors
+    assert sql("SELECT count(*) FROM job_definitions") == [(0,)]
+
+
+def test_a_cron_error_names_the_field_in_our_words_not_croniters(sign_in):
+    client = sign_in("admin")
+    for schedule, words in (("* 25 * * *", "the hour field (2nd of 5), &#39;25&#39;, is not valid: it takes 0 to 23"),
+                            ("0 0 * 13 *", "the month field (4th of 5)"), ("0 0 * * 9", "the day of week field"),
+                            ("*/0 * * * *", "the minute field")):
+        html = client.post("/definitions/new", data={**FORM, "schedule": schedule,
+                                                      "csrf_token": csrf_token(client, "/")}).get_data(as_text=True)
+        error = html.split('name="schedule"')[1].split("</label>")[0]
+        assert words in error and "not acceptable" not in error and "out of range" not in error, error

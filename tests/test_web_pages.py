@@ -199,3 +199,39 @@ def test_times_read_as_words_before_and_after_now():
     assert time_ago(now + timedelta(hours=2, minutes=5), now) == "in 2 h"
     assert time_ago(now - timedelta(days=3), now) == "3 d ago"
     assert time_ago(None, now) == "—"
+
+
+def test_the_dashboard_tells_runs_scheduled_for_later_from_runs_waiting_now(sign_in, sql):
+    client = sign_in("viewer")
+    sql("INSERT INTO job_runs (job_type, run_at) VALUES ('jobsweb.noop', now() + interval '15 hours')")
+    html = client.get("/").get_data(as_text=True)
+    assert "Nothing is waiting" not in html
+    assert "Nothing is due now." in html and "1 run is scheduled for later; the next is due in 14 h" in html
+    sql("DELETE FROM job_runs")
+    assert "Nothing is waiting." in client.get("/").get_data(as_text=True)
+
+
+def test_the_dashboard_says_a_definition_failed_its_last_run_not_its_last_1_runs(sign_in, sql):
+    client = sign_in("viewer")
+    sql("INSERT INTO job_definitions (name, job_type, failure_count, alert_after_failures) "
+        "VALUES ('nightly', 'jobsweb.noop', 1, 1), ('hourly', 'jobsweb.noop', 3, 2)")
+    html = client.get("/").get_data(as_text=True)
+    assert "has failed its last run: open it to see why" in html
+    assert "has failed its last 3 runs: open them to see why" in html and "last 1 runs" not in html
+
+
+@pytest.mark.parametrize("path", ["/enqueue", "/definitions/new"])
+def test_the_job_type_select_starts_blank_instead_of_on_the_first_type(sign_in, path):
+    client = sign_in("admin")
+    html = client.get(path).get_data(as_text=True)
+    select = html.split('name="job_type"')[1].split("</select>")[0]
+    first = select.split("<option")[1]
+    assert 'value=""' in first and "choose a job type" in first and "selected" not in select
+
+
+def test_the_favicon_is_served_and_linked_from_every_page(sign_in, client):
+    icon = client.get("/favicon.ico")  # before signing in too: browsers ask on their own
+    assert icon.status_code == 200 and icon.mimetype == "image/vnd.microsoft.icon" and icon.data[:4] == b"\0\0\1\0"
+    html = sign_in("viewer").get("/").get_data(as_text=True)
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in html
+    assert client.get("/static/favicon.svg").status_code == 200

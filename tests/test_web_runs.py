@@ -221,6 +221,119 @@ def test_bulk_refuses_a_bad_action_or_selection(sign_in):
     client = sign_in("operator")
     token = csrf_token(client, "/")
     assert client.post("/runs/bulk", data={"csrf_token": token, "action": "drop"}).status_code == 400
-    assert client.post("/runs/bulk", data={"csrf_token": token, "action": "retry"}).status_code == 400
     assert client.post("/runs/bulk", data={"csrf_token": token, "action": "retry",
                                            "ids": "1;drop"}).status_code == 400
+
+
+def test_cancel_selected_with_nothing_ticked_stays_on_the_filtered_list_and_says_why(sign_in, sql):
+    client = sign_in("operator")
+    waiting = add_run(sql, "queued", job_type="jobsweb.sleep")
+    response = client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "cancel",
+                                               "status": "queued", "job_type": "jobsweb.sleep"})
+    assert response.status_code == 302
+    assert "status=queued" in response.location and "job_type=jobsweb.sleep" in response.location
+    html = client.get(response.location).get_data(as_text=True)
+    assert "No runs are ticked" in html and run_ids(html) == [waiting]
+    assert sql("SELECT status FROM job_runs") == [("queued",)]
+
+
+def test_the_payload_filter_finds_the_runs_whose_payload_contains_that_json(sign_in, sql):
+    client = sign_in("viewer")
+    invoice = add_run(sql, payload='{"invoice_id": 812, "customer": {"id": 7, "tier": "gold"}}')
+    add_run(sql, payload='{"invoice_id": 8120}')
+    add_run(sql, payload='{}')
+    other_customer = add_run(sql, payload='{"invoice_id": 9, "customer": {"id": 8}}')
+    assert run_ids(client.get("/runs", query_string={"payload": '{"invoice_id": 812}'}).get_data(as_text=True)) == [invoice]
+    nested = client.get("/runs", query_string={"payload": '{"customer": {"tier": "gold"}}'}).get_data(as_text=True)
+    assert run_ids(nested) == [invoice]
+    both = client.get("/runs", query_string={"payload": '{"customer": {}}', "status": "queued"}).get_data(as_text=True)
+    assert run_ids(both) == [other_customer, invoice]
+    # The filter stays in the form and in the links of the page.
+    assert 'name="payload" value="{&#34;customer&#34;: {}}"' in both
+    assert len(run_ids(client.get("/runs?payload=%7B%7D").get_data(as_text=True))) == 4  # {} filters nothing
+
+
+@pytest.mark.parametrize("raw, words", [
+    ('{"invoice_id": ', "payload filter: is not valid JSON"),
+    ("[812]", "payload filter: must be a JSON object"),
+    ("812", "payload filter: must be a JSON object"),
+    ('{"x": NaN}', "payload filter"),
+    ('{"x": "\\u0000"}', "NUL"),
+])
+def test_a_bad_payload_filter_is_a_400_that_names_the_field(sign_in, raw, words):
+    client = sign_in("viewer")
+    response = client.get("/runs", query_string={"payload": raw})
+    assert response.status_code == 400 and words in response.get_data(as_text=True)
+    htmx = client.get("/runs", query_string={"payload": raw}, headers={"HX-Request": "true"})
+    assert htmx.status_code == 400 and words in htmx.get_data(as_text=True)
+
+
+def test_the_status_chips_count_exactly_up_to_a_cap_and_estimate_beyond(sign_in, sql, monkeypatch):
+    from jobsweb.ops import stats
+
+    client = sign_in("viewer")
+    for status, n in (("dead", 3), ("queued", 2)):
+        for _ in range(n):
+            add_run(sql, status)
+    chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
+                       client.get("/runs").get_data(as_text=True))
+    assert {status: count for status, _, count in chips} == {
+        "queued": "0", "running": "0", "succeeded": "0", "failed": "0", "dead": "3", "cancelled": "0",
+        "skipped": "0", "missed": "0"} | {"queued": "2"}
+    monkeypatch.setattr(stats, "CHIP_COUNT_CAP", 2)
+    sql("ANALYZE job_runs")
+    chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
+                       client.get("/runs").get_data(as_text=True))
+    counts = {status: (title, count) for status, title, count in chips}
+    assert counts["dead"][1] == "≈ 3" and counts["dead"][0].startswith("about")
+    assert counts["queued"] == ("exactly; all runs, whatever the other filters", "2")
+
+
+def test_a_run_that_succeeded_after_failures_shows_no_error_card_and_no_red_error_in_the_list(sign_in, sql):
+    client = sign_in("viewer")
+    run_id = add_run(sql, "succeeded", error="ConnectionError: upstream went away", stack="Traceback ...", attempts=2)
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, error_type, error) VALUES "
+        "(%s, 1, 'failed', 'RuntimeError', 'ConnectionError: upstream went away'), (%s, 2, 'succeeded', NULL, NULL)",
+        [run_id, run_id])
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert "Last error" not in page and "error-card" not in page
+    assert "ConnectionError: upstream went away" in page.split("<h2>Attempts</h2>")[1]  # the timeline keeps it
+    row = client.get("/runs").get_data(as_text=True).split(f'href="/runs/{run_id}"')[1].split("</tr>")[0]
+    assert "s-succeeded" in row and "upstream went away" not in row and "error-type" not in row
+
+
+def test_a_retry_flash_shows_only_while_the_run_is_still_in_the_status_it_announces(sign_in, sql):
+    client = sign_in("operator")
+    run_id = add_run(sql, "dead", error="boom")
+    token = csrf_token(client, "/")
+    response = client.post(f"/runs/{run_id}/retry", data={"csrf_token": token})
+    page = client.get(response.location).get_data(as_text=True)
+    assert "is queued again" in page and "was queued again" not in page
+    sql("UPDATE job_runs SET status = 'dead'")
+    client.post(f"/runs/{run_id}/retry", data={"csrf_token": token})
+    sql("UPDATE job_runs SET status = 'dead'")  # a worker took it and it died before the page loaded
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert "is queued again" not in page and f"Run {run_id} was queued again; it is now dead." in page
+    # Nor does the flash stay for the next page, or come back in the panel's refreshes.
+    assert "queued again" not in client.get(f"/runs/{run_id}", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert "queued again" not in client.get("/runs").get_data(as_text=True)
+
+
+def test_the_runs_of_a_deleted_definition_keep_its_name_and_say_it_was_deleted(sign_in, sql):
+    client = sign_in("admin")
+    [(definition,)] = sql("INSERT INTO job_definitions (name, job_type) VALUES ('nightly', 'jobsweb.noop') RETURNING id")
+    run_id = add_run(sql, "dead", definition_id=definition, error="boom")
+    ad_hoc = add_run(sql)
+    client.post(f"/definitions/{definition}/delete", data={"csrf_token": csrf_token(client, "/")})
+    assert sql("SELECT count(*) FROM job_definitions") == [(0,)]
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert "nightly <span class=\"muted\">(deleted definition)</span>" in page and "ad hoc" not in page
+    assert "ad hoc" in client.get(f"/runs/{ad_hoc}").get_data(as_text=True)
+    assert "nightly (deleted definition)" in client.get("/runs").get_data(as_text=True)
+
+
+def test_cancel_selected_asks_for_confirmation_like_a_single_cancel(sign_in, sql):
+    client = sign_in("operator")
+    add_run(sql)
+    html = client.get("/runs").get_data(as_text=True)
+    assert re.search(r'<button name="action" value="cancel" data-confirm="[^"]+">Cancel selected</button>', html)

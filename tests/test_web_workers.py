@@ -41,3 +41,17 @@ def test_the_workers_page_lists_the_job_types_each_worker_handles(sign_in, sql):
     rows = {line.split("<code>")[1].split("</code>")[0]: line for line in html.split("<tr>") if "<code>" in line}
     assert "<code>reports.weekly</code>" in rows["a:1:new"] and "&lt;b&gt;odd&lt;/b&gt;" in rows["a:1:new"]
     assert "not recorded" in rows["b:2:old"]
+
+
+def test_the_workers_page_counts_the_runs_a_worker_did_before_its_next_heartbeat(sign_in, sql, spawn_worker):
+    from tests.conftest import wait_for
+
+    client = sign_in("viewer")
+    sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 5)")
+    # A 600 s lease: the next heartbeat (a third of it) is minutes away.
+    spawn_worker("--forever", JOBSWEB_LEASE_SECONDS=600)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'") == [(5,)], message="5 runs done")
+    [(worker, done)] = sql("SELECT id, runs_done FROM job_workers")
+    assert done == 5
+    row = client.get("/workers").get_data(as_text=True).split(worker)[2].split("</tr>")[0]
+    assert "<td>5</td>" in row

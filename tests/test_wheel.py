@@ -27,7 +27,7 @@ PASSWORD = "wheel-test-password"
 # Every page of the admin screen, as a signed-in admin sees it ({run} and {definition}: ids).
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
          "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users",
-         "/definitions?kind=external", "/definitions/{external}"]
+         "/definitions?kind=external", "/definitions/{external}", "/audit"]
 
 
 def source_copy(destination):

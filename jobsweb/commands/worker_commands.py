@@ -6,20 +6,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import click
 from flask import current_app
 from flask.cli import with_appcontext
 
 from ..core import schema
-from ..core.database import db, libpq_url
+from ..core.database import db, execute, libpq_url
 from ..engine import lease_recovery
 from ..engine.enqueuing import enqueue
 from ..engine.flow import check_queue
 from ..engine.worker import Worker
 from ..ops import alerts
 from ..scheduling import materialise
-from ..web.accounts import ensure_demo_operator
+from ..web.accounts import DEMO_EMAIL, check_credentials, ensure_demo_admin
 from .groups import jobs, plain_errors, setup_logging
 
 
@@ -80,35 +84,55 @@ def demo_command():
             click.echo(f"enqueued run {run_id}: {job_type} {json.dumps(payload)}")
 
 
+DEMO_KEYS = [f"jobsweb-demo:{n}" for n in range(1, len(DEMO_RUNS) + 1)]
+STARTUP_TIMEOUT = 30  # seconds `flask dev` waits for the web app and the worker before it says how to sign in
+# The worker has started and the demo runs due now have been taken: what it logs at start-up
+# is on the screen. Its pid tells it from a worker of an earlier start that did not stop.
+STARTED = """
+SELECT EXISTS (SELECT 1 FROM job_workers WHERE pid = %(pid)s AND stopped_at IS NULL AND started_at >= %(since)s)
+   AND NOT EXISTS (SELECT 1 FROM job_runs WHERE idempotency_key = ANY (%(demo_keys)s)
+                   AND (status = 'running' OR (status = 'queued' AND run_at <= now())))
+"""
+
+
 @click.command("dev")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=5000, show_default=True, type=int)
-@click.option("--demo/--no-demo", default=True, show_default=True, help="Enqueue the demo runs first.")
+@click.option("--demo/--no-demo", default=True, show_default=True,
+              help="Enqueue the demo runs (once: not again on later starts).")
 @with_appcontext
 def dev_command(host, port, demo):
     """Migrate, then run the web app (gunicorn) and a worker together until Ctrl-C."""
     with plain_errors():
         schema.upgrade()
-        demo_user = ensure_demo_operator()
-        db.session.commit()
+        demo_user = ensure_demo_admin()
         if demo:
-            for job_type, payload in DEMO_RUNS:
-                enqueue(job_type, payload)
+            # Idempotency keys: the demo runs are made on the first start only.
+            for key, (job_type, payload) in zip(DEMO_KEYS, DEMO_RUNS):
+                enqueue(job_type, payload, idempotency_key=key)
+        db.session.commit()
+    password_file = Path(current_app.instance_path) / "demo_password"
+    if demo_user:
+        _keep_secret(password_file, demo_user[1])
+    since = db.session.scalar(db.select(db.func.now()))
+    db.session.commit()
     # The children reach the same database; with the embedded server, this process keeps it
     # running until both have stopped.
     env = dict(os.environ, DATABASE_URL=libpq_url(db.engine), SECRET_KEY=current_app.config["SECRET_KEY"])
     flask = [sys.executable, "-m", "flask", "--app", "jobsweb"]
     children = [
-        subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "jobsweb:create_app()"],
-                         env=env),
+        # One web process is plenty on a laptop; successful htmx refreshes stay out of its log.
+        subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"{host}:{port}", "--workers", "1",
+                          "--logger-class", "jobsweb.commands.quiet_polls.QuietPollsLogger",
+                          "jobsweb:create_app()"], env=env),
         subprocess.Popen(flask + ["run-jobs", "--forever", "--poll-interval", "1"], env=env),
     ]
-    click.echo(f"jobsweb is running: web on http://{host}:{port}/ and a worker. Ctrl-C stops both.")
-    if demo_user:
-        click.echo(f"Sign in as {demo_user[0]} with password {demo_user[1]} (a demo operator; "
-                   "`flask --app jobsweb users create EMAIL --role admin` makes more users).")
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        # The sign-in line comes last, after the start-up logs, where a newcomer looks for it.
+        _wait_until_started(children, f"http://{host}:{port}/healthz", since)
+        click.echo(f"\njobsweb is running: web on http://{host}:{port}/ and a worker. Ctrl-C stops both.")
+        click.echo(_sign_in_words(password_file))
         while all(child.poll() is None for child in children):
             try:
                 children[0].wait(timeout=1)
@@ -122,6 +146,49 @@ def dev_command(host, port, demo):
                 child.send_signal(signal.SIGTERM)
         for child in children:
             child.wait()
+
+
+def _keep_secret(path, text):
+    """Write the demo admin's password to the instance folder (mode 0600, like the secret key),
+    so that every start can say it again."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+
+
+def _sign_in_words(password_file):
+    """How to sign in: the demo admin's email and quoted password while that password still
+    works; otherwise how to make a user."""
+    password = password_file.read_text().strip() if password_file.exists() else None
+    if password and check_credentials(DEMO_EMAIL, password) is not None:
+        db.session.rollback()
+        return (f"Sign in as {DEMO_EMAIL} with password '{password}' (a demo admin; "
+                "`.venv/bin/flask --app wsgi users create EMAIL --role admin` makes more users).")
+    db.session.rollback()
+    return ("Sign in with one of your users; `.venv/bin/flask --app wsgi users create EMAIL --role admin` "
+            "makes one.")
+
+
+def _wait_until_started(children, health_url, since):
+    """Until the web app answers and the worker has started and taken the demo runs due now
+    (or a child exited, or STARTUP_TIMEOUT passed)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    web_up = worker_up = False
+    while time.monotonic() < deadline and all(child.poll() is None for child in children):
+        if not web_up:
+            try:
+                urllib.request.urlopen(health_url, timeout=2).close()
+                web_up = True
+            except urllib.error.HTTPError:
+                web_up = True  # it answered: a 503 names a problem the page will show
+            except OSError:
+                pass
+        if not worker_up:
+            worker_up = bool(execute(STARTED, {"pid": children[1].pid, "since": since, "demo_keys": DEMO_KEYS}).scalar())
+            db.session.rollback()
+        if web_up and worker_up:
+            return
+        time.sleep(0.2)
 
 
 def _interrupt(signum, frame):

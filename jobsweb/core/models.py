@@ -90,6 +90,7 @@ class JobRun(Model):
     queue: Mapped[str] = mapped_column(Text, server_default="default")
     priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
     unique_key: Mapped[str | None] = mapped_column(Text)  # one unfinished run per key
+    deleted_definition: Mapped[str | None] = mapped_column(Text)  # its definition's name, once deleted
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 

@@ -285,7 +285,9 @@ class Worker:
         they cost one round trip and one commit, the worker's main cost with no-op jobs.
         """
         outcomes, self.pending = self.pending, []
-        batch = [(statements.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
+        # The count of runs done is written with them (at heartbeats only, the Workers page said 0).
+        batch = [(statements.FINISH_RUNS, finish_params(outcomes)),
+                 (upkeep.WORKER_SEEN, {"worker": self.id, "done": len(outcomes)})] if outcomes else []
         if free:
             batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease, "limit": free,
                                                   "job_types": registry.names(), "queues": self.queues}))
@@ -301,7 +303,8 @@ class Worker:
             self.done += finish_each(self.link.fetch, outcomes)
             return self.link.fetch(*batch[-1]) if free else []
         if outcomes:
-            self.done += log_finished(outcomes, results[0])
+            # One the guard rejected was counted in the batch: taken back at the next heartbeat.
+            self.done += log_finished(outcomes, results[0]) - len(outcomes)
         return results[-1] if free else []
 
     def _heartbeat(self):

@@ -106,12 +106,13 @@ RETURNING i.id
 
 DEAD_INCIDENTS_CHECKED = "UPDATE jobsweb_alert_incidents SET checked_at = now() WHERE kind = 'dead' AND resolved_at IS NULL"
 
-# Runs outside any definition that died recently and that no incident has counted yet.
+# Runs outside any definition that died recently (a deleted definition's runs lost their
+# definition_id but were not ad hoc: deleting a failing definition must not alert again) and that no incident has counted yet.
 # Uses index job_runs_dead_finished and jobsweb_alert_incident_runs' primary key.
 NEW_DEAD_RUNS = """
 SELECT r.id, r.job_type, r.finished_at, r.attempts, r.error_type, r.last_error
 FROM job_runs r
-WHERE r.status = 'dead' AND r.definition_id IS NULL
+WHERE r.status = 'dead' AND r.definition_id IS NULL AND r.deleted_definition IS NULL
   AND r.finished_at > now() - make_interval(secs => %(lookback)s)
   AND NOT EXISTS (SELECT 1 FROM jobsweb_alert_incident_runs l WHERE l.run_id = r.id AND l.attempt = r.attempts)
 ORDER BY r.id
@@ -130,7 +131,9 @@ OPEN_DEAD_INCIDENT_ID = """
 SELECT id FROM jobsweb_alert_incidents WHERE job_type = %(job_type)s AND kind = 'dead' AND resolved_at IS NULL
 """
 
-# Count deaths into an incident; one already counted (primary key) is not counted again.
+# Count deaths into an incident; one already counted (primary key) is not counted again. An
+# incident open already takes the summary of its newest death: "dead after 1 attempt" stayed
+# after the run was retried and died again on attempt 2.
 COUNT_DEAD_RUNS = """
 WITH counted AS (
     INSERT INTO jobsweb_alert_incident_runs (run_id, attempt, incident_id)
@@ -141,7 +144,8 @@ WITH counted AS (
 )
 UPDATE jobsweb_alert_incidents
 SET run_count = run_count + (SELECT count(*) FROM counted),
-    last_failure_at = greatest(last_failure_at, %(last_failure_at)s)
+    last_failure_at = greatest(last_failure_at, %(last_failure_at)s),
+    summary = coalesce(%(summary)s, summary)
 WHERE id = %(incident_id)s
 """
 
@@ -198,7 +202,7 @@ def _open_definition_incidents():
         d, run = problem.definition, problem.run
         if problem.kind == "failing":
             error = execute(NEWEST_DEAD_RUN, {"definition_id": d.id}).first()
-            summary = f"{d.name} has failed its last {d.failure_count} runs"
+            summary = f"{d.name} {definitions.failed_last(d.failure_count)}"
             if error is not None:
                 summary += f"; run {error.id} died with {_error(error.error_type, error.last_error)}"
             opened += _open_for_definition("failing", d, summary + ".", d.last_run_at)
@@ -235,12 +239,14 @@ def _open_dead_incidents():
         first = runs[0]  # the oldest run: a success of any newer one clears the incident
         since = min(r.finished_at for r in runs)
         last_failure_at = max(r.finished_at for r in runs)
-        summary = (f"run {first.id} of {job_type} is dead after {first.attempts} "
-                   f"attempt{'s' if first.attempts != 1 else ''}: {_error(first.error_type, first.last_error)}")
+        summary = _death(first)
         if len(runs) > 1:
             summary += f" ({len(runs) - 1} more {job_type} run{'s' if len(runs) > 2 else ''} died with it)"
         incident_id = execute(OPEN_DEAD_INCIDENT_ID, {"job_type": job_type}).scalar()
-        if incident_id is None:
+        newest = None
+        if incident_id is not None:
+            newest = _death(max(runs, key=lambda r: r.finished_at)) + "."
+        else:
             row = execute(OPEN_DEAD_INCIDENT, {
                 "job_type": job_type, "summary": summary + ".", "since": since,
                 "last_failure_at": last_failure_at, "run_id": first.id}).first()
@@ -250,8 +256,14 @@ def _open_dead_incidents():
             opened.append(incident_id)
         execute(COUNT_DEAD_RUNS, {
             "run_ids": [r.id for r in runs], "attempts": [r.attempts for r in runs], "incident_id": incident_id,
-            "last_failure_at": last_failure_at})
+            "last_failure_at": last_failure_at, "summary": newest})
     return opened
+
+
+def _death(run):
+    """'run 5 of send_invoice is dead after 2 attempts: KeyError: ...'"""
+    return (f"run {run.id} of {run.job_type} is dead after {run.attempts} "
+            f"attempt{'s' if run.attempts != 1 else ''}: {_error(run.error_type, run.last_error)}")
 
 
 def _queue(incident_id, event):

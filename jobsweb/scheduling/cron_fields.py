@@ -31,6 +31,27 @@ ONE_DAY = timedelta(days=1)
 NTH_WORDS = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}
 
 
+# Each field of a cron expression, in words, for errors that say which one is wrong (croniter's
+# own "[61 * * * *] is not acceptable, out of range" names none).
+FIELD_WORDS = (("minute", "0 to 59"), ("hour", "0 to 23"), ("day of month", "1 to 31"),
+               ("month", "1 to 12 or jan to dec"), ("day of week", "0 to 7 or sun to sat, 0 and 7 both Sunday"))
+
+
+def _which_field_is_wrong(fields):
+    """'the minute field '61' is not valid: ...', found by trying each field alone."""
+    for i, text in enumerate(fields):
+        alone = ["*"] * 5
+        alone[i] = text
+        try:
+            croniter(" ".join(alone))
+        except (CroniterError, ValueError):
+            name, values = FIELD_WORDS[i]
+            return (f"the {name} field ({ordinal(i + 1)} of 5), {text!r}, is not valid: it takes {values}, "
+                    "as a value, a range (1-5), a list (1,15) or a step (*/10)")
+    return (f"{' '.join(fields)!r} is not a valid cron expression; its 5 fields are minute, hour, "
+            "day of month, month and day of week")
+
+
 class CronFields:
     """A valid 5-field cron expression: which days and wall-clock minutes it matches."""
 
@@ -41,8 +62,8 @@ class CronFields:
                                            "expression has 5: minute hour day-of-month month day-of-week")
         try:
             parsed = croniter(expression)
-        except (CroniterError, ValueError) as exc:
-            raise InvalidInput("schedule", f"{expression!r} is not a valid cron expression: {exc}") from None
+        except (CroniterError, ValueError):
+            raise InvalidInput("schedule", _which_field_is_wrong(self.text)) from None
         minutes, hours, days, months, weekdays = parsed.expanded
         self.minutes = tuple(range(60)) if minutes == ["*"] else tuple(sorted(minutes))
         self.hours = tuple(range(24)) if hours == ["*"] else tuple(sorted(hours))

@@ -122,6 +122,35 @@ class _Unregistered:
 _EXTERNAL = _Unregistered()
 
 
+# What `input_errors` puts in place of a refused value to find the next error: a value that
+# passes its own check and that no other check depends on.
+_STAND_INS = {"name": "x", "job_type": "jobsweb.noop", "schedule": "@daily", "timezone": "UTC",
+              "payload": None, "max_attempts": None, "overlap": "skip", "misfire": "latest",
+              "grace_seconds": DEFAULT_GRACE, "timeout": None, "lease": None, "backoff_base": None,
+              "backoff_cap": None, "alert_after_failures": FAILING_AFTER, "alert_webhook_url": None,
+              "alert_email_to": None, "queue": None, "priority": None,
+              "max_duration": None, "external": False}
+
+
+def input_errors(name, job_type, schedule, **options):
+    """Every InvalidInput `checked` would raise for these arguments, not only the first: each
+    refused value is replaced by a stand-in and the check runs again. For a form that shows
+    all of its errors at once."""
+    values = dict(options, name=name, job_type=job_type, schedule=schedule)
+    errors = []
+    while len(errors) < len(_STAND_INS):
+        try:
+            checked(**values)
+            break
+        except InvalidInput as exc:
+            field = "schedule" if exc.field == "n" else exc.field
+            errors.append(exc)
+            if field not in _STAND_INS or values.get(field) == _STAND_INS[field]:
+                break
+            values[field] = _STAND_INS[field]
+    return errors
+
+
 def check_policies(*, overlap, misfire, grace_seconds, timeout, lease, backoff_base, backoff_cap,
                    alert_after_failures):
     """The options whose checks need no app or database: also run where @job declares a schedule."""
@@ -281,6 +310,25 @@ class Problem:
     # overdue because this queued run waits and no worker takes it (or, for an external
     # definition, because this slot was missed: not reported)
     run: JobRun | None = None
+
+
+# A deleted definition's runs stay as history. ON DELETE SET NULL would clear definition_id
+# and leave them looking ad hoc (and their dead runs would then count into the ad-hoc dead
+# incident): they keep the definition's name instead. Index job_runs_definition.
+FORGET_DEFINITION = """
+UPDATE job_runs SET deleted_definition = %(name)s, definition_id = NULL WHERE definition_id = %(id)s
+"""
+
+
+def delete(definition):
+    """Delete a definition; its runs are kept, with its name (the caller commits)."""
+    execute(FORGET_DEFINITION, {"id": definition.id, "name": definition.name})
+    db.session.delete(definition)
+
+
+def failed_last(count):
+    """'has failed its last 3 runs', or 'its last run' for one, for a failing definition."""
+    return "has failed its last run" if count == 1 else f"has failed its last {count} runs"
 
 
 def problems(skip=()):

@@ -34,7 +34,7 @@ CSRF_MAX_AGE = 31 * 86400
 PINGS = {"pings.ping", "pings.ping_start", "pings.ping_fail", "pings.ping_code"}
 # Reachable without signing in (local names inside jobsweb's blueprint); /metrics checks its
 # own bearer token.
-PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static"} | PINGS
+PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static", "favicon"} | PINGS
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 

@@ -1,5 +1,5 @@
-"""Who may sign in: users, their passwords and roles, and the demo operator `flask dev` makes on
-a first run."""
+"""Who may sign in: users, their passwords and roles, and the demo admin `flask dev` makes on a
+first run."""
 
 import secrets
 from functools import cache
@@ -12,7 +12,7 @@ from ..core.errors import EMAIL_MAX_CHARS, InvalidInput, clean_text
 from ..core.models import ROLES, User
 from ..core.passwords import check_password
 
-DEMO_EMAIL = "operator@example.com"
+DEMO_EMAIL = "admin@example.com"
 
 
 @cache
@@ -84,12 +84,11 @@ def create_user(email, password, role):
     return user
 
 
-def ensure_demo_operator():
-    """With no user at all, add an operator with a random password; return (email, password).
-
-    The caller commits."""
+def ensure_demo_admin():
+    """With no user at all, add an admin (a newcomer can try everything) with a random password;
+    return (email, password). The caller commits."""
     if db.session.scalar(select(func.count()).select_from(User)):
         return None
     password = secrets.token_urlsafe(16)
-    create_user(DEMO_EMAIL, password, "operator")
+    create_user(DEMO_EMAIL, password, "admin")
     return DEMO_EMAIL, password

@@ -19,7 +19,8 @@ def attention(incidents=()):
         d, run = problem.definition, problem.run
         if problem.kind == "failing":
             items.append({"url": url_for("jobsweb.runs.index", definition=d.id, status="dead"), "name": d.name,
-                          "words": f"has failed its last {d.failure_count} runs: open them to see why."})
+                          "words": f"{definitions.failed_last(d.failure_count)}: open "
+                                   f"{'it' if d.failure_count == 1 else 'them'} to see why."})
         elif d.external:
             slot = d.next_run_at if run is None else run.scheduled_for
             items.append({"url": url_for("jobsweb.definitions.detail", definition_id=d.id), "name": d.name,

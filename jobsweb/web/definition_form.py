@@ -14,13 +14,11 @@ from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import JobDefinition
-from ..engine import registry
 from ..engine.enqueuing import parse_payload
 from ..scheduling import definitions
-from ..scheduling.definitions import DEFAULT_GRACE, FAILING_AFTER
 from ..scheduling.schedule import Schedule, next_fire_times
 from .access import role_required
-from .forms import DefinitionForm
+from .forms import DefinitionForm, job_type_choices
 from .rendering import mask_secrets, redirect_to, render, restore_secrets
 
 bp = Blueprint("definition_form", __name__, url_prefix="/definitions")
@@ -36,7 +34,7 @@ def timezones():
 
 def _form(definition=None):
     form = DefinitionForm(obj=None)
-    form.job_type.choices = registry.names()
+    form.job_type.choices = job_type_choices()
     form.timezone.choices = timezones()
     if definition is not None and request.method == "GET":
         for field in ("name", "job_type", "schedule", "timezone", "max_attempts", "backoff_base",
@@ -75,28 +73,50 @@ def schedule_preview():
                   words=words, times=times, error=error)
 
 
+# The form's fields that are define()'s arguments of the same name (payload and name aside).
+ARGUMENTS = ("job_type", "schedule", "timezone", "max_attempts", "overlap", "misfire", "grace_seconds", "timeout",
+             "backoff_base", "backoff_cap", "alert_after_failures", "alert_webhook_url", "alert_email_to",
+             "queue", "priority", "max_duration", "external")
+
+
+def _arguments(form, definition):
+    """define()'s arguments from the form. A field WTForms refused, or left empty, is left out
+    (define()'s default), so that define()'s own checks still run on every other field."""
+    arguments = {"job_type": None, "schedule": None}  # required: None is refused, naming them
+    for name in ARGUMENTS:
+        field = getattr(form, name)
+        value = field.data.strip() if isinstance(field.data, str) else field.data
+        if not field.errors and value not in (None, ""):
+            arguments[name] = value
+    if arguments.get("external"):
+        arguments["job_type"] = None  # an external definition has none: jobsweb does not run it
+    arguments["name"] = definition.name if definition else (None if form.name.errors else form.name.data)
+    return arguments
+
+
 def _save(form, definition=None):
-    """define() from the form; InvalidInput goes onto the field it names. Returns the definition."""
+    """define() from the form, or None with every error on the field it names (all of them at
+    once, with the form's own: fixing one to be told of the next was slow going)."""
+    arguments = _arguments(form, definition)
+    payload = None
     try:
         payload = parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         if definition is not None:
             payload = restore_secrets(payload, definition.payload, _mask_words())
-        return definitions.define(
-            definition.name if definition else form.name.data,
-            None if form.external.data else form.job_type.data, form.schedule.data, external=form.external.data,
-            timezone=form.timezone.data, payload=payload, max_attempts=form.max_attempts.data,
-            overlap=form.overlap.data, misfire=form.misfire.data,
-            grace_seconds=DEFAULT_GRACE if form.grace_seconds.data is None else form.grace_seconds.data,
-            timeout=form.timeout.data, backoff_base=form.backoff_base.data, backoff_cap=form.backoff_cap.data,
-            alert_after_failures=form.alert_after_failures.data or FAILING_AFTER,
-            alert_webhook_url=form.alert_webhook_url.data, alert_email_to=form.alert_email_to.data,
-            queue=(form.queue.data or "").strip() or None, priority=(form.priority.data or "").strip() or None,
-            max_duration=form.max_duration.data)
     except InvalidInput as exc:
+        form.payload.errors.append(exc.message)
+    refused = {name for name, field in form._fields.items() if field.errors}
+    for exc in definitions.input_errors(**arguments, payload=payload):
         field = {"n": "schedule"}.get(exc.field, exc.field)
-        getattr(form, field, form.name).errors.append(exc.message)
+        # A field the form refused already (a required one left empty) says so once.
+        if field not in refused and getattr(form, field, None) is not None:
+            getattr(form, field).errors.append(exc.message)
+        elif getattr(form, field, None) is None:
+            form.name.errors.append(exc.message)
+    if form.errors:
         db.session.rollback()
         return None
+    return definitions.define(**arguments, payload=payload)
 
 
 def _page(form, definition):
@@ -112,10 +132,12 @@ def _page(form, definition):
 def create():
     """A new definition; errors come back in place."""
     form = _form()
-    if form.validate_on_submit():
-        if db.session.scalar(db.select(JobDefinition.id).where(JobDefinition.name == form.name.data.strip())):
+    if form.is_submitted():
+        form.validate()
+        if form.name.data and not form.name.errors and db.session.scalar(db.select(JobDefinition.id)
+                                                .where(JobDefinition.name == form.name.data.strip())):
             form.name.errors.append("is taken: another definition has this name")
-        elif (saved := _save(form)) is not None:
+        if (saved := _save(form)) is not None:
             audit.record("create", "definition", saved.id, schedule=saved.schedule)
             db.session.commit()
             flash(f"{saved.name} is defined; next run {saved.next_run_at:%Y-%m-%d %H:%M %Z}.")
@@ -130,9 +152,11 @@ def edit(definition_id):
     definition = db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
     form = _form(definition)
     form.name.data = definition.name
-    if form.validate_on_submit() and (saved := _save(form, definition)) is not None:
-        audit.record("edit", "definition", saved.id, schedule=saved.schedule, job_type=saved.job_type)
-        db.session.commit()
-        flash(f"{saved.name} is saved.")
-        return redirect_to(url_for("jobsweb.definitions.detail", definition_id=saved.id))
+    if form.is_submitted():
+        form.validate()
+        if (saved := _save(form, definition)) is not None:
+            audit.record("edit", "definition", saved.id, schedule=saved.schedule, job_type=saved.job_type)
+            db.session.commit()
+            flash(f"{saved.name} is saved.")
+            return redirect_to(url_for("jobsweb.definitions.detail", definition_id=saved.id))
     return _page(form, definition)

@@ -110,7 +110,7 @@ def delete(definition_id):
     if request.method == "GET":
         return render_template("definition_delete.html", definition=definition)
     audit.record("delete", "definition", definition_id, name=definition.name)
-    db.session.delete(definition)
+    definition_api.delete(definition)
     db.session.commit()
     flash(f"{definition.name} was deleted; its runs are kept.")
     return redirect(url_for("jobsweb.definitions.index"))

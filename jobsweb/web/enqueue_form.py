@@ -5,10 +5,9 @@ from flask import Blueprint, current_app, flash, url_for
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
-from ..engine import registry
 from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
 from .access import role_required, viewer
-from .forms import EnqueueForm
+from .forms import EnqueueForm, job_type_choices
 from .rendering import redirect_to, render
 
 bp = Blueprint("enqueue", __name__)
@@ -19,7 +18,7 @@ bp = Blueprint("enqueue", __name__)
 def form():
     """The form; errors come back in place (the form alone for htmx), success opens the run."""
     form = EnqueueForm()
-    form.job_type.choices = registry.names()
+    form.job_type.choices = job_type_choices()
     if form.validate_on_submit():
         try:
             run_id = enqueue(

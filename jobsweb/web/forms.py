@@ -7,12 +7,19 @@ from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
 from ..core.errors import InvalidInput, clean_text
 from ..core.models import ROLES
+from ..engine import registry
 from ..scheduling.definitions import (DEFAULT_GRACE, FAILING_AFTER, MAX_GRACE, MAX_SECONDS, MISFIRE_POLICIES,
                                       OVERLAP_POLICIES)
 from ..core.passwords import PASSWORD_MIN_CHARS
 
 # A number field bounded by NumberRange accepts "nan" (every comparison with it is false).
 _finite = NumberRange(min=0.001, max=MAX_SECONDS)
+
+
+def job_type_choices():
+    """The job type select's options: a blank "choose" first, so that no type (the first in
+    alphabetical order was jobsweb.fail) is picked for someone who did not choose one."""
+    return [("", "— choose a job type —")] + [(name, name) for name in registry.names()]
 
 
 class Form(FlaskForm):

@@ -10,8 +10,9 @@ from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine import registry, run_actions
 from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
+from ..ops import stats
 from .access import role_required
-from .rendering import render
+from .rendering import htmx, render
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
 
@@ -25,11 +26,13 @@ def index():
     before = runlist.number(request.args, "before")
     rows, next_before = runlist.page(run_filter, before)
     live = request.args.get("live") == "1" and before is None
+    # Polls refresh the table only: the chips (and their counts) are outside it.
+    counts = {} if htmx() else stats.chip_counts(RUN_STATUSES)
     definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
                                      .order_by(JobDefinition.name).limit(500)).all()
     return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
                   before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
-                  job_types=registry.names(), definitions=definitions)
+                  job_types=registry.names(), definitions=definitions, counts=counts)
 
 
 @bp.post("/bulk")
@@ -48,7 +51,10 @@ def bulk():
     else:
         raw = request.form.getlist("ids")
         if not raw:
-            abort(400, "No runs selected: tick some rows, or choose everything matching the filter.")
+            # Back to the same filtered list with the words, not an error page that loses it.
+            flash(f"No runs are ticked: tick the runs to {action}, or use \"{action.capitalize()} all "
+                  "matching\" for every run the filter matches.")
+            return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
         try:
             if len(raw) > BULK_SELECTED_MAX:
                 raise InvalidInput("ids", f"at most {BULK_SELECTED_MAX} runs at once")
@@ -73,6 +79,15 @@ def bulk():
         message += f" Asked {requested} running run{'s' * (requested != 1)} to stop."
     flash(message)
     return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
+
+
+def _tell(status, now, then):
+    """Flash what a run's action did, twice: `now` ("Run 8 is queued again."), shown while the
+    run is still `status`, and `then` ("Run 8 was queued again"), shown with the run's new
+    status once a worker has moved it on. The run's panel picks one (partials/_run.html) and
+    its refreshes drop both: a message never contradicts the panel below it."""
+    flash(now, f"run:{status}")
+    flash(then, f"run-was:{status}")
 
 
 def _run_or_404(run_id):
@@ -100,11 +115,12 @@ def retry(run_id):
     run = _run_or_404(run_id)
     if run_actions.retry([run_id]):
         audit.record("retry", "run", run_id, previous_status=run.status)
-        flash(f"Run {run_id} is queued again.")
+        _tell("queued", f"Run {run_id} is queued again.", f"Run {run_id} was queued again")
     elif run.job_type == EXTERNAL_JOB_TYPE:
         flash(f"Run {run_id} was reported from outside: jobsweb cannot run it again.")
     else:
-        flash(f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.")
+        _tell(run.status, f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.",
+              f"Run {run_id} was {run.status}, and could not be retried")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
 
@@ -118,11 +134,13 @@ def cancel(run_id):
     done, requested = run_actions.cancel([run_id])
     if done:
         audit.record("cancel", "run", run_id, previous_status=previous)
-        flash(f"Run {run_id} is cancelled.")
+        _tell("cancelled", f"Run {run_id} is cancelled.", f"Run {run_id} was cancelled")
     elif requested:
         audit.record("request_cancel", "run", run_id, previous_status=previous)
-        flash(f"Run {run_id} is running: its worker was asked to stop it.")
+        _tell("running", f"Run {run_id} is running: its worker was asked to stop it.",
+              f"Run {run_id}'s worker was asked to stop it")
     else:
-        flash(f"Run {run_id} is {previous}: there is nothing to cancel.")
+        _tell(previous, f"Run {run_id} is {previous}: there is nothing to cancel.",
+              f"Run {run_id} was {previous}, with nothing to cancel")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))

@@ -3,18 +3,21 @@
 Pages are keyset pages on id (newest first: WHERE id < :before ORDER BY id DESC LIMIT n), never
 OFFSET, and there is no COUNT(*) over the table: with a million runs both would read most of it.
 Indexes job_runs_status_id, job_runs_job_type_id, job_runs_definition and job_runs_created_at
-(migration 0003) and job_attempts_worker (0007) serve the filters.
+(migration 0003), job_attempts_worker (0007) and job_runs_payload (0014) serve the filters.
 """
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, cast, or_, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import load_only
 
-from ..core.database import db
+from ..core.database import db, execute
 from ..core.errors import InvalidInput, clean_text, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
+from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 
@@ -37,6 +40,7 @@ class RunFilter:
     worker: str = ""  # runs this worker process executed (an attempt) or holds now
     queue: str = ""
     priority: int | None = None
+    payload: dict | None = None  # runs whose payload contains this JSON object
 
     @classmethod
     def from_args(cls, args):
@@ -48,7 +52,7 @@ class RunFilter:
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), _text(args, "job_type"),
                    number(args, "definition"), _time(args, "since"), _time(args, "until"),
                    _text(args, "q", "the error text to search for"), _text(args, "worker"),
-                   _text(args, "queue"), _optional(args, "priority", check_priority))
+                   _text(args, "queue"), _optional(args, "priority", check_priority), _payload(args))
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -71,6 +75,8 @@ class RunFilter:
             out["queue"] = self.queue
         if self.priority is not None:
             out["priority"] = self.priority
+        if self.payload:
+            out["payload"] = json.dumps(self.payload, ensure_ascii=False)
         return out
 
     def conditions(self):
@@ -93,6 +99,12 @@ class RunFilter:
             where.append(JobRun.queue == self.queue)
         if self.priority is not None:
             where.append(JobRun.priority == self.priority)
+        if self.payload:
+            # jsonb containment through the GIN index job_runs_payload, which leaves out empty
+            # payloads: the same condition here lets the planner use it (an empty payload
+            # contains no key, so it never matched anyway).
+            where.append(and_(JobRun.payload.contains(cast(self.payload, JSONB)),
+                              JobRun.payload != cast({}, JSONB)))
         if self.worker:
             # Finished attempts are recorded with their worker (index job_attempts_worker); the
             # attempt a worker is running now is only in locked_by (few running runs).
@@ -112,6 +124,22 @@ def _text(args, name, words=None):
         return clean_text(name, value)
     except InvalidInput as exc:
         raise BadFilter(str(exc)) from None
+
+
+def _payload(args):
+    """The payload filter: a JSON object the run's payload must contain, e.g. {"invoice_id": 812};
+    None when empty (every payload contains the empty object, so it would filter nothing)."""
+    raw = _text(args, "payload", "the payload filter")
+    if not raw:
+        return None
+    try:
+        # The payload's own rules (finite numbers, no NUL, depth): what no payload can hold,
+        # jsonb would refuse with an error (a 500), and could never match anyway.
+        value = parse_payload(raw, TEXT_MAX_CHARS * 6)
+    except InvalidInput as exc:
+        raise BadFilter(f"payload filter: {exc.message}; write a JSON object such as "
+                        '{"invoice_id": 812}') from None
+    return value or None
 
 
 def _optional(args, name, check):
@@ -149,11 +177,25 @@ def _time(args, name):
 
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,
                 JobRun.run_at, JobRun.created_at, JobRun.finished_at, JobRun.error_type, JobRun.last_error,
-                JobRun.definition_id, JobRun.cancel_requested_at, JobRun.queue, JobRun.priority)
+                JobRun.definition_id, JobRun.cancel_requested_at, JobRun.queue, JobRun.priority,
+                JobRun.deleted_definition)
+
+
+# psycopg prepares a statement run 5 times on one connection, and PostgreSQL may then plan it
+# once for any parameter (a generic plan). For `payload @> $1` that plan walks the primary key
+# newest first, filtering: 300 ms for a payload that matches one run of a million, against
+# 0.1 ms through job_runs_payload when planned for the value. Only this transaction is told.
+CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
+
+
+def _plan_for_the_values(run_filter):
+    if run_filter.payload:
+        execute(CUSTOM_PLANS)
 
 
 def page(run_filter, before=None, size=PAGE_SIZE):
     """One page of runs, newest first, and the id to pass as `before` for the next (or None)."""
+    _plan_for_the_values(run_filter)
     stmt = (select(JobRun, JobDefinition.name).outerjoin(JobDefinition, JobDefinition.id == JobRun.definition_id)
             .options(load_only(*LIST_COLUMNS)).where(*run_filter.conditions())
             .order_by(JobRun.id.desc()).limit(size + 1))
@@ -176,6 +218,7 @@ def matching_ids_in_batches(run_filter, statuses, batch_size):
         return
     before = None
     while True:
+        _plan_for_the_values(run_filter)  # each batch is a transaction of its own
         stmt = (select(JobRun.id).where(*run_filter.conditions(), JobRun.status.in_(wanted))
                 .order_by(JobRun.id.desc()).limit(batch_size))
         if before is not None:

@@ -8,17 +8,17 @@ error pages and request hooks stay as they were.
 import importlib.util
 from pathlib import Path
 
-from flask import Blueprint
+from flask import Blueprint, send_from_directory
 from flask_wtf.csrf import CSRFError
 
-from . import (access, dashboard, definition_form, definition_pages, enqueue_form, guards, incident_pages, pings,
-               probes, queue_pages, run_pages, sign_in, user_pages, worker_pages)
+from . import (access, audit_pages, dashboard, definition_form, definition_pages, enqueue_form, guards,
+               incident_pages, pings, probes, queue_pages, run_pages, sign_in, user_pages, worker_pages)
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
 
 PAGES = (probes, sign_in, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, run_pages,
-         user_pages, worker_pages, queue_pages, pings)
+         user_pages, worker_pages, queue_pages, audit_pages, pings)
 
 
 def _htmx_folder():
@@ -31,6 +31,16 @@ admin = Blueprint("jobsweb", __name__, static_folder=str(resource("static")), st
 admin.register_blueprint(Blueprint("htmx", __name__, static_folder=_htmx_folder(), static_url_path="/vendor/htmx"))
 for page in PAGES:
     admin.register_blueprint(page.bp)
+
+
+@admin.get("/favicon.ico")
+def favicon():
+    """The icon browsers ask for at /favicon.ico (pages link favicon.svg; this keeps the log free
+    of a 404 on every first visit)."""
+    return send_from_directory(resource("static"), "favicon.ico", mimetype="image/vnd.microsoft.icon",
+                               max_age=86400)
+
+
 admin.before_request(guards.limit_request)  # first: nothing may parse a body over the limit
 admin.before_request(access.check_csrf)
 admin.before_request(guards.check_query_and_ids)

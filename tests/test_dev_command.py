@@ -1,0 +1,81 @@
+"""`flask dev` (what `make run` runs), as a real process with its real gunicorn and worker: the
+sign-in line comes after the start-up logs on every start, the demo admin's password is quoted,
+the demo runs are made once, and htmx refreshes stay out of the access log."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+from tests.conftest import ROOT, wait_for
+
+SIGN_IN = re.compile(r"Sign in as admin@example\.com with password '([^']+)' \(a demo admin")
+PASSWORD_FILE = ROOT / "instance" / "demo_password"
+
+
+@pytest.fixture
+def dev(spawn_worker):
+    """start() -> (process, lines): `flask dev` on a free port, its output collected line by line."""
+    started = []
+    kept = PASSWORD_FILE.read_bytes() if PASSWORD_FILE.exists() else None  # a developer's own
+
+    def start():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "dev", "--port", str(port)],
+                                cwd=ROOT, env=spawn_worker.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        lines = []
+        threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+        proc.base = f"http://127.0.0.1:{port}"
+        started.append(proc)
+        return proc, lines
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # dev, its gunicorn and its worker
+        proc.wait()
+    if kept is not None:
+        PASSWORD_FILE.write_bytes(kept)
+    else:
+        PASSWORD_FILE.unlink(missing_ok=True)
+
+
+def sign_in_line(lines):
+    return next((i for i, line in enumerate(lines) if SIGN_IN.search(line)), None)
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+
+
+def test_make_run_says_how_to_sign_in_after_the_start_up_logs_on_every_start(dev, sql):
+    proc, lines = dev()
+    at = wait_for(lambda: sign_in_line(lines), timeout=90, message="the sign-in line")
+    before = "".join(lines[:at])
+    assert "Listening at" in before and re.search(r"worker \S+ started", before)
+    assert re.search(r"run \d+ jobsweb\.noop succeeded", before)  # the demo runs due now were taken
+    [password] = SIGN_IN.findall(lines[at])
+    assert sql("SELECT email, role FROM jobsweb_users") == [("admin@example.com", "admin")]
+
+    # htmx refreshes are left out of the access log; a page load is not.
+    urllib.request.urlopen(urllib.request.Request(proc.base + "/sign-in?polled=1", headers={"HX-Request": "true"})).close()
+    urllib.request.urlopen(proc.base + "/sign-in?loaded=1").close()
+    wait_for(lambda: any("/sign-in?loaded=1" in line for line in lines), message="the access log line")
+    assert not any("polled=1" in line for line in lines)
+    stop(proc)
+
+    proc, lines = dev()
+    at = wait_for(lambda: sign_in_line(lines), timeout=90, message="the sign-in line, again")
+    assert SIGN_IN.findall(lines[at]) == [password]
+    assert sql("SELECT count(*) FROM job_runs") == [(4,)]  # the demo runs of the first start only
+    stop(proc)

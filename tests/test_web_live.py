@@ -1,0 +1,123 @@
+"""static/live.js in a real headless Chromium: Live mode pauses while rows are ticked, live
+regions say when their refreshes fail, and the select-all checkbox. Timers run on Playwright's
+clock, so "3 s later" is a call, not a wait."""
+
+import re
+
+import pytest
+from playwright import sync_api
+
+from tests.conftest import PASSWORD
+
+expect = sync_api.expect
+
+
+@pytest.fixture
+def server(app, serve):
+    return serve(app)
+
+
+def open_page(browser, server, email, clock=True, javascript=True):
+    context = browser.new_context(base_url=server, java_script_enabled=javascript)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    expect.set_options(timeout=15_000)
+    if clock:
+        page.clock.install()
+    page.goto("/sign-in")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/$"))
+    return page
+
+
+def sent_requests(page):
+    """Count, in the page, the refreshes htmx really sends (after live.js had its say)."""
+    page.evaluate("window.sent = 0; document.addEventListener('htmx:beforeSend', () => window.sent++)")
+
+
+def test_live_mode_pauses_while_rows_are_ticked_and_keeps_them_ticked(browser, server, make_user, sql):
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop'), ('jobsweb.noop')")
+    page = open_page(browser, server, make_user("operator"))
+    page.goto("/runs?live=1")
+    state = page.locator("#runs-table [data-live-state]")
+    expect(state).to_have_text("Live")
+    sent_requests(page)
+    with page.expect_response(re.compile(r"/runs\?live=1")):
+        page.clock.run_for(3100)  # one refresh, as usual
+
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.sleep')")  # a refresh would show it
+    page.get_by_label("Select run 1", exact=True).check()
+    expect(state).to_have_text("paused while rows are ticked")
+    before = page.evaluate("window.sent")
+    page.clock.run_for(10_000)  # three refreshes' worth
+    assert page.evaluate("window.sent") == before
+    expect(page.get_by_label("Select run 1", exact=True)).to_be_checked()
+    expect(page.locator('#runs-table a[href="/runs/3"]')).to_have_count(0)
+
+    page.get_by_label("Select run 1", exact=True).uncheck()
+    expect(state).to_have_text("Live")
+    with page.expect_response(re.compile(r"/runs\?live=1")):
+        page.clock.run_for(3100)
+    expect(page.locator('#runs-table a[href="/runs/3"]')).to_have_count(1)
+
+
+def test_a_tick_while_a_refresh_is_on_its_way_is_not_undone_by_it(browser, server, make_user, sql):
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
+    page = open_page(browser, server, make_user("operator"))
+    page.goto("/runs?live=1")
+    # The refresh is held at the network until the row is ticked, then answered.
+    held = []
+    page.route(re.compile(r"/runs\?live=1"), lambda route: held.append(route))
+    page.clock.run_for(3100)
+    page.wait_for_function("document.querySelector('#runs-table').classList.contains('htmx-request')")
+    page.get_by_label("Select run 1", exact=True).check()
+    with page.expect_response(re.compile(r"/runs\?live=1")):
+        held[0].continue_()
+    expect(page.get_by_label("Select run 1", exact=True)).to_be_checked()
+
+
+@pytest.mark.parametrize("path, region", [("/", "#dashboard"), ("/runs?live=1", "#runs-table")])
+def test_a_live_region_says_it_is_stale_when_its_refreshes_fail(browser, server, make_user, sql, path, region):
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
+    page = open_page(browser, server, make_user("viewer"))
+    page.goto(path)
+    state = page.locator(f"{region} [data-live-state]")
+    expect(state).not_to_contain_text("stale")
+    page.route(re.compile(re.escape(server) + re.escape(path.split("?")[0]) + r"(\?.*)?$"),
+               lambda route: route.abort())  # the server is gone
+    page.clock.run_for(30_000)
+    expect(state).to_have_text(re.compile(r"^stale — last update (29|30|31) s ago$"))
+    page.clock.run_for(60_000)
+    expect(state).to_have_text(re.compile(r"^stale — last update 1 min ago$"))
+    page.unroute_all()
+    with page.expect_response(re.compile(re.escape(path.split("?")[0]))):
+        page.clock.run_for(10_000)
+    expect(state).not_to_contain_text("stale")
+
+
+def test_select_all_ticks_every_row_of_the_page_and_shows_a_partial_selection(browser, server, make_user, sql):
+    sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 3)")
+    page = open_page(browser, server, make_user("operator"), clock=False)
+    page.goto("/runs")
+    every = page.get_by_label("Select every run on this page")
+    every.check()
+    for n in (1, 2, 3):
+        expect(page.get_by_label(f"Select run {n}", exact=True)).to_be_checked()
+    page.get_by_label("Select run 2", exact=True).uncheck()
+    assert page.evaluate("document.querySelector('[data-select-all]').indeterminate") is True
+    expect(every).not_to_be_checked()
+    every.check()
+    expect(page.get_by_label("Select run 2", exact=True)).to_be_checked()
+
+
+def test_without_javascript_the_select_all_box_is_hidden_and_bulk_actions_still_post(browser, server, make_user, sql):
+    sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 2)")
+    page = open_page(browser, server, make_user("operator"), clock=False, javascript=False)
+    page.goto("/runs")
+    expect(page.locator("[data-select-all]")).to_be_hidden()
+    page.get_by_label("Select run 2", exact=True).check()
+    page.get_by_role("button", name="Cancel selected").click()
+    expect(page.get_by_text("Cancelled 1 run.")).to_be_visible()
+    assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(1, "queued"), (2, "cancelled")]
