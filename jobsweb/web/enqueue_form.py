@@ -6,9 +6,10 @@ from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..engine import registry
-from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
+from ..engine.enqueuing import enqueue, parse_payload
 from .access import role_required, viewer
 from .forms import EnqueueForm
+from .local_time import read_local, viewer_zone
 from .rendering import redirect_to, render
 
 bp = Blueprint("enqueue", __name__)
@@ -22,14 +23,18 @@ def form():
     form.job_type.choices = registry.names()
     if form.validate_on_submit():
         try:
+            run_at = (read_local("run_at", form.run_at.data, viewer_zone(form.tz.data))
+                      if form.run_at.data else None)
             run_id = enqueue(
                 form.job_type.data,
                 parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]),
-                run_at=parse_run_at(form.run_at.data) if form.run_at.data else None,
+                run_at=run_at,
                 idempotency_key=form.idempotency_key.data or None,
                 max_attempts=form.max_attempts.data, session=db.session)
         except InvalidInput as exc:
-            getattr(form, exc.field).errors.append(exc.message)
+            # The hidden tz field has no place of its own to show an error: Run at is read in it.
+            field = form.run_at if exc.field == "tz" else getattr(form, exc.field)
+            field.errors.append(str(exc) if exc.field == "tz" else exc.message)
         else:
             audit.record("enqueue", "run", run_id, job_type=form.job_type.data)
             db.session.commit()
