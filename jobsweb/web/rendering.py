@@ -19,6 +19,7 @@ from markupsafe import Markup
 from ..core.errors import InvalidInput
 from ..core.package_files import resource
 from ..scheduling.schedule import Schedule
+from .charts import hour_chart, run_chart
 
 STATUS_WORDS = {
     "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
@@ -159,7 +160,8 @@ def templates():
     """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
-                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule)
+                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
+                       hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
                        pretty=pretty)
     return env
