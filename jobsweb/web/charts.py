@@ -36,7 +36,8 @@ def _seconds(value):
 def hour_chart(rows):
     """rows of (hour, succeeded, failed), oldest first: bars, y-axis ticks and hour labels (UTC
     hours, which static/local-times.js relabels in the viewer's zone)."""
-    top = nice_top(max([1] + [max(ok, bad) for _, ok, bad in rows]))
+    # At least 2, so the half-way tick is a whole number of attempts.
+    top = nice_top(max([2] + [max(ok, bad) for _, ok, bad in rows]))
     slot = (WIDTH - LEFT) / max(len(rows), 1)
     bars, labels = [], []
     for i, (hour, ok, bad) in enumerate(rows):
