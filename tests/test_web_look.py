@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright import sync_api
 
-from tests.conftest import PASSWORD, ROOT
+from tests.conftest import PASSWORD, ROOT, csrf_token
 from tests.test_web_incidents import overdue_incident
 
 AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
@@ -161,7 +161,7 @@ def test_date_inputs_are_read_in_the_viewers_zone_and_say_so(app, sql, make_user
     expect(page.locator("#runs-table tbody")).not_to_contain_text("late.on.the.14th")
 
     page.goto("/enqueue")
-    expect(page.locator("#enqueue-form")).to_contain_text("Read in your time zone, America/Los_Angeles")
+    expect(page.locator("#enqueue-form")).to_contain_text("Read as America/Los_Angeles time")
     page.locator("select[name=job_type]").select_option("jobsweb.noop")
     page.locator("input[name=run_at]").fill("2030-01-01T00:00")
     page.get_by_role("button", name="Enqueue").click()
@@ -177,6 +177,17 @@ def test_without_javascript_date_inputs_say_they_are_read_as_utc(sign_in, sql):
     assert "(<span data-tz-name>UTC</span>)" in html
     assert "/runs/1" in client.get("/runs?since=2026-01-15T07:00").get_data(as_text=True)
     assert "/runs/1" not in client.get("/runs?since=2026-01-15T07:00&tz=America/New_York").get_data(as_text=True)
+
+
+def test_run_at_is_read_in_the_zone_the_form_sends_and_as_utc_without_one(sign_in, sql):
+    client = sign_in("operator")
+    for tz in ("Asia/Kolkata", ""):
+        response = client.post("/enqueue", data={"csrf_token": csrf_token(client, "/enqueue"), "job_type": "jobsweb.noop",
+                                                 "payload": "{}", "run_at": "2030-01-01T00:00", "tz": tz})
+        assert response.status_code == 302, response.get_data(as_text=True)
+    assert [r[0].isoformat() for r in sql("SELECT run_at AT TIME ZONE 'UTC' FROM job_runs ORDER BY id")] == [
+        "2029-12-31T18:30:00", "2030-01-01T00:00:00"]
+    assert "Read as <span data-tz-name>UTC</span> time." in client.get("/enqueue").get_data(as_text=True)
 
 
 def test_an_unknown_time_zone_is_refused_naming_the_field(sign_in):

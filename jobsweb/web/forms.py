@@ -49,7 +49,7 @@ class EnqueueForm(Form):
     # Shown as a datetime-local input, read in the zone the hidden `tz` carries (local_time.py);
     # the span names that zone once static/local-times.js has filled it in, and says UTC before.
     run_at = StringField("Run at", validators=[Optional(), Length(max=64)],
-                         description=Markup('Empty: now. Read in your time zone, <span data-tz-name>UTC</span>.'))
+                         description=Markup('Empty: now. Read as <span data-tz-name>UTC</span> time.'))
     tz = HiddenField(validators=[Optional(), Length(max=64)])
     idempotency_key = StringField("Idempotency key", validators=[Optional(), Length(max=200)],
                                   description="Optional: at most one run is created per key.")
