@@ -85,13 +85,14 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
     run, definition = seed(app, sql)
     email = make_user("admin")
     axe = AXE.read_text()
-    findings, sideways = [], []
+    findings, sideways, refused = [], [], []
     for scheme in ("light", "dark"):
         page = open_context(color_scheme=scheme)
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
         page.goto("/sign-in")
         urls = ["/sign-in"]
         sign_in(page, email)
-        urls += [p.format(run=run, definition=definition) for p in PAGES]
+        urls += [p.format(run=run, definition=definition) for p in PAGES] + ["/runs/999999"]  # and an error page
         for url in urls:
             page.goto(url)
             for size, viewport in SIZES.items():
@@ -108,6 +109,7 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
             page.context.clear_cookies()
     assert findings == []
     assert sideways == []
+    assert refused == []  # nothing of ours is inline
 
 
 def test_times_show_in_the_viewers_zone_with_words_and_the_exact_time_on_hover(app, sql, make_user, open_context):
