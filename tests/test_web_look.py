@@ -198,6 +198,12 @@ def test_an_unknown_time_zone_is_refused_naming_the_field(sign_in):
     assert "tz: &#39;Mars/Olympus_Mons&#39; is not a known time zone" in response.get_data(as_text=True)
 
 
+def test_a_time_that_cannot_be_shown_back_in_the_viewers_zone_is_refused_not_a_500(sign_in):
+    # The first minute of the year 1 in UTC is still the year 0 in Los Angeles.
+    response = sign_in("viewer").get("/runs?since=0001-01-01T00:00%2B00:00&tz=America/Los_Angeles")
+    assert response.status_code == 400 and "since: is out of range" in response.get_data(as_text=True)
+
+
 def test_a_definitions_page_charts_its_last_runs_and_success_rate(app, sign_in, sql):
     client = sign_in("viewer")
     run, definition = seed(app, sql)

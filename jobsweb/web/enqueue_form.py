@@ -32,9 +32,7 @@ def form():
                 idempotency_key=form.idempotency_key.data or None,
                 max_attempts=form.max_attempts.data, session=db.session)
         except InvalidInput as exc:
-            # The hidden tz field has no place of its own to show an error: Run at is read in it.
-            field = form.run_at if exc.field == "tz" else getattr(form, exc.field)
-            field.errors.append(str(exc) if exc.field == "tz" else exc.message)
+            getattr(form, exc.field).errors.append(exc.message)
         else:
             audit.record("enqueue", "run", run_id, job_type=form.job_type.data)
             db.session.commit()

@@ -38,6 +38,7 @@ def read_local(field, raw, zone):
     value = value if value.tzinfo else value.replace(tzinfo=zone)
     try:
         value.astimezone(timezone.utc)
+        value.astimezone(zone)  # the form shows it back in the zone
     except OverflowError:  # 0001-01-01T00:00+14:00 is before the year 1 in UTC
         raise InvalidInput(field, f"is out of range, got {raw!r}") from None
     return value
