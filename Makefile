@@ -10,13 +10,16 @@ CHROMIUM := /usr/bin/chromium
 CRON := /usr/sbin/cron
 # The pooler test puts Debian's real PgBouncer (transaction mode) in front of the test server.
 PGBOUNCER := /usr/sbin/pgbouncer
+# The accessibility checks inject axe-core (from the npm registry, never committed) into each page.
+NPM := /usr/bin/npm
+AXE := .cache/axe/node_modules/axe-core/axe.min.js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test drills bench bench-quick
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER)
+test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(AXE)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -42,6 +45,13 @@ $(CRON):
 $(PGBOUNCER):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq pgbouncer >/dev/null
+
+$(NPM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm >/dev/null
+
+$(AXE): | $(NPM)
+	$(NPM) install --silent --no-save --no-audit --no-fund --prefix .cache/axe axe-core@4
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

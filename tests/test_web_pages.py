@@ -90,8 +90,8 @@ def test_enqueue_creates_a_run_and_opens_it(sign_in, sql):
 @pytest.mark.parametrize("fields, message", [
     ({"payload": "{nope"}, "is not valid JSON"),
     ({"payload": "[1, 2]"}, "must be a JSON object"),
-    ({"run_at": "tomorrow"}, "is not an ISO 8601 timestamp"),
-    ({"run_at": "2030-01-01T00:00:00"}, "must say its timezone"),
+    ({"run_at": "tomorrow"}, "must be a date and time such as 2026-11-21T06:00"),
+    ({"run_at": "2030-01-01T00:00", "tz": "Mars/Olympus_Mons"}, "tz: &#39;Mars/Olympus_Mons&#39; is not a known time zone"),
     ({"job_type": "nope"}, "Not a valid choice"),
     ({"max_attempts": "0"}, "Number must be between 1 and 1000"),
 ])

@@ -10,7 +10,7 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.models import JobDefinition
 from ..engine import registry
-from ..ops import alerts, notify
+from ..ops import alerts, notify, run_history
 from ..scheduling import definitions as definition_api
 from .access import role_required
 from .rendering import redirect_to, render, render_template
@@ -59,8 +59,10 @@ def detail(definition_id):
     definition = _definition_or_404(definition_id)
     before = runlist.number(request.args, "before")
     rows, next_before = runlist.page(runlist.RunFilter(definition_id=definition_id), before, size=25)
+    history = run_history.definition_history(definition_id)
     return render("definition.html", "partials/_definition_runs.html", definition=definition,
-                  rows=rows, next_before=next_before, before=before,
+                  rows=rows, next_before=next_before, before=before, history=history,
+                  history_size=run_history.HISTORY_SIZE, success_rate=run_history.success_rate(history),
                   audit_entries=audit.entries_for("definition", definition_id),
                   open_incidents=alerts.open_incidents(definition_id),
                   alert_routes=notify.routes(definition.alert_webhook_url, definition.alert_email_to), redact=notify.redact)

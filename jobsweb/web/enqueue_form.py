@@ -5,9 +5,10 @@ from flask import Blueprint, current_app, flash, url_for
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
-from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
+from ..engine.enqueuing import enqueue, parse_payload
 from .access import role_required, viewer
 from .forms import EnqueueForm, job_type_choices
+from .local_time import read_local, viewer_zone
 from .rendering import redirect_to, render
 
 bp = Blueprint("enqueue", __name__)
@@ -21,10 +22,12 @@ def form():
     form.job_type.choices = job_type_choices()
     if form.validate_on_submit():
         try:
+            run_at = (read_local("run_at", form.run_at.data, viewer_zone(form.tz.data))
+                      if form.run_at.data else None)
             run_id = enqueue(
                 form.job_type.data,
                 parse_payload(form.payload.data or "{}", current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]),
-                run_at=parse_run_at(form.run_at.data) if form.run_at.data else None,
+                run_at=run_at,
                 idempotency_key=form.idempotency_key.data or None,
                 max_attempts=form.max_attempts.data, session=db.session)
         except InvalidInput as exc:

@@ -2,7 +2,9 @@
 jobsweb (access.check_csrf), so the forms do not check it again."""
 
 from flask_wtf import FlaskForm
-from wtforms import BooleanField, EmailField, FloatField, IntegerField, PasswordField, SelectField, StringField, TextAreaField
+from markupsafe import Markup
+from wtforms import (BooleanField, EmailField, FloatField, HiddenField, IntegerField, PasswordField, SelectField,
+                     StringField, TextAreaField)
 from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
 from ..core.errors import InvalidInput, clean_text
@@ -52,8 +54,11 @@ class SignInForm(Form):
 class EnqueueForm(Form):
     job_type = SelectField("Job type", validators=[DataRequired()])
     payload = TextAreaField("Payload (JSON object)", default="{}", validators=[Length(max=200_000)])
+    # Shown as a datetime-local input, read in the zone the hidden `tz` carries (local_time.py);
+    # the span names that zone once static/local-times.js has filled it in, and says UTC before.
     run_at = StringField("Run at", validators=[Optional(), Length(max=64)],
-                         description="Empty: now. Or an ISO 8601 time with its offset, e.g. 2026-11-21T06:00:00+01:00")
+                         description=Markup('Empty: now. Read as <span data-tz-name>UTC</span> time.'))
+    tz = HiddenField(validators=[Optional(), Length(max=64)])
     idempotency_key = StringField("Idempotency key", validators=[Optional(), Length(max=200)],
                                   description="Optional: at most one run is created per key.")
     max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],

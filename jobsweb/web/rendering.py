@@ -21,6 +21,7 @@ from ..core.errors import InvalidInput
 from ..core.package_files import resource
 from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
+from .charts import hour_chart, run_chart
 
 STATUS_WORDS = {
     "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
@@ -112,12 +113,25 @@ def seconds_words(seconds):
 
 
 def when(moment):
-    """A time as UTC, with seconds, in a <time> element that says how long ago it was."""
+    """A time as a <time> element: its text is UTC to the second, which static/local-times.js
+    turns into the viewer's own zone ("3 min ago", the exact local time on hover); without
+    JavaScript the UTC text stays, labelled as such."""
     if moment is None:
         return "—"
     utc = moment.astimezone(timezone.utc)
-    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+    return Markup('<time datetime="{}" data-local title="{}">{} UTC</time>').format(
         utc.isoformat(), time_ago(moment), utc.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def ago(moment, now=None):
+    """A time as a <time> element whose text is how far it is from now ('3 min ago'), with the
+    UTC time on hover; static/local-times.js keeps the words fresh and puts the hover in the
+    viewer's zone."""
+    if moment is None:
+        return "—"
+    utc = moment.astimezone(timezone.utc)
+    return Markup('<time datetime="{}" data-local title="{} UTC">{}</time>').format(
+        utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S"), time_ago(moment, now))
 
 
 def duration(start, end):
@@ -148,8 +162,9 @@ def templates():
     """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
-                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule)
-    env.filters.update(when=when, time_ago=time_ago, duration=duration, seconds_words=seconds_words,
+                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
+                       hour_chart=hour_chart, run_chart=run_chart)
+    env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
                        pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env

@@ -8,7 +8,7 @@ Indexes job_runs_status_id, job_runs_job_type_id, job_runs_definition and job_ru
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 
 from sqlalchemy import and_, cast, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
@@ -20,6 +20,7 @@ from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
+from .local_time import read_local, viewer_zone, zone_name
 
 PAGE_SIZE = 50
 TEXT_MAX_CHARS = 200
@@ -41,6 +42,7 @@ class RunFilter:
     queue: str = ""
     priority: int | None = None
     payload: dict | None = None  # runs whose payload contains this JSON object
+    zone: tzinfo = timezone.utc  # the viewer's, which since and until are typed in
 
     @classmethod
     def from_args(cls, args):
@@ -49,10 +51,11 @@ class RunFilter:
         for status in statuses:
             if status not in RUN_STATUSES:
                 raise BadFilter(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+        zone = _optional(args, "tz", viewer_zone) or timezone.utc
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), _text(args, "job_type"),
-                   number(args, "definition"), _time(args, "since"), _time(args, "until"),
+                   number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
                    _text(args, "q", "the error text to search for"), _text(args, "worker"),
-                   _text(args, "queue"), _optional(args, "priority", check_priority), _payload(args))
+                   _text(args, "queue"), _optional(args, "priority", check_priority), _payload(args), zone)
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -64,9 +67,11 @@ class RunFilter:
         if self.definition_id is not None:
             out["definition"] = self.definition_id
         if self.since:
-            out["since"] = self.since.strftime("%Y-%m-%dT%H:%M")
+            out["since"] = self.since.astimezone(self.zone).strftime("%Y-%m-%dT%H:%M")
         if self.until:
-            out["until"] = self.until.strftime("%Y-%m-%dT%H:%M")
+            out["until"] = self.until.astimezone(self.zone).strftime("%Y-%m-%dT%H:%M")
+        if zone_name(self.zone):
+            out["tz"] = zone_name(self.zone)
         if self.text:
             out["q"] = self.text
         if self.worker:
@@ -158,21 +163,16 @@ def number(args, name):
     return _optional(args, name, lambda raw: whole_number(name, raw))
 
 
-def _time(args, name):
-    """A date-time from a datetime-local input (taken as UTC) or ISO 8601 with an offset."""
+def _time(args, name, zone):
+    """A date-time from a datetime-local input (read in the viewer's `zone`) or ISO 8601 with an
+    offset; BadFilter naming it otherwise."""
     raw = args.get(name, "").strip()
     if not raw:
         return None
     try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        raise BadFilter(f"{name} must be a date and time such as 2026-11-21T06:00, got {raw!r}") from None
-    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    try:
-        value.astimezone(timezone.utc)
-    except OverflowError:  # 0001-01-01T00:00+14:00 is before the year 1 in UTC
-        raise BadFilter(f"{name} is out of range, got {raw!r}") from None
-    return value
+        return read_local(name, raw, zone)
+    except InvalidInput as exc:
+        raise BadFilter(str(exc)) from None
 
 
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,

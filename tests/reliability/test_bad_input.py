@@ -136,6 +136,8 @@ def test_the_enqueue_form_answers_any_input_with_a_run_or_errors_in_place(sign_i
         "job_type": st.sampled_from(["jobsweb.noop", "jobsweb.sleep", "nope"]), "payload": payload_like,
         "run_at": st.one_of(st.none(), st.datetimes(timezones=st.none() | st.timezones()).map(datetime.isoformat),
                             st.text(max_size=30), hostile),
+        "tz": st.one_of(st.none(), st.sampled_from(["Asia/Kolkata", "America/Los_Angeles", "Etc/GMT+12", "UTC"]),
+                        st.text(max_size=40), hostile),
         "idempotency_key": st.one_of(st.none(), st.text(max_size=250), hostile),
         "max_attempts": st.one_of(st.none(), st.integers(-5, 5000).map(str), st.text(max_size=6), hostile),
     }))
@@ -167,7 +169,7 @@ def has_control(text):
 
 
 QUERY_PAGES = {
-    "/runs": ["q", "job_type", "worker", "status", "definition", "before", "since", "until"],
+    "/runs": ["q", "job_type", "worker", "status", "definition", "before", "since", "until", "tz"],
     "/definitions": ["q", "job_type", "state"],
     "/definitions/1": ["before"],
     "/incidents": ["before"],
@@ -216,7 +218,7 @@ def test_the_small_forms_answer_any_input_with_a_4xx_and_write_nothing(sign_in, 
     @forms
     @given(st.sampled_from(["/users", "/runs/bulk", f"/users/{other}/role", f"/users/{other}/password", "/sign-in"]),
            st.dictionaries(st.sampled_from(["email", "password", "role", "ids", "action", "status", "q",
-                                            "job_type", "worker", "definition", "since"]), risky_text, max_size=4))
+                                            "job_type", "worker", "definition", "since", "tz"]), risky_text, max_size=4))
     def post(path, fields):
         users = sql("SELECT count(*), max(session_version) FROM jobsweb_users")
         response = client.post(path, data={**fields, "csrf_token": token})

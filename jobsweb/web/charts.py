@@ -1,0 +1,71 @@
+"""The admin screen's pictures as geometry for server-drawn SVG (no chart library): the
+dashboard's attempts per hour and a definition's latest runs. The templates draw what these
+return; the colours are the stylesheet's, so the dark scheme applies to them too."""
+
+from datetime import timezone
+
+WIDTH = 520  # the SVG's viewBox width
+LEFT = 44  # room for the y-axis labels
+BASE = 124  # the x-axis's y
+TALL = 110  # the tallest bar, at the axis's top value
+STUB = 6  # a run with no duration (waiting, running, missed, skipped) still gets a mark
+
+
+def nice_top(peak, scale=1):
+    """The axis's top value: the smallest 1, 2 or 5 times a power of ten (from `scale` up) that
+    is >= peak."""
+    while True:
+        for step in (1, 2, 5):
+            if round(step * scale, 6) >= peak:
+                return round(step * scale, 6)
+        scale *= 10
+
+
+def _ticks(top, words):
+    return [{"y": round(BASE - TALL * share, 1), "label": words(top * share)} for share in (0, 0.5, 1)]
+
+
+def _count(value):
+    return f"{value:g}"
+
+
+def _seconds(value):
+    return f"{value:g} s" if value < 120 else f"{value / 60:g} min"
+
+
+def hour_chart(rows):
+    """rows of (hour, succeeded, failed), oldest first: bars, y-axis ticks and hour labels (UTC
+    hours, which static/local-times.js relabels in the viewer's zone)."""
+    # At least 2, so the half-way tick is a whole number of attempts.
+    top = nice_top(max([2] + [max(ok, bad) for _, ok, bad in rows]))
+    slot = (WIDTH - LEFT) / max(len(rows), 1)
+    bars, labels = [], []
+    for i, (hour, ok, bad) in enumerate(rows):
+        x = LEFT + i * slot
+        utc = hour.astimezone(timezone.utc)
+        for offset, count, kind, words in ((2, ok, "ok", "succeeded"), (slot / 2, bad, "bad", "failed")):
+            height = round(TALL * count / top, 1)
+            bars.append({"x": round(x + offset, 1), "y": round(BASE - height, 1), "width": round(slot / 2 - 2, 1),
+                         "height": height, "kind": kind, "hour": utc.isoformat(),
+                         "utc": utc.strftime("%H:%M"), "rest": f" · {count} {words}"})
+        if i % 6 == 0:
+            labels.append({"x": round(x + 2, 1), "hour": utc.isoformat(), "utc": utc.strftime("%H:%M")})
+    return {"bars": bars, "ticks": _ticks(top, _count), "labels": labels, "left": LEFT, "base": BASE,
+            "width": WIDTH, "top": top}
+
+
+def run_chart(history, slots):
+    """A definition's runs (run_history.definition_history), oldest first, as one bar each:
+    height its duration, class its outcome; runs with no duration get a stub."""
+    top = nice_top(max([0.01] + [float(r.seconds) for r in history if r.seconds is not None]), scale=0.01)
+    slot = (WIDTH - LEFT) / slots
+    bars = []
+    for i, run in enumerate(history):
+        seconds = float(run.seconds) if run.seconds is not None else None
+        height = STUB if seconds is None else max(round(TALL * seconds / top, 1), 1)
+        created = run.created_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        took = f" in {_seconds(round(seconds, 1 if seconds < 10 else 0))}" if seconds is not None else ""
+        bars.append({"x": round(LEFT + i * slot + 1, 1), "y": round(BASE - height, 1), "width": round(slot - 2, 1),
+                     "height": height, "status": run.status,
+                     "title": f"#{run.id} {run.status}{took}, created {created}"})
+    return {"bars": bars, "ticks": _ticks(top, _seconds), "left": LEFT, "base": BASE, "width": WIDTH}

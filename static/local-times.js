@@ -1,0 +1,48 @@
+// The server writes every time in UTC (<time datetime="…" data-local>); this shows it in the
+// viewer's own zone: how far it is from now as the text ("3 min ago", "in 2 h") and the exact
+// local time on hover. It also tells forms which zone their date inputs are read in. A file of
+// ours, not an inline script, so the Content-Security-Policy can refuse every inline script.
+(function () {
+  "use strict";
+  var zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  var exact = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+    second: "2-digit", timeZoneName: "short"
+  });
+  var hourOnly = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+  // The same units as the server's words (rendering.seconds_words), so a swap changes nothing.
+  var UNITS = [[60, 1, "s"], [3600, 60, "min"], [86400, 3600, "h"], [Infinity, 86400, "d"]];
+
+  function words(seconds) {
+    var abs = Math.abs(seconds);
+    for (var i = 0; i < UNITS.length; i++) {
+      if (abs < UNITS[i][0]) {
+        var amount = Math.floor(abs / UNITS[i][1]) + " " + UNITS[i][2];
+        return seconds < 0 ? "in " + amount : amount + " ago";
+      }
+    }
+  }
+
+  function refresh(root) {
+    var now = Date.now();
+    root.querySelectorAll("time[data-local]").forEach(function (el) {
+      var at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      el.textContent = words((now - at.getTime()) / 1000);
+      el.title = exact.format(at);
+    });
+    // Chart labels: an hour in UTC (data-hour), shown as the viewer's wall-clock time.
+    root.querySelectorAll("[data-hour]").forEach(function (el) {
+      var at = new Date(el.getAttribute("data-hour"));
+      if (!isNaN(at)) el.textContent = hourOnly.format(at) + (el.getAttribute("data-rest") || "");
+    });
+    root.querySelectorAll("[data-tz-name]").forEach(function (el) { el.textContent = zone; });
+    // A date input's form reads it in this zone; without this script it stays UTC.
+    root.querySelectorAll("input[data-tz]").forEach(function (el) { if (!el.value) el.value = zone; });
+  }
+
+  function all() { refresh(document); }
+  document.addEventListener("DOMContentLoaded", all);
+  document.addEventListener("htmx:afterSwap", all);
+  setInterval(all, 30000);  // seconds-old words drift; half a minute keeps them honest
+})();

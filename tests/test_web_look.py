@@ -1,0 +1,255 @@
+"""How the admin screen reads in a real Chromium: times in the viewer's zone, date inputs read in
+it, no sideways scrolling on a phone, no serious axe-core finding in light or dark, and the
+pictures (a definition's last runs, each worker's current runs)."""
+
+import re
+
+import pytest
+from playwright import sync_api
+
+from tests.conftest import PASSWORD, ROOT, csrf_token
+from tests.test_web_incidents import overdue_incident
+
+AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+SIZES = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
+         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users"]
+
+expect = sync_api.expect
+
+# axe's findings of impact serious or critical, as (rule, [where]) pairs.
+SERIOUS = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+    .filter(v => v.impact === "serious" || v.impact === "critical")
+    .map(v => [v.id, v.nodes.slice(0, 4).map(n => n.target.join(" ") + " " + (n.failureSummary || ""))])"""
+
+
+@pytest.fixture
+def server(app, serve):
+    return serve(app)
+
+
+@pytest.fixture
+def open_context(browser, server):
+    """open_context(**options): a signed-out browser context on the server, closed at the end."""
+    contexts = []
+
+    def open_(**options):
+        context = browser.new_context(**{"base_url": server, "viewport": SIZES["laptop"], "locale": "en-GB", **options})
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        return context.new_page()
+
+    expect.set_options(timeout=15_000)
+    yield open_
+    for context in contexts:
+        context.close()
+
+
+def sign_in(page, email):
+    page.goto("/sign-in")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+
+def seed(app, sql):
+    """A little of everything the pages show: runs in every state with errors, a definition with
+    history, a worker holding a run, an open incident; (run id, definition id)."""
+    overdue_incident(app, sql, name="nightly report")
+    [(definition,)] = sql("SELECT id FROM job_definitions")
+    sql("""INSERT INTO job_runs (definition_id, job_type, status, attempts, created_at, started_at, finished_at,
+                                 last_error, error_type)
+           SELECT %(d)s, 'jobsweb.noop', s, 1, now() - n * interval '1 hour', now() - n * interval '1 hour',
+                  now() - n * interval '1 hour' + n * interval '1 second',
+                  CASE WHEN s = 'dead' THEN 'PermanentError: the invoice service said no, twice, at length' END,
+                  CASE WHEN s = 'dead' THEN 'PermanentError' END
+           FROM unnest(ARRAY['succeeded', 'dead', 'succeeded', 'cancelled']) WITH ORDINALITY AS t(s, n)""",
+        {"d": definition})
+    sql("INSERT INTO job_runs (definition_id, job_type, status, scheduled_for, finished_at) "
+        "VALUES (%s, 'jobsweb.noop', 'missed', now() - interval '30 minutes', now())", [definition])
+    sql("INSERT INTO job_workers (id, host, pid) VALUES ('web-1:4242:abc', 'web-1', 4242)")
+    [(run,)] = sql("INSERT INTO job_runs (job_type, status, attempts, started_at, locked_by, locked_until) "
+                   "VALUES ('send_invoice', 'running', 1, now(), 'web-1:4242:abc', now() + interval '1 minute') "
+                   "RETURNING id")
+    sql("INSERT INTO job_attempts (run_id, attempt, worker, outcome, started_at, finished_at, error, error_type) "
+        "SELECT id, 1, 'web-1:4242:abc', 'failed', now(), now(), last_error, error_type FROM job_runs "
+        "WHERE status = 'dead'")
+    return run, definition
+
+
+def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_light_and_dark(
+        app, sql, make_user, open_context):
+    if not AXE.exists():
+        raise RuntimeError(f"{AXE} is missing: `make test` installs axe-core from the npm registry")
+    run, definition = seed(app, sql)
+    email = make_user("admin")
+    axe = AXE.read_text()
+    findings, sideways, refused = [], [], []
+    for scheme in ("light", "dark"):
+        page = open_context(color_scheme=scheme)
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+        page.goto("/sign-in")
+        urls = ["/sign-in"]
+        sign_in(page, email)
+        urls += [p.format(run=run, definition=definition) for p in PAGES] + ["/runs/999999"]  # and an error page
+        for url in urls:
+            page.goto(url)
+            for size, viewport in SIZES.items():
+                page.set_viewport_size(viewport)
+                # Evaluated through the driver, not a <script> in the page: the CSP refuses those.
+                if not page.evaluate("() => typeof axe !== 'undefined'"):
+                    page.evaluate(axe)
+                findings += [(scheme, size, url, rule, where) for rule, where in page.evaluate(SERIOUS)]
+                width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+                if width[0] > width[1]:
+                    sideways.append((scheme, size, url, width))
+            page.set_viewport_size(SIZES["laptop"])
+        if scheme == "light":
+            page.context.clear_cookies()
+    assert findings == []
+    assert sideways == []
+    assert refused == []  # nothing of ours is inline
+
+
+def test_times_show_in_the_viewers_zone_with_words_and_the_exact_time_on_hover(app, sql, make_user, open_context):
+    sql("INSERT INTO job_runs (job_type, status, created_at) VALUES "
+        "('old', 'queued', '2026-01-15 10:00:00+00'), ('new', 'queued', now() - interval '3 minutes')")
+    [(old,), (new,)] = sql("SELECT id FROM job_runs ORDER BY id")
+    page = open_context(timezone_id="Asia/Kolkata")
+    sign_in(page, make_user("viewer"))
+
+    page.goto(f"/runs/{old}")
+    created = page.locator("dt:text-is('Created') + dd time")
+    expect(created).to_have_attribute("title", re.compile(r"15 Jan 2026.*15:30:00"))  # 10:00 UTC is 15:30 in India
+    expect(created).to_have_text(re.compile(r"^\d+ d ago$"))
+    page.goto(f"/runs/{new}")
+    expect(page.locator("dt:text-is('Created') + dd time")).to_have_text("3 min ago")
+
+    # The dashboard's hour labels are India's half hours, and the legend names the zone.
+    page.goto("/")
+    labels = page.locator("svg.chart text[data-hour]")
+    expect(labels.first).to_have_text(re.compile(r"^\d\d:30$"))
+    assert all(re.fullmatch(r"\d\d:30", t) for t in labels.all_text_contents())
+    expect(page.locator(".legend")).to_contain_text(re.compile(r"Asia/(Kolkata|Calcutta)"))  # ICU's older name
+
+    # After an htmx swap the words are ours again, not the server's UTC text.
+    page.goto("/runs?live=1")
+    row = page.locator("#runs-table tr", has=page.locator(f'a[href="/runs/{new}"]'))
+    page.evaluate("window.notReloaded = true")
+    page.wait_for_function("() => window.htmx !== undefined")
+    with page.expect_response(re.compile(r"/runs\?live=1")):
+        pass
+    expect(row.locator("time").first).to_have_text(re.compile(r"min ago$"))
+    assert " UTC" not in row.inner_text()
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_date_inputs_are_read_in_the_viewers_zone_and_say_so(app, sql, make_user, open_context):
+    # 07:00 UTC on the 15th is still the 14th in Los Angeles; 09:00 UTC is 01:00 there on the 15th.
+    sql("INSERT INTO job_runs (job_type, created_at) VALUES "
+        "('late.on.the.14th', '2026-01-15 07:00:00+00'), ('early.on.the.15th', '2026-01-15 09:00:00+00')")
+    page = open_context(timezone_id="America/Los_Angeles")
+    sign_in(page, make_user("operator"))
+    page.goto("/runs")
+    expect(page.locator("form.filters")).to_contain_text("America/Los_Angeles")
+    page.locator("input[name=since]").fill("2026-01-15T00:00")
+    page.get_by_role("button", name="Apply").click()
+    expect(page).to_have_url(re.compile(r"tz=America%2FLos_Angeles"))
+    expect(page.locator("#runs-table tbody")).to_contain_text("early.on.the.15th")
+    expect(page.locator("#runs-table tbody")).not_to_contain_text("late.on.the.14th")
+    page.reload()  # the page drawn by the server shows the filter back in the viewer's zone
+    expect(page.locator("form.filters input[name=since]")).to_have_value("2026-01-15T00:00")
+    expect(page.locator("#runs-table tbody")).not_to_contain_text("late.on.the.14th")
+
+    page.goto("/enqueue")
+    expect(page.locator("#enqueue-form")).to_contain_text("Read as America/Los_Angeles time")
+    page.locator("select[name=job_type]").select_option("jobsweb.noop")
+    page.locator("input[name=run_at]").fill("2030-01-01T00:00")
+    page.get_by_role("button", name="Enqueue").click()
+    expect(page.get_by_role("heading", name=re.compile(r"Run #\d+"))).to_be_visible()
+    assert sql("SELECT run_at AT TIME ZONE 'UTC' FROM job_runs WHERE job_type = 'jobsweb.noop'")[0][0].isoformat() \
+        == "2030-01-01T08:00:00"
+
+
+def test_without_javascript_date_inputs_say_they_are_read_as_utc(sign_in, sql):
+    client = sign_in("viewer")
+    sql("INSERT INTO job_runs (job_type, created_at) VALUES ('x', '2026-01-15 07:00:00+00')")
+    html = client.get("/runs").get_data(as_text=True)
+    assert "(<span data-tz-name>UTC</span>)" in html
+    assert "/runs/1" in client.get("/runs?since=2026-01-15T07:00").get_data(as_text=True)
+    assert "/runs/1" not in client.get("/runs?since=2026-01-15T07:00&tz=America/New_York").get_data(as_text=True)
+
+
+def test_run_at_is_read_in_the_zone_the_form_sends_and_as_utc_without_one(sign_in, sql):
+    client = sign_in("operator")
+    for tz in ("Asia/Kolkata", ""):
+        response = client.post("/enqueue", data={"csrf_token": csrf_token(client, "/enqueue"), "job_type": "jobsweb.noop",
+                                                 "payload": "{}", "run_at": "2030-01-01T00:00", "tz": tz})
+        assert response.status_code == 302, response.get_data(as_text=True)
+    assert [r[0].isoformat() for r in sql("SELECT run_at AT TIME ZONE 'UTC' FROM job_runs ORDER BY id")] == [
+        "2029-12-31T18:30:00", "2030-01-01T00:00:00"]
+    assert "Read as <span data-tz-name>UTC</span> time." in client.get("/enqueue").get_data(as_text=True)
+
+
+def test_an_unknown_time_zone_is_refused_naming_the_field(sign_in):
+    response = sign_in("viewer").get("/runs?since=2026-01-15T07:00&tz=Mars/Olympus_Mons")
+    assert response.status_code == 400
+    assert "tz: &#39;Mars/Olympus_Mons&#39; is not a known time zone" in response.get_data(as_text=True)
+
+
+def test_a_time_that_cannot_be_shown_back_in_the_viewers_zone_is_refused_not_a_500(sign_in):
+    # The first minute of the year 1 in UTC is still the year 0 in Los Angeles.
+    response = sign_in("viewer").get("/runs?since=0001-01-01T00:00%2B00:00&tz=America/Los_Angeles")
+    assert response.status_code == 400 and "since: is out of range" in response.get_data(as_text=True)
+
+
+def test_a_definitions_page_charts_its_last_runs_and_success_rate(app, sign_in, sql):
+    client = sign_in("viewer")
+    run, definition = seed(app, sql)
+    html = client.get(f"/definitions/{definition}").get_data(as_text=True)
+    chart = html[html.index('id="definition-chart"'):]
+    chart = chart[:chart.index("</section>")]
+    assert "67%" in chart and "succeeded: 2 of the 3 that succeeded or died" in chart
+    assert re.findall(r'<rect class="o-(\w+)"', chart) == ["succeeded", "dead", "succeeded", "cancelled", "missed"]
+    assert re.search(r"<title>#\d+ succeeded in 1 s, created ", chart)
+
+
+def test_the_definition_chart_reads_the_definition_index(app, sql):
+    # 200 definitions with 100 runs each; the one charted has only the oldest runs, which a scan
+    # of the whole table from the newest id would reach last.
+    sql("INSERT INTO job_definitions (name, job_type) SELECT 'd' || n, 'jobsweb.noop' FROM generate_series(1, 200) n")
+    [(first,)] = sql("SELECT min(id) FROM job_definitions")
+    sql("INSERT INTO job_runs (definition_id, job_type, status) SELECT %(first)s + (n - 1) / 100, 'jobsweb.noop', "
+        "'succeeded' FROM generate_series(1, 20000) n", {"first": first})
+    sql("ANALYZE job_runs")
+    from jobsweb.ops.run_history import DEFINITION_HISTORY
+
+    plan = "\n".join(r[0] for r in sql("EXPLAIN " + DEFINITION_HISTORY, {"definition_id": first, "limit": 50}))
+    assert "Index Scan Backward using job_runs_definition" in plan, plan
+    assert "Sort" not in plan, plan
+
+
+def test_the_workers_page_shows_each_workers_current_runs_linked_and_escaped(app, sign_in, sql):
+    client = sign_in("viewer")
+    sql("INSERT INTO job_workers (id, host, pid) VALUES ('w:1:a', 'h', 1), ('w:2:b', 'h', 2)")
+    [(run,)] = sql("INSERT INTO job_runs (job_type, status, started_at, locked_by) "
+                   "VALUES ('<img src=x>', 'running', now(), 'w:1:a') RETURNING id")
+    html = client.get("/workers").get_data(as_text=True)
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr>\s*<td><a href="/runs\?worker=([^"]+)".*?</tr>', html, re.S)}
+    assert f'href="/runs/{run}">#{run}</a> <code>&lt;img src=x&gt;</code>' in rows["w:1:a"]
+    assert "<img src=x>" not in html
+    assert "nothing" in rows["w:2:b"]
+
+
+def test_every_page_has_a_skip_link_first_and_a_one_row_menu_on_a_phone(make_user, open_context):
+    page = open_context(viewport=SIZES["phone"])
+    sign_in(page, make_user("admin"))
+    page.keyboard.press("Tab")
+    expect(page.locator(":focus")).to_have_text("Skip to content")
+    header = page.locator("header.top").bounding_box()
+    assert header["height"] <= 60, header
+    page.locator("summary", has_text="Dashboard").click()
+    page.get_by_role("link", name="Workers").click()
+    expect(page.get_by_role("heading", name="Workers")).to_be_visible()
+
