@@ -23,6 +23,7 @@ import psycopg
 
 from . import registry, retry, statements, upkeep
 from ..core.logs import flush_events, run_event
+from .async_execution import AsyncPool
 from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
@@ -90,7 +91,8 @@ class Worker:
         self.more_due = False  # the last claim filled every free slot: more may be waiting
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
-        self.pool = None
+        self.pool = None  # threads for sync handlers
+        self.async_pool = None  # an event loop for async ones
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class Worker:
             restore()
             return 0
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
+        self.async_pool = AsyncPool(self.app, self.finished.put)
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
@@ -224,7 +227,7 @@ class Worker:
         self.busy += 1
         run_event(log, logging.INFO, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
                   attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
-        self.pool.submit(self.held[run_id])
+        (self.async_pool if job.is_async else self.pool).submit(self.held[run_id])
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""
@@ -259,7 +262,7 @@ class Worker:
             if held.deadline is not None and now >= held.deadline:
                 timeout = held.timeout
                 del self.held[run_id]
-                held.ctx.cancel_event.set()
+                held.stop(force=True)
                 log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
                             held.ctx.attempt, timeout)
                 self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
@@ -268,7 +271,7 @@ class Worker:
 
     def _cancel_held(self, why):
         for held in self.held.values():
-            held.ctx.cancel_event.set()
+            held.stop()
         if self.held:
             log.info("%s: asked %d running job(s) to stop", why, len(self.held))
 
@@ -314,12 +317,12 @@ class Worker:
             for h in held:
                 if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
                     h.cancel_requested = True
-                    h.ctx.cancel_event.set()
+                    h.stop(force=True)
                     log.info("run %d %s: cancelled by an operator; asking the handler to stop",
                              h.ctx.run_id, h.ctx.job_type)
                 if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
                     del self.held[h.ctx.run_id]
-                    h.ctx.cancel_event.set()
+                    h.stop(force=True)
                     log.warning("run %d %s: lease lost (another worker took it over or it was "
                                 "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
         self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
@@ -375,6 +378,8 @@ class Worker:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)
         self.link.close()
+        if self.async_pool is not None:
+            self.async_pool.stop()
         for duty in self.duties:
             duty.stop()
         log.info("worker %s stopped", self.id)
