@@ -7,6 +7,7 @@ Finished back through the same callback.
 """
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -23,9 +24,11 @@ class AsyncPool:
     alive past the shutdown deadline.
     """
 
-    def __init__(self, app, report):
+    def __init__(self, app, size, report):
         self.app = app
+        self.size = size  # handlers awaited at once; runs claimed ahead wait for a slot
         self.report = report  # called on the loop thread with a Finished
+        self.slots = None  # an asyncio.Semaphore of size, made on the loop
         self.loop = None
         self.thread = None
         self.tasks = set()
@@ -41,7 +44,9 @@ class AsyncPool:
     def _spawn(self, held):
         # A task runs in a copy of this thread's context: what a handler sets in a context
         # variable (its app context, its attempt's captured output) stays its own.
-        task = self.loop.create_task(run_async_handler(self.app, held))
+        if self.slots is None:
+            self.slots = asyncio.Semaphore(self.size)
+        task = self.loop.create_task(run_async_handler(self.app, held, self.slots))
         self.tasks.add(task)
         task.add_done_callback(self._done)
 
@@ -67,8 +72,9 @@ class AsyncPool:
             await asyncio.wait(list(self.tasks), timeout=STOP_WAIT)
 
 
-async def run_async_handler(app, held):
-    """Await the async handler of one held run inside an app context; never raises.
+async def run_async_handler(app, held, slots=None):
+    """Await the async handler of one held run inside an app context, once one of `slots` (a
+    semaphore) is free; never raises.
 
     Asking it to stop wakes its `await ctx.sleep()`; stopping it by force (timeout, lost
     lease, an operator's cancel) cancels its task, which it sees as CancelledError at its
@@ -87,8 +93,12 @@ async def run_async_handler(app, held):
     if held.forced:
         task.cancel()
     try:
-        with app.app_context():
-            result = check_result(await held.job.func(ctx))
+        async with slots or contextlib.nullcontext():
+            if ctx.cancelled:  # released or given up while it waited for a slot (claimed ahead)
+                raise asyncio.CancelledError
+            started = time.monotonic()
+            with app.app_context():
+                result = check_result(await held.job.func(ctx))
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except asyncio.CancelledError:
         return Finished(held, exc=Cancelled(f"run {ctx.run_id} was asked to stop"),

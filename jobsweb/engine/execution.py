@@ -94,6 +94,8 @@ def check_result(result):
 def run_handler(app, held):
     """Call the (sync) handler of one held run inside an app context; never raises."""
     started = time.monotonic()
+    if held.ctx.cancelled:  # released or given up while it waited for a slot (claimed ahead)
+        return Finished(held, exc=Cancelled(f"run {held.ctx.run_id} was asked to stop before it started"))
     try:
         with app.app_context():
             result = check_result(held.job.func(held.ctx))

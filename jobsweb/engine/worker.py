@@ -24,6 +24,7 @@ import psycopg
 from . import registry, retry, statements, upkeep
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
+from .claim_ahead import ClaimAhead
 from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
@@ -88,7 +89,8 @@ class Worker:
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
         self.done = 0  # runs finished since job_workers was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
-        self.more_due = False  # the last claim filled every free slot: more may be waiting
+        self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
+        self.claim_size = ClaimAhead(concurrency)
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
         self.pool = None  # threads for sync handlers
@@ -110,7 +112,7 @@ class Worker:
             restore()
             return 0
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
-        self.async_pool = AsyncPool(self.app, self.finished.put)
+        self.async_pool = AsyncPool(self.app, self.concurrency, self.finished.put)
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
@@ -189,18 +191,19 @@ class Worker:
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
         if self.claims_in_doubt:
             self._release_lost_claims()
-        free = self.concurrency - self.busy
-        if free <= 0:
+        limit = self.claim_size.limit(self.busy, now)
+        if limit <= 0:
+            self.more_due = False
             return did_work
-        rows = self._finish_and_claim(free)
+        rows = self._finish_and_claim(limit)
         for row in rows:
             self._start(*row)
-        self.more_due = len(rows) == free
+        self.more_due = len(rows) == limit
         return did_work or bool(rows)
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.more_due and self.busy < self.concurrency:
+        if claiming and self.more_due and self.claim_size.limit(self.busy, now) > 0:
             return 0
         wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
         if drain_until is not None:
@@ -246,6 +249,7 @@ class Worker:
 
     def _handler_returned(self, finished):
         self.busy -= 1
+        self.claim_size.finished(1, time.monotonic())
         held = finished.held
         ctx = held.ctx
         if self.held.get(ctx.run_id) is not held:
@@ -368,6 +372,7 @@ class Worker:
         leftover = list(self.held.values())
         self.held.clear()
         for held in leftover:
+            held.stop(force=True)  # one claimed ahead and not started must now never start
             log.warning("run %d %s: still running at the shutdown deadline; released back to the queue",
                         held.ctx.run_id, held.ctx.job_type)
             self.pending.append(self.failures.interrupted(self.id, held.ctx, "shut down before the run finished"))
