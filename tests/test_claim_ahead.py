@@ -14,12 +14,18 @@ def running(sql):
     return sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0]
 
 
+def waiting(sql):
+    """Runs held by a worker that have not run: beyond its 2 slots, some wait (claimed ahead)."""
+    return sql("SELECT count(*) FROM job_runs r WHERE status = 'running' AND NOT EXISTS "
+               "(SELECT 1 FROM test_executions e WHERE e.run_id = r.id)")[0][0]
+
+
 def test_fast_runs_are_claimed_ahead_and_slow_ones_only_for_free_slots():
     fast = ClaimAhead(4)
     assert fast.limit(busy=0, now=0.0) == 4
-    fast.finished(1000, now=0.0)
-    fast.finished(1000, now=RATE_WINDOW)  # 4,000 runs/s
-    assert fast.ahead == int(4000 * CLAIM_AHEAD_SECONDS)
+    fast.finished(0, now=0.0)
+    fast.finished(round(2000 * RATE_WINDOW), now=RATE_WINDOW)  # 2,000 runs/s
+    assert fast.ahead == round(2000 * CLAIM_AHEAD_SECONDS)
     assert fast.limit(busy=4, now=RATE_WINDOW) == fast.ahead
     # With every slot taken, it waits until half the runs ahead have started.
     assert fast.limit(busy=4 + fast.ahead // 2 + 1, now=RATE_WINDOW) == 0
@@ -41,8 +47,8 @@ def test_runs_claimed_ahead_by_a_killed_worker_are_recovered_and_none_runs_twice
     insert_many(sql, "test.record", RUNS, '{"seconds": 0.001}', max_attempts=3)
     victim = spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "2",
                           output=open(tmp_path / "victim.log", "w+"), JOBSWEB_LEASE_SECONDS=2)
-    # More runs held than slots: some wait in the worker, claimed ahead.
-    wait_for(lambda: running(sql) > 2, timeout=30, message="runs claimed ahead of the two slots")
+    # More runs held and not run than slots: some wait in the worker, claimed ahead.
+    wait_for(lambda: waiting(sql) > 6, timeout=30, interval=0.005, message="runs claimed ahead of the two slots")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     held = [run_id for (run_id,) in sql("SELECT id FROM job_runs WHERE status = 'running'")]
@@ -59,9 +65,9 @@ def test_runs_claimed_ahead_by_a_killed_worker_are_recovered_and_none_runs_twice
     assert sql("SELECT count(*) FROM job_attempts WHERE error_type = 'lease_expired'") == [(len(held),)]
     # A run the victim had finished but not yet written runs again (at least once, as ever);
     # the runs it held that had not started (claimed ahead) ran once, on the rescuer.
-    waiting = sql("SELECT run_id, count(*) FROM test_executions WHERE run_id = ANY(%s) GROUP BY run_id "
-                  "HAVING bool_and(pid <> %s)", [held, victim.pid])
-    assert waiting and all(count == 1 for _, count in waiting)
+    unstarted = sql("SELECT run_id, count(*) FROM test_executions WHERE run_id = ANY(%s) GROUP BY run_id "
+                    "HAVING bool_and(pid <> %s)", [held, victim.pid])
+    assert unstarted and all(count == 1 for _, count in unstarted)
     assert sql("SELECT count(*) FROM test_executions GROUP BY run_id, pid HAVING count(*) > 1") == []
 
 
@@ -69,7 +75,7 @@ def test_sigterm_releases_runs_claimed_ahead_without_running_them(app, sql, spaw
     insert_many(sql, "test.record", RUNS, '{"seconds": 0.001}')
     first = spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "2",
                          output=open(tmp_path / "first.log", "w+"))
-    wait_for(lambda: running(sql) > 2, timeout=30, message="runs claimed ahead of the two slots")
+    wait_for(lambda: waiting(sql) > 6, timeout=30, interval=0.005, message="runs claimed ahead of the two slots")
     first.send_signal(signal.SIGTERM)
     code, output = finish(first)
     assert code == 0, output

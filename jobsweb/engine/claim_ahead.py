@@ -13,9 +13,9 @@ recovery like its running runs. Slow jobs finish few runs per second, so nothing
 ahead of them and no other worker waits behind a run this one cannot start yet.
 """
 
-CLAIM_AHEAD_SECONDS = 0.05  # of work, at the recent rate, claimed beyond the free slots
-MAX_AHEAD = 256  # runs: the most claimed ahead whatever the rate
-RATE_WINDOW = 0.5  # seconds over which the finishing rate is counted
+CLAIM_AHEAD_SECONDS = 0.1  # of work, at the recent rate, claimed beyond the free slots
+MAX_AHEAD = 512  # runs: the most claimed ahead whatever the rate
+RATE_WINDOW = 0.1  # seconds over which the finishing rate is counted
 
 
 class ClaimAhead:
