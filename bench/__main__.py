@@ -5,7 +5,7 @@ into --out (docs/ by default). Quick mode uses small sizes and one repeat: it pr
 still runs (CI); only full mode's numbers mean anything.
 
 `python -m bench --only tick` runs one measure that stands alone and prints its figures as
-JSON, writing no report: for measuring a change to one hot path without the 25-minute suite.
+JSON, writing no report: for measuring a change to one hot path without the whole suite.
 """
 
 import argparse
@@ -17,15 +17,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import measures, report
+from . import measures, process_measures, report
 from .server import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 
 FULL = {
-    "warmup": 2000, "drain": 20_000, "processes": [1, 2, 4], "concurrency": [1, 4, 16, 64],
+    "warmup": 2000, "drain": 20_000, "processes": [1, 2], "concurrency": [1, 4, 8, 16, 64],
     "steady_seconds": 60, "steady_backlog": 2000,
     "pgqueuer_drain": 20_000, "procrastinate_drain": 3000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [1, 16],
+    "async_runs": 2000, "async_concurrency": 1000, "whole_runs": 40_000, "whole_concurrency": [4, 64],
     "history": [0, 100_000, 1_000_000], "claims": 10_000,
     "enqueue_seconds": 30, "bulk": 100_000,
     "wake_samples": 1000, "poll_interval": 0.05,
@@ -36,6 +37,7 @@ QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [4, 16],
     "steady_seconds": 2, "steady_backlog": 500,
     "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10], "procrastinate_concurrency": [16],
+    "async_runs": 200, "async_concurrency": 100, "whole_runs": 1000, "whole_concurrency": [4],
     "history": [0, 20_000], "claims": 300,
     "enqueue_seconds": 1, "bulk": 5000,
     "wake_samples": 5, "poll_interval": 0.1,
@@ -49,6 +51,7 @@ ALONE = {
     "throughput": measures.throughput, "peers": measures.peers, "history": measures.claim_latency,
     "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
     "queues": measures.flow_control, "pages": measures.admin_pages_alone,
+    "async": process_measures.async_handlers, "whole": process_measures.whole_process,
 }
 
 
@@ -99,6 +102,8 @@ def main(argv=None):
         results["wake"] = measures.wake_latency(bench)
         results["tick"] = measures.scheduler_tick(bench)
         results["queues"] = measures.flow_control(bench)
+        results["async"] = process_measures.async_handlers(bench)
+        results["whole"] = process_measures.whole_process(bench)
         results["seconds"] = time.monotonic() - bench.started
         path = report.write(results, args.out)
         bench.log(f"wrote {path}")

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import psycopg
 
-from jobsweb.engine import statements
+from jobsweb.engine import link, statements
 
 from .server import pgbench
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILTIN_TYPES = ["jobsweb.fail", "jobsweb.noop", "jobsweb.sleep"]
+BUILTIN_TYPES = ["jobsweb.async_sleep", "jobsweb.fail", "jobsweb.noop", "jobsweb.sleep"]
 
 
 def median(values):
@@ -226,8 +226,15 @@ def ceiling(bench, url, processes, concurrency):
     """Our own SQL replayed by pgbench with `processes` connections: runs/s, and what the worker sent."""
     n = bench.sizes["drain"]
     with psycopg.connect(url, autocommit=True) as conn:
-        drain(bench, url, processes, concurrency, n,
-              before_insert=lambda c: c.execute("SELECT pg_stat_statements_reset()"))
+        wal = {}
+
+        def before_insert(c):
+            c.execute("SELECT pg_stat_statements_reset()")
+            wal["start"] = c.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+
+        drain(bench, url, processes, concurrency, n, before_insert=before_insert)
+        # WAL written per run drained (the INSERT of the runs included: a real producer writes it too).
+        [(wal_bytes,)] = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", [wal["start"]]).fetchall()
         statements = conn.execute(
             "SELECT calls, rows, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
             "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
@@ -244,6 +251,7 @@ def ceiling(bench, url, processes, concurrency):
             rates.append(done[0] / float(done[1]))
             bench.log(f"pgbench replay {processes} conn x batch {concurrency}: {rates[-1]:.0f} runs/s ({tps:.0f} tps)")
     return {"rate": median(rates), "statements": statements, "processes": processes,
+            "wal_bytes_per_run": float(wal_bytes) / n,
             "batch": concurrency, "script": replay_script(concurrency)}
 
 
@@ -339,7 +347,10 @@ def claim_latency(bench):
     sizes = bench.sizes["history"]
     points = []
     explain = None
-    with psycopg.connect(url, autocommit=True) as conn:
+    # Claims go over a connection like the worker's: no server-side prepares (pooler-safe), so
+    # each claim is planned again; `prepared` below measures what preparing would save.
+    with psycopg.connect(url, autocommit=True) as conn, \
+            psycopg.connect(url, autocommit=True, **link.NO_PREPARE) as claimer:
         conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 1000)")
         have = 0
         for size in sizes:
@@ -349,10 +360,13 @@ def claim_latency(bench):
                 have = size
                 conn.execute("VACUUM ANALYZE job_runs")
                 conn.execute("VACUUM ANALYZE job_attempts")
-            times = claims(conn, bench.sizes["claims"])
+            times = claims(claimer, bench.sizes["claims"])
             points.append({"history": size, "p50": percentile(times, 50), "p95": percentile(times, 95),
                            "p99": percentile(times, 99)})
             bench.log(f"claim at {size} finished: p50 {points[-1]['p50']:.3f} ms p95 {points[-1]['p95']:.3f} ms")
+        prepared = claims(conn, bench.sizes["claims"])
+        prepared = {"p50": percentile(prepared, 50), "p95": percentile(prepared, 95)}
+        growth = history_costs(conn)
         floor = commit_floor(conn, bench.sizes["claims"])
         with conn.transaction():
             explain = "\n".join(r[0] for r in conn.execute(
@@ -360,7 +374,33 @@ def claim_latency(bench):
                 {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1,
                  "queues": None}).fetchall())
             raise_rollback()
-    return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor}
+    return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor,
+            "prepared": prepared, "growth": growth}
+
+
+SIZES_SQL = """
+SELECT relname, pg_table_size(c.oid), pg_indexes_size(c.oid), c.reltuples::bigint
+FROM pg_class c WHERE relname IN ('job_runs', 'job_attempts') ORDER BY relname
+"""
+
+
+def history_costs(conn, batches=5, batch=500):
+    """At the largest history: table and index sizes, and what pruning costs (PRUNE_RUNS of the
+    oldest succeeded runs, JOBSWEB_PRUNE_BATCH at its default; rolled back, so the admin pages
+    measured next still see the whole history)."""
+    sizes = {name: {"table_mb": t / 2**20, "indexes_mb": i / 2**20, "rows": rows}
+             for name, t, i, rows in conn.execute(SIZES_SQL)}
+    [(oldest_days,)] = conn.execute("SELECT extract(epoch FROM now() - min(finished_at)) / 86400 FROM job_runs "
+                                    "WHERE status = 'succeeded'").fetchall()
+    params = {"status": "succeeded", "days": max(int(oldest_days) - 1, 0), "batch": batch}
+    times = []
+    for _ in range(batches):
+        with conn.transaction():
+            t = time.perf_counter()
+            conn.execute(statements.PRUNE_RUNS, params)
+            times.append(time.perf_counter() - t)
+            raise_rollback()
+    return {"sizes": sizes, "prune_ms_per_1000": median(times) * 1000 * 1000 / batch, "prune_batch": batch}
 
 
 def commit_floor(conn, count):
@@ -384,7 +424,7 @@ def raise_rollback():
 def claims(conn, count):
     """Time `count` one-run claims (CLAIM_RUNS, as the worker sends it); put each run back after."""
     params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "queues": None}
-    for _ in range(20):  # warm-up and let psycopg prepare the statement
+    for _ in range(20):  # warm-up (and, on a connection that prepares, psycopg prepares it here)
         conn.execute(statements.CLAIM_RUNS, params)
     conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")
     times = []

@@ -3,7 +3,8 @@
 Installs the peer's schema and enqueues N no-op jobs with its own batch API (not timed), then
 drains them with one worker process and prints {"seconds", "maxrss_kb"} as JSON, seconds being
 the span from the first job started to the last finished in the peer's own event table.
-SETTING is PgQueuer's batch_size or Procrastinate's concurrency.
+SETTING is PgQueuer's batch_size or Procrastinate's concurrency. A fifth argument, `enqueue`
+or `drain`, does only that half (PgQueuer): the whole-process measure times a drain alone.
 """
 
 import asyncio
@@ -15,19 +16,23 @@ import sys
 CHUNK = 5000  # jobs per batch enqueue call
 
 
-async def pgqueuer(url, n, batch_size):
+async def pgqueuer(url, n, batch_size, enqueue=True, drain=True):
+    """enqueue / drain False: only the other half (the whole-process measure times a drain alone)."""
     import psycopg
     from pgqueuer import PsycopgDriver, QueueManager
     from pgqueuer.domain.types import QueueExecutionMode
     from pgqueuer.queries import Queries
 
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    queries = Queries(PsycopgDriver(conn))
-    await queries.install()
-    for start in range(0, n, CHUNK):
-        size = min(CHUNK, n - start)
-        await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
-    await conn.close()
+    if enqueue:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        queries = Queries(PsycopgDriver(conn))
+        await queries.install()
+        for start in range(0, n, CHUNK):
+            size = min(CHUNK, n - start)
+            await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        await conn.close()
+    if not drain:
+        return 0.0
 
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
     manager = QueueManager(Queries(PsycopgDriver(conn)))
@@ -73,8 +78,9 @@ def procrastinate(url, n, concurrency):
 def main():
     logging.basicConfig(level=logging.WARNING)
     peer, url, n, setting = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    only = sys.argv[5] if len(sys.argv) > 5 else None  # enqueue | drain: one half (PgQueuer only)
     if peer == "pgqueuer":
-        seconds = asyncio.run(pgqueuer(url, n, setting))
+        seconds = asyncio.run(pgqueuer(url, n, setting, enqueue=only != "drain", drain=only != "enqueue"))
     else:
         seconds = procrastinate(url, n, setting)
     print(json.dumps({"seconds": seconds, "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))

@@ -4,11 +4,12 @@ and see what was enqueued with `enqueued()`.
 drain() is a worker without threads or a separate process: on its own connection, it
 materialises due schedule slots, then claims and finishes runs one at a time with the
 worker's own statements (CLAIM_RUNS, FINISH_RUNS) and outcome rules (execution.Failures),
-calling each handler in this thread. So retries, dead runs, idempotency keys and schedules
-behave as they do in production. What it cannot do is stop a handler: timeouts and
+calling each handler in this thread (an `async def` one on a fresh event loop). So retries,
+dead runs, idempotency keys and schedules behave as they do in production. What it cannot do is stop a handler: timeouts and
 cancellation are not enforced.
 """
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from sqlalchemy import select
 from .core.database import db, libpq_url
 from .core.models import JobRun
 from .engine import registry, statements, upkeep
+from .engine.async_execution import run_async_handler
 from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
 from .engine.link import Link
 from .engine.registry import JobContext
@@ -105,7 +107,8 @@ def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt,
     ctx = _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id)
     held = Held(ctx, registry.get(job_type), max(run_lease or 0, lease), None, run_timeout,
                 (backoff_base, backoff_cap))
-    outcome = failures.outcome_of(worker, run_handler(app, held), stopping=False)
+    finished = asyncio.run(run_async_handler(app, held)) if held.job.is_async else run_handler(app, held)
+    outcome = failures.outcome_of(worker, finished, stopping=False)
     rows = link.fetch(statements.FINISH_RUNS, finish_params([outcome]))
     log_finished([outcome], rows)
     status = rows[0][1] if rows else "rejected"  # the lease expired and another worker took it

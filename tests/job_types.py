@@ -1,5 +1,7 @@
 """Job types used by the tests; loaded through JOBSWEB_HANDLERS=tests.job_types."""
 
+import asyncio
+import contextvars
 import logging
 import os
 import random
@@ -155,3 +157,44 @@ def chatty(ctx):
         _pair.wait(timeout=20)
     log.warning("%s ends", name)
     return name
+
+
+# -- async def handlers (awaited on the worker's event loop) ------------------------------
+
+attempt_owner = contextvars.ContextVar("attempt_owner")
+
+
+@job("test.async_record")
+async def async_record(ctx):
+    """Await payload["seconds"], then record the execution as test.record does."""
+    attempt_owner.set(ctx.run_id)
+    await asyncio.sleep(float(ctx.payload.get("seconds", 0)))
+    record_execution(ctx)
+    db.session.commit()
+    # Set before the await: another handler's set while this one slept must not show here.
+    return {"pid": os.getpid(), "owner": attempt_owner.get()}
+
+
+@job("test.async_fail", max_attempts=2)
+async def async_fail(ctx):
+    await asyncio.sleep(0)
+    raise ConnectionError(f"upstream refused attempt {ctx.attempt}")
+
+
+@job("test.async_timeout", timeout=0.5)
+async def async_timeout(ctx):
+    """Await longer than its 0.5 s timeout, ignoring cancellation; count how it ended."""
+    try:
+        await asyncio.sleep(float(ctx.payload.get("seconds", 30)))
+    except asyncio.CancelledError:
+        with open(ctx.payload["marker"], "a") as marker:
+            marker.write("cancelled\n")
+        raise
+    return "late"
+
+
+@job("test.async_ctx_sleep")
+async def async_ctx_sleep(ctx):
+    """Sleep with ctx.sleep, which wakes when the worker asks the run to stop."""
+    await ctx.sleep(float(ctx.payload.get("seconds", 60)))
+    return {"slept": ctx.payload.get("seconds", 60)}

@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ["## Targets", "## 1. Throughput", "## 2. Peers", "## 3. Ceiling", "## 4. Claim latency",
             "## 5. Enqueue", "## 6. Enqueue → start", "## 7. Admin pages", "## 8. Scheduler tick",
-            "## 9. Memory", "## 10. Queues"]
+            "## 9. Memory", "## 10. Queues", "## 11. Async handlers", "## 12. Whole processes",
+            "## 13. Scale on paper"]
 
 
 def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
@@ -21,6 +22,7 @@ def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
     for section in SECTIONS:
         assert section in report
     assert "(quick mode)" in report
-    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 14
+    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 17
+    assert report.count("| reported |") == 1
     for plot in ("bench_throughput.png", "bench_claim_latency.png"):
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")

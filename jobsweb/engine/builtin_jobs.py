@@ -1,6 +1,6 @@
 """Job types every jobsweb ships, for demos, smoke tests and benchmarks.
 
-(The fourth, jobsweb.prune, is retention's: ops/retention.py.)
+(One more, jobsweb.prune, is retention's: ops/retention.py.)
 """
 
 from .registry import PermanentError, job
@@ -16,6 +16,13 @@ def noop(ctx):
 def sleep(ctx):
     """Sleep payload["seconds"] (default 1), stopping early when cancelled."""
     ctx.sleep(float(ctx.payload.get("seconds", 1)))
+    return {"slept": ctx.payload.get("seconds", 1)}
+
+
+@job("jobsweb.async_sleep")
+async def async_sleep(ctx):
+    """Await payload["seconds"] (default 1) on the worker's event loop, stopping early when asked."""
+    await ctx.sleep(float(ctx.payload.get("seconds", 1)))
     return {"slept": ctx.payload.get("seconds", 1)}
 
 

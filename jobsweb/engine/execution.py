@@ -1,6 +1,7 @@
 """Running handlers: a bounded pool of threads, what one attempt of a run came to, and how
 those outcomes are written (FINISH_RUNS parameters) and logged."""
 
+import collections
 import json
 import logging
 import threading
@@ -49,6 +50,18 @@ class Held:
     timeout: float | None = None  # seconds
     backoff: tuple = (None, None)  # the run's own (base, cap) in seconds, from its definition
     cancel_requested: bool = False  # an operator cancelled it (seen by a heartbeat)
+    abort: object = None  # cancels an async handler's task (set by the event loop running it)
+    forced: bool = False  # stopped by force, maybe before its task started
+
+    def stop(self, force=False):
+        """Ask the handler to stop (ctx.cancelled). force: the worker gave the run up or an operator
+        cancelled it, so an async handler's task is cancelled too (CancelledError at its next
+        await); a thread cannot be, it only sees the flag."""
+        self.ctx.cancel()
+        if force:
+            self.forced = True
+            if self.abort is not None:
+                self.abort()
 
 
 @dataclass
@@ -70,9 +83,21 @@ def clip(text, limit):
     return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
 
 
+def check_result(result):
+    """Raise if a handler's result cannot be stored: that is the handler's error, not the batch's."""
+    json.dumps(result)
+    if has_nul(result):
+        # jsonb cannot hold U+0000: written as is, the batch's FINISH_RUNS failed and the
+        # worker crashed, again on every retry (found following up the bad-input drill).
+        raise ValueError("the result contains the NUL character (\\u0000), which PostgreSQL cannot store")
+    return result
+
+
 def run_handler(app, held):
-    """Call the handler of one held run inside an app context; never raises."""
+    """Call the (sync) handler of one held run inside an app context; never raises."""
     started = time.monotonic()
+    if held.ctx.cancelled:  # released or given up while it waited for a slot (claimed ahead)
+        return Finished(held, exc=Cancelled(f"run {held.ctx.run_id} was asked to stop before it started"))
     with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged:
         finished = _call(app, held, started)
     finished.output = logged.text()
@@ -82,19 +107,15 @@ def run_handler(app, held):
 def _call(app, held, started):
     try:
         with app.app_context():
-            result = held.job.func(held.ctx)
-        json.dumps(result)  # a result that cannot be stored is the handler's error, not the batch's
-        if has_nul(result):
-            # jsonb cannot hold U+0000: written as is, the batch's FINISH_RUNS failed and the
-            # worker crashed, again on every retry (found following up the bad-input drill).
-            raise ValueError("the result contains the NUL character (\\u0000), which PostgreSQL cannot store")
+            result = check_result(held.job.func(held.ctx))
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
 
 
 class Pool:
-    """`size` daemon threads running handlers.
+    """Up to `size` daemon threads running sync handlers, started as they are first needed (a
+    worker of async handlers at --concurrency 1000 should not hold 1000 idle threads).
 
     Daemon threads, because a handler that ignores its cancellation flag must not keep the
     process alive past the shutdown deadline: its run is released and the process exits.
@@ -102,25 +123,31 @@ class Pool:
 
     def __init__(self, app, size, report):
         self.app = app
+        self.size = size
         self.report = report  # called from the pool thread with a Finished
-        self.waiting = []
+        self.waiting = collections.deque()
+        self.idle = 0  # threads waiting for a handler to run
         self.cond = threading.Condition()
-        self.threads = [threading.Thread(target=self._serve, name=f"jobsweb-pool-{i}", daemon=True)
-                        for i in range(size)]
-        for thread in self.threads:
-            thread.start()
+        self.threads = []
 
     def submit(self, held):
         with self.cond:
             self.waiting.append(held)
-            self.cond.notify()
+            if self.idle >= len(self.waiting) or len(self.threads) >= self.size:
+                self.cond.notify()
+                return
+            thread = threading.Thread(target=self._serve, name=f"jobsweb-pool-{len(self.threads)}", daemon=True)
+            self.threads.append(thread)
+        thread.start()
 
     def _serve(self):
         while True:
             with self.cond:
+                self.idle += 1
                 while not self.waiting:
                     self.cond.wait()
-                held = self.waiting.pop(0)
+                self.idle -= 1
+                held = self.waiting.popleft()
             self.report(run_handler(self.app, held))
 
 

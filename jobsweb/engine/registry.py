@@ -1,6 +1,8 @@
 """The job-type registry: `@job` registers a handler; the worker looks handlers up by type."""
 
+import asyncio
 import importlib
+import inspect
 import threading
 from dataclasses import dataclass, field
 
@@ -32,6 +34,11 @@ class JobType:
     # The definition declared with it in code (@job(..., schedule=...)): define()'s options,
     # written by `flask jobs sync` (scheduling/code_definitions.py). None: not scheduled in code.
     definition: dict | None = None
+
+    @property
+    def is_async(self):
+        """An `async def` handler: awaited on the worker's event loop instead of a thread."""
+        return inspect.iscoroutinefunction(self.func)
 
     def is_permanent(self, exc):
         return isinstance(exc, (PermanentError, *self.permanent))
@@ -107,6 +114,10 @@ class JobContext:
     definition_id: int | None = None
     cancel_event: threading.Event = field(default_factory=threading.Event)
     _extend_lease: object = None
+    # Set by the event loop that awaits an async handler: wakes its `await ctx.sleep()` (called
+    # from the worker's loop thread, so it must be thread-safe).
+    _on_cancel: object = None
+    _cancel_waker: asyncio.Event | None = None  # of that event loop, set by _on_cancel
 
     @property
     def cancelled(self):
@@ -118,10 +129,35 @@ class JobContext:
         if self.cancel_event.is_set():
             raise Cancelled(f"run {self.run_id} was asked to stop")
 
+    def cancel(self):
+        """Ask the handler to stop: `cancelled` turns True and a waiting ctx.sleep wakes (the worker
+        calls this; a handler never needs to)."""
+        self.cancel_event.set()
+        if self._on_cancel is not None:
+            self._on_cancel()
+
     def sleep(self, seconds):
-        """Wait up to `seconds`, waking early (with Cancelled) when the run is asked to stop."""
+        """Wait up to `seconds`, waking early (with Cancelled) when the run is asked to stop.
+
+        In an `async def` handler, `await ctx.sleep(seconds)`: called on a running event loop it
+        returns an awaitable instead of blocking the loop that runs the other async handlers.
+        """
+        if _on_event_loop():
+            return self._sleep_async(seconds)
         if self.cancel_event.wait(seconds):
             self.raise_if_cancelled()
+        return None
+
+    async def _sleep_async(self, seconds):
+        self.raise_if_cancelled()
+        if self._cancel_waker is None:  # not awaited by jobsweb (a test calling it): plain sleep
+            await asyncio.sleep(seconds)
+        else:
+            try:
+                await asyncio.wait_for(self._cancel_waker.wait(), seconds)
+            except TimeoutError:
+                pass
+        self.raise_if_cancelled()
 
     def extend_lease(self, seconds=None):
         """Hold this run for `seconds` more (default: the worker's lease); False if it was lost."""
@@ -134,3 +170,11 @@ class JobContext:
         `conn`: a psycopg connection or SQLAlchemy session; default Flask-SQLAlchemy's db.session.
         """
         return effects.once(key, conn, run_id=self.run_id, attempt=self.attempt)
+
+
+def _on_event_loop():
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -23,6 +23,8 @@ import psycopg
 
 from . import registry, retry, statements, upkeep
 from ..core.logs import flush_events, run_event
+from .async_execution import AsyncPool
+from .claim_ahead import ClaimAhead
 from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
@@ -87,10 +89,12 @@ class Worker:
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
         self.done = 0  # runs finished since job_workers was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
-        self.more_due = False  # the last claim filled every free slot: more may be waiting
+        self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
+        self.claim_size = ClaimAhead(concurrency)
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
-        self.pool = None
+        self.pool = None  # threads for sync handlers
+        self.async_pool = None  # an event loop for async ones
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -108,6 +112,7 @@ class Worker:
             restore()
             return 0
         self.pool = Pool(self.app, self.concurrency, self.finished.put)
+        self.async_pool = AsyncPool(self.app, self.concurrency, self.finished.put)
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
@@ -186,18 +191,19 @@ class Worker:
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
         if self.claims_in_doubt:
             self._release_lost_claims()
-        free = self.concurrency - self.busy
-        if free <= 0:
+        limit = self.claim_size.limit(self.busy, now)
+        if limit <= 0:
+            self.more_due = False
             return did_work
-        rows = self._finish_and_claim(free)
+        rows = self._finish_and_claim(limit)
         for row in rows:
             self._start(*row)
-        self.more_due = len(rows) == free
+        self.more_due = len(rows) == limit
         return did_work or bool(rows)
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.more_due and self.busy < self.concurrency:
+        if claiming and self.more_due and self.claim_size.limit(self.busy, now) > 0:
             return 0
         wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
         if drain_until is not None:
@@ -224,7 +230,7 @@ class Worker:
         self.busy += 1
         run_event(log, logging.INFO, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
                   attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
-        self.pool.submit(self.held[run_id])
+        (self.async_pool if job.is_async else self.pool).submit(self.held[run_id])
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""
@@ -243,6 +249,7 @@ class Worker:
 
     def _handler_returned(self, finished):
         self.busy -= 1
+        self.claim_size.finished(1, time.monotonic())
         held = finished.held
         ctx = held.ctx
         if self.held.get(ctx.run_id) is not held:
@@ -259,7 +266,7 @@ class Worker:
             if held.deadline is not None and now >= held.deadline:
                 timeout = held.timeout
                 del self.held[run_id]
-                held.ctx.cancel_event.set()
+                held.stop(force=True)
                 log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
                             held.ctx.attempt, timeout)
                 self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
@@ -268,7 +275,7 @@ class Worker:
 
     def _cancel_held(self, why):
         for held in self.held.values():
-            held.ctx.cancel_event.set()
+            held.stop()
         if self.held:
             log.info("%s: asked %d running job(s) to stop", why, len(self.held))
 
@@ -317,12 +324,12 @@ class Worker:
             for h in held:
                 if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
                     h.cancel_requested = True
-                    h.ctx.cancel_event.set()
+                    h.stop(force=True)
                     log.info("run %d %s: cancelled by an operator; asking the handler to stop",
                              h.ctx.run_id, h.ctx.job_type)
                 if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
                     del self.held[h.ctx.run_id]
-                    h.ctx.cancel_event.set()
+                    h.stop(force=True)
                     log.warning("run %d %s: lease lost (another worker took it over or it was "
                                 "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
         self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
@@ -368,6 +375,7 @@ class Worker:
         leftover = list(self.held.values())
         self.held.clear()
         for held in leftover:
+            held.stop(force=True)  # one claimed ahead and not started must now never start
             log.warning("run %d %s: still running at the shutdown deadline; released back to the queue",
                         held.ctx.run_id, held.ctx.job_type)
             self.pending.append(self.failures.interrupted(self.id, held.ctx, "shut down before the run finished"))
@@ -378,6 +386,8 @@ class Worker:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)
         self.link.close()
+        if self.async_pool is not None:
+            self.async_pool.stop()
         for duty in self.duties:
             duty.stop()
         log.info("worker %s stopped", self.id)

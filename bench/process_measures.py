@@ -1,0 +1,85 @@
+"""Measures of whole worker processes, timed from the outside: async handlers at high
+concurrency, and one `flask run-jobs` invocation draining a backlog, start-up included, next
+to one PgQueuer process draining the same (issue 18, targets 4 and 5)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psycopg
+
+from .measures import ROOT, fill_queue, median, migrated, rate_from_database, spawn_worker
+
+SECRET = "0123456789abcdef-test-secret-key-0123456789-bench"
+
+
+def async_handlers(bench):
+    """One process at --concurrency C runs N runs that each `await asyncio.sleep(0.5)`: wall
+    time from the process's start to its exit, and its peak RSS."""
+    n, concurrency = bench.sizes["async_runs"], bench.sizes["async_concurrency"]
+    url, _ = migrated(bench, "bench_async")
+    walls, rss, spans = [], [], []
+    for _ in range(bench.repeats):
+        with psycopg.connect(url, autocommit=True) as conn:
+            fill_queue(conn, 0)
+            conn.execute("INSERT INTO job_runs (job_type, payload) SELECT 'jobsweb.async_sleep', "
+                         "'{\"seconds\": 0.5}' FROM generate_series(1, %s)", [n])
+            started = time.monotonic()
+            proc = spawn_worker(url, concurrency, "--quiet")
+            out, _ = proc.communicate(timeout=600)
+            walls.append(time.monotonic() - started)
+            rss.append(json.loads(out.strip().splitlines()[-1])["maxrss_kb"] / 1024)
+            spans.append(n / rate_from_database(conn, n))
+    result = {"runs": n, "concurrency": concurrency, "wall": median(walls), "rss_mb": max(rss),
+              "span": median(spans)}
+    bench.log(f"async: {n} runs at concurrency {concurrency}: {result['wall']:.2f} s wall, "
+              f"{result['rss_mb']:.0f} MB")
+    return result
+
+
+def run_jobs_wall(url, n, concurrency):
+    """Seconds one `flask run-jobs --concurrency C` takes to drain n due no-op runs, from its
+    start (importing Flask) to its exit, with the ordinary per-run INFO log lines."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        fill_queue(conn, n)
+        env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET)
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", "--concurrency", str(concurrency)],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.monotonic() - started
+        rate_from_database(conn, n)  # every run succeeded
+    return wall
+
+
+def pgqueuer_wall(bench, n, batch):
+    """Seconds one PgQueuer process takes to drain n no-op jobs (enqueued beforehand), from its
+    start to its exit; None when PgQueuer is not installed."""
+    try:
+        __import__("pgqueuer")
+    except ImportError:
+        return None
+    url = bench.server.fresh_database("bench_peer_whole")
+    proc = [sys.executable, "-m", "bench.peer_proc", "pgqueuer", url, str(n), str(batch)]
+    subprocess.run([*proc, "enqueue"], cwd=ROOT, check=True, capture_output=True)
+    started = time.monotonic()
+    subprocess.run([*proc, "drain"], cwd=ROOT, check=True, capture_output=True)
+    return time.monotonic() - started
+
+
+def whole_process(bench):
+    """Target 5: one invocation each, start-up and shutdown included, alternated per repeat."""
+    n = bench.sizes["whole_runs"]
+    url, _ = migrated(bench, "bench_whole")
+    batch = max(bench.sizes["pgqueuer_batch"])
+    ours = {c: [] for c in bench.sizes["whole_concurrency"]}
+    theirs = []
+    for _ in range(bench.repeats):
+        for c in ours:
+            ours[c].append(run_jobs_wall(url, n, c))
+        theirs.append(pgqueuer_wall(bench, n, batch))
+    result = {"runs": n, "jobsweb": {c: median(v) for c, v in ours.items()},
+              "pgqueuer": None if None in theirs else median(theirs), "pgqueuer_batch": batch}
+    bench.log(f"whole process, {n} runs: jobsweb {result['jobsweb']}, pgqueuer {result['pgqueuer']}")
+    return result

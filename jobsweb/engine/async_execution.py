@@ -1,0 +1,107 @@
+"""Running `async def` handlers: one event loop, on its own thread, awaits them all.
+
+A handler waiting on the network then costs a task, not a thread: one process can hold a
+thousand such runs. As with the thread pool, the worker's loop thread alone talks to the
+database (claims, heartbeats, finishes); the event loop only runs handlers and reports each
+Finished back through the same callback.
+"""
+
+import asyncio
+import contextlib
+import threading
+import time
+
+from .execution import Finished, check_result
+from .registry import Cancelled
+
+STOP_WAIT = 1.0  # seconds the loop gets to unwind cancelled handlers when the worker exits
+
+
+class AsyncPool:
+    """One event loop thread awaiting async handlers, started when the first one is submitted.
+
+    A daemon thread, like the pool's: a handler that never yields must not keep the process
+    alive past the shutdown deadline.
+    """
+
+    def __init__(self, app, size, report):
+        self.app = app
+        self.size = size  # handlers awaited at once; runs claimed ahead wait for a slot
+        self.report = report  # called on the loop thread with a Finished
+        self.slots = None  # an asyncio.Semaphore of size, made on the loop
+        self.loop = None
+        self.thread = None
+        self.tasks = set()
+
+    def submit(self, held):
+        """Called from the worker's loop thread."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            self.thread = threading.Thread(target=self.loop.run_forever, name="jobsweb-asyncio", daemon=True)
+            self.thread.start()
+        self.loop.call_soon_threadsafe(self._spawn, held)
+
+    def _spawn(self, held):
+        # A task runs in a copy of this thread's context: what a handler sets in a context
+        # variable (its app context, its attempt's captured output) stays its own.
+        if self.slots is None:
+            self.slots = asyncio.Semaphore(self.size)
+        task = self.loop.create_task(run_async_handler(self.app, held, self.slots))
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task):
+        self.tasks.discard(task)
+        self.report(task.result())  # run_async_handler never raises
+
+    def stop(self):
+        """Cancel the handlers still running (the worker released their runs) and end the loop."""
+        if self.loop is None or not self.thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._cancel_all(), self.loop).result(STOP_WAIT * 2)
+        except TimeoutError:
+            pass  # a handler that blocks the loop: the daemon thread ends with the process
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(STOP_WAIT)
+
+    async def _cancel_all(self):
+        for task in self.tasks:
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=STOP_WAIT)
+
+
+async def run_async_handler(app, held, slots=None):
+    """Await the async handler of one held run inside an app context, once one of `slots` (a
+    semaphore) is free; never raises.
+
+    Asking it to stop wakes its `await ctx.sleep()`; stopping it by force (timeout, lost
+    lease, an operator's cancel) cancels its task, which it sees as CancelledError at its
+    next await and which is recorded as Cancelled, as a thread's ctx.raise_if_cancelled().
+    """
+    started = time.monotonic()
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    ctx = held.ctx
+    ctx._cancel_waker = asyncio.Event()
+    ctx._on_cancel = lambda: loop.call_soon_threadsafe(ctx._cancel_waker.set)
+    held.abort = lambda: loop.call_soon_threadsafe(task.cancel)
+    # The worker may have asked before this task existed (a timeout shorter than the queue's wait).
+    if ctx.cancelled:
+        ctx._cancel_waker.set()
+    if held.forced:
+        task.cancel()
+    try:
+        async with slots or contextlib.nullcontext():
+            if ctx.cancelled:  # released or given up while it waited for a slot (claimed ahead)
+                raise asyncio.CancelledError
+            started = time.monotonic()
+            with app.app_context():
+                result = check_result(await held.job.func(ctx))
+        return Finished(held, result=result, seconds=time.monotonic() - started)
+    except asyncio.CancelledError:
+        return Finished(held, exc=Cancelled(f"run {ctx.run_id} was asked to stop"),
+                        seconds=time.monotonic() - started)
+    except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
+        return Finished(held, exc=exc, seconds=time.monotonic() - started)

@@ -1,0 +1,52 @@
+"""How many runs the worker claims at once: its free slots, plus a few runs of work ahead.
+
+Claiming only for free slots makes short jobs wait on the loop's round trip: at
+--concurrency 4, a claim takes at most 4 runs, the handlers finish them in microseconds and
+then idle while the loop writes their outcomes and claims the next 4. So the claim also takes
+about CLAIM_AHEAD_SECONDS of work at the rate this worker has been finishing runs lately: they
+wait in the pool's queue (threads) or on its semaphore (async) and start the moment a slot
+frees, while the loop's next round trip is under way.
+
+Runs claimed ahead are held like running ones (Worker.held): heartbeats extend their leases,
+a SIGTERM releases those not started, and a worker killed outright leaves them to lease
+recovery like its running runs. Slow jobs finish few runs per second, so nothing is claimed
+ahead of them and no other worker waits behind a run this one cannot start yet.
+"""
+
+CLAIM_AHEAD_SECONDS = 0.1  # of work, at the recent rate, claimed beyond the free slots
+MAX_AHEAD = 512  # runs: the most claimed ahead whatever the rate
+RATE_WINDOW = 0.1  # seconds over which the finishing rate is counted
+
+
+class ClaimAhead:
+    """The claim's size for a worker of `concurrency` slots, from how fast its runs finish."""
+
+    def __init__(self, concurrency):
+        self.concurrency = concurrency
+        self.ahead = 0  # runs to hold beyond the slots
+        self.counted = 0  # runs finished since window_start
+        self.window_start = None  # time.monotonic()
+
+    def finished(self, count, now):
+        """`count` runs ended (their outcomes are written or about to be)."""
+        if self.window_start is None:
+            self.window_start = now
+        self.counted += count
+        elapsed = now - self.window_start
+        if elapsed >= RATE_WINDOW:
+            self.ahead = min(MAX_AHEAD, int(self.counted / elapsed * CLAIM_AHEAD_SECONDS))
+            self.counted, self.window_start = 0, now
+
+    def limit(self, busy, now):
+        """How many runs to claim now, with `busy` runs held (started or waiting to start); 0: none.
+
+        With every slot taken, a claim waits until half the runs ahead have started: each
+        claim costs a round trip, and a claim of one run per finished run would cost as many
+        round trips as it saved.
+        """
+        if self.window_start is not None and now - self.window_start >= 2 * RATE_WINDOW:
+            self.finished(0, now)  # nothing finished for a while: the rate fell
+        room = self.concurrency + self.ahead - busy
+        if busy < self.concurrency or room >= max(1, self.ahead // 2):
+            return max(room, 0)
+        return 0
