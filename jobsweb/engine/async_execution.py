@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 
+from . import output
 from .execution import Finished, check_result
 from .registry import Cancelled
 
@@ -74,7 +75,16 @@ class AsyncPool:
 
 async def run_async_handler(app, held, slots=None):
     """Await the async handler of one held run inside an app context, once one of `slots` (a
-    semaphore) is free; never raises.
+    semaphore) is free, capturing what it logs (this task's context is its own); never raises.
+    """
+    with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged:
+        finished = await _await_handler(app, held, slots)
+    finished.output = logged.text()
+    return finished
+
+
+async def _await_handler(app, held, slots):
+    """run_async_handler's body.
 
     Asking it to stop wakes its `await ctx.sleep()`; stopping it by force (timeout, lost
     lease, an operator's cancel) cancels its task, which it sees as CancelledError at its
