@@ -11,6 +11,7 @@ cancellation are not enforced.
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from flask import current_app
@@ -107,13 +108,25 @@ def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt,
     ctx = _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id)
     held = Held(ctx, registry.get(job_type), max(run_lease or 0, lease), None, run_timeout,
                 (backoff_base, backoff_cap))
-    finished = asyncio.run(run_async_handler(app, held)) if held.job.is_async else run_handler(app, held)
+    finished = _await(run_async_handler(app, held)) if held.job.is_async else run_handler(app, held)
     outcome = failures.outcome_of(worker, finished, stopping=False)
     rows = link.fetch(statements.FINISH_RUNS, finish_params([outcome]))
     log_finished([outcome], rows)
     status = rows[0][1] if rows else "rejected"  # the lease expired and another worker took it
     error = f"{outcome.error_type}: {outcome.error}" if outcome.error else None
     return Ran(run_id, job_type, attempt, status, outcome.result, error)
+
+
+def _await(coroutine):
+    """Run the coroutine on a fresh event loop: in this thread, or on a thread of its own when a
+    loop already runs in this one (pytest-asyncio's, Playwright's sync API), where
+    asyncio.run() refuses to start another."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 def enqueued(job_type=None):

@@ -1,6 +1,7 @@
 """`async def` handlers, awaited on the worker's event loop: outcomes, retries, timeouts,
 cancellation, ctx.sleep, the SIGTERM drain, and mixing with sync handlers (issue 18, part 4)."""
 
+import asyncio
 import signal
 
 from jobsweb import enqueue, job
@@ -129,3 +130,20 @@ def test_job_decorates_an_async_def_and_drain_awaits_it(app, sql, registry_snaps
     assert [(r.run_id, r.status, r.result) for r in ran if r.run_id == run_id] == [
         (run_id, "succeeded", {"hello": "Ada"})]
     assert [r.status for r in ran if r.run_id == other] == ["failed", "dead"]
+
+
+def test_drain_awaits_an_async_handler_from_inside_a_running_event_loop(app, sql, registry_snapshot):
+    # pytest-asyncio tests and Playwright's sync API leave a loop running in the test's thread,
+    # where asyncio.run() refuses to start a second one.
+    @job("test.async_inside_loop")
+    async def inside(ctx):
+        await asyncio.sleep(0)
+        return {"ran": ctx.payload["n"]}
+
+    async def a_test_with_its_own_loop():
+        with app.app_context():
+            run_id = inside.enqueue({"n": 7})
+            return run_id, drain()
+
+    run_id, ran = asyncio.run(a_test_with_its_own_loop())
+    assert [(r.run_id, r.status, r.result) for r in ran] == [(run_id, "succeeded", {"ran": 7})]
