@@ -242,7 +242,9 @@ def test_the_workers_page_shows_each_workers_current_runs_linked_and_escaped(app
     assert "nothing" in rows["w:2:b"]
 
 
-def test_every_page_has_a_skip_link_first_and_a_one_row_menu_on_a_phone(make_user, open_context):
+def test_on_a_phone_the_menu_is_one_row_and_a_runs_row_keeps_status_times_and_error(make_user, open_context, sql):
+    sql("INSERT INTO job_runs (job_type, status, finished_at, error_type, last_error) VALUES "
+        "('send_invoice', 'dead', now(), 'PermanentError', 'PermanentError: the invoice service refused it')")
     page = open_context(viewport=SIZES["phone"])
     sign_in(page, make_user("admin"))
     page.keyboard.press("Tab")
@@ -250,6 +252,15 @@ def test_every_page_has_a_skip_link_first_and_a_one_row_menu_on_a_phone(make_use
     header = page.locator("header.top").bounding_box()
     assert header["height"] <= 60, header
     page.locator("summary", has_text="Dashboard").click()
-    page.get_by_role("link", name="Workers").click()
-    expect(page.get_by_role("heading", name="Workers")).to_be_visible()
+    page.get_by_role("link", name="Runs", exact=True).click()
+    row = page.locator("#runs-table tbody tr").first
+    for part in (row.locator(".badge"), row.locator("td[data-label=created] time"),
+                 row.locator("td[data-label=finished] time"), row.locator(".error-cell")):
+        expect(part).to_be_visible()
+    # The heading is gone on a phone, so each time says which it is.
+    assert row.locator("td[data-label=finished]").evaluate("e => getComputedStyle(e, '::before').content") \
+        == '"finished "'
+    # Error text wraps between words: a long word breaks only when it alone is wider than the row.
+    assert row.locator(".error-cell").evaluate("e => [getComputedStyle(e).wordBreak, getComputedStyle(e).overflowWrap]") \
+        == ["normal", "break-word"]
 
