@@ -136,12 +136,12 @@ def test_times_show_in_the_viewers_zone_with_words_and_the_exact_time_on_hover(a
     # After an htmx swap the words are ours again, not the server's UTC text.
     page.goto("/runs?live=1")
     row = page.locator("#runs-table tr", has=page.locator(f'a[href="/runs/{new}"]'))
-    page.evaluate("window.notReloaded = true")
-    page.wait_for_function("() => window.htmx !== undefined")
-    with page.expect_response(re.compile(r"/runs\?live=1")):
-        pass
-    expect(row.locator("time").first).to_have_text(re.compile(r"min ago$"))
+    expect(row.locator("time").first).to_have_text("3 min ago")
+    page.evaluate("""() => { window.notReloaded = true;
+        document.body.addEventListener("htmx:afterSettle", () => { window.swaps = (window.swaps || 0) + 1; }); }""")
+    page.wait_for_function("() => window.swaps >= 1")  # Live swapped in the server's table
     assert " UTC" not in row.inner_text()
+    expect(row.locator("time").first).to_have_text(re.compile(r"^3 min ago$"))
     assert page.evaluate("window.notReloaded") is True
 
 
@@ -242,7 +242,9 @@ def test_the_workers_page_shows_each_workers_current_runs_linked_and_escaped(app
     assert "nothing" in rows["w:2:b"]
 
 
-def test_every_page_has_a_skip_link_first_and_a_one_row_menu_on_a_phone(make_user, open_context):
+def test_on_a_phone_the_menu_is_one_row_and_a_runs_row_keeps_status_times_and_error(make_user, open_context, sql):
+    sql("INSERT INTO job_runs (job_type, status, finished_at, error_type, last_error) VALUES "
+        "('send_invoice', 'dead', now(), 'PermanentError', 'PermanentError: the invoice service refused it')")
     page = open_context(viewport=SIZES["phone"])
     sign_in(page, make_user("admin"))
     page.keyboard.press("Tab")
@@ -250,6 +252,15 @@ def test_every_page_has_a_skip_link_first_and_a_one_row_menu_on_a_phone(make_use
     header = page.locator("header.top").bounding_box()
     assert header["height"] <= 60, header
     page.locator("summary", has_text="Dashboard").click()
-    page.get_by_role("link", name="Workers").click()
-    expect(page.get_by_role("heading", name="Workers")).to_be_visible()
+    page.get_by_role("link", name="Runs", exact=True).click()
+    row = page.locator("#runs-table tbody tr").first
+    for part in (row.locator(".badge"), row.locator("td[data-label=created] time"),
+                 row.locator("td[data-label=finished] time"), row.locator(".error-cell")):
+        expect(part).to_be_visible()
+    # The heading is gone on a phone, so each time says which it is.
+    assert row.locator("td[data-label=finished]").evaluate("e => getComputedStyle(e, '::before').content") \
+        == '"finished "'
+    # Error text wraps between words: a long word breaks only when it alone is wider than the row.
+    assert row.locator(".error-cell").evaluate("e => [getComputedStyle(e).wordBreak, getComputedStyle(e).overflowWrap]") \
+        == ["normal", "break-word"]
 

@@ -5,7 +5,7 @@ return; the colours are the stylesheet's, so the dark scheme applies to them too
 from datetime import timezone
 
 WIDTH = 520  # the SVG's viewBox width
-LEFT = 44  # room for the y-axis labels
+LEFT = 56  # room for the y-axis labels, at the phone size of their font too
 BASE = 124  # the x-axis's y
 TALL = 110  # the tallest bar, at the axis's top value
 STUB = 6  # a run with no duration (waiting, running, missed, skipped) still gets a mark
