@@ -13,7 +13,8 @@ from tests.test_web_incidents import overdue_incident
 AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 SIZES = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
-         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users"]
+         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users", "/audit",
+         "/definitions?kind=external", "/definitions/{external}", "/runs/{reported}"]
 
 expect = sync_api.expect
 
@@ -83,6 +84,16 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
     if not AXE.exists():
         raise RuntimeError(f"{AXE} is missing: `make test` installs axe-core from the npm registry")
     run, definition = seed(app, sql)
+    # An external definition with a reported run and its output, and an audit entry.
+    [(external,)] = sql("INSERT INTO job_definitions (name, job_type, schedule, external, ping_token, next_run_at) "
+                        "VALUES ('nightly backup', 'jobsweb.external', '0 3 * * *', true, 'look-token', "
+                        "now() + interval '1 hour') RETURNING id")
+    [(reported,)] = sql("INSERT INTO job_runs (definition_id, job_type, status, attempts, started_at, finished_at) "
+                        "VALUES (%s, 'jobsweb.external', 'succeeded', 1, now(), now()) RETURNING id", [external])
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at, output) "
+        "VALUES (%s, 1, 'succeeded', now(), 'pg_dump: <done> & 2 tables dumped')", [reported])
+    sql("INSERT INTO jobsweb_audit_log (user_email, action, target_type, target_id) "
+        "VALUES ('ada@example.com', 'retry', 'run', %s)", [run])
     email = make_user("admin")
     axe = AXE.read_text()
     findings, sideways, refused = [], [], []
@@ -92,7 +103,7 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
         page.goto("/sign-in")
         urls = ["/sign-in"]
         sign_in(page, email)
-        urls += [p.format(run=run, definition=definition) for p in PAGES] + ["/runs/999999"]  # and an error page
+        urls += [p.format(run=run, definition=definition, external=external, reported=reported) for p in PAGES] + ["/runs/999999"]  # and an error page
         for url in urls:
             page.goto(url)
             for size, viewport in SIZES.items():
