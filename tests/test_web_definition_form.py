@@ -136,3 +136,16 @@ def test_the_form_sets_a_definitions_queue_and_priority_and_refuses_a_bad_priori
     assert ok.status_code == 302
     assert sql("SELECT queue, priority FROM job_definitions") == [("reports", -3)]
     assert sql("SELECT name FROM job_queues") == [("reports",)]
+
+
+def test_the_form_sets_a_max_duration_shows_it_when_editing_and_refuses_a_bad_one(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    assert client.post("/definitions/new", data={**FORM, "max_duration": "900", "csrf_token": token}).status_code == 302
+    [(definition_id, max_duration)] = sql("SELECT id, max_duration_seconds FROM job_definitions")
+    assert max_duration == 900
+    assert 'name="max_duration" type="number" value="900"' in client.get(
+        f"/definitions/{definition_id}/edit").get_data(as_text=True)
+    response = client.post(f"/definitions/{definition_id}/edit", data={**FORM, "max_duration": "0", "csrf_token": token})
+    assert response.status_code == 422 and "Number must be between 1 and 604800" in response.get_data(as_text=True)
+    assert sql("SELECT max_duration_seconds FROM job_definitions") == [(900,)]
