@@ -164,3 +164,16 @@ def test_a_cron_error_names_the_field_in_our_words_not_croniters(sign_in):
                                                       "csrf_token": csrf_token(client, "/")}).get_data(as_text=True)
         error = html.split('name="schedule"')[1].split("</label>")[0]
         assert words in error and "not acceptable" not in error and "out of range" not in error, error
+
+
+def test_the_form_sets_a_max_duration_shows_it_when_editing_and_refuses_a_bad_one(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    assert client.post("/definitions/new", data={**FORM, "max_duration": "900", "csrf_token": token}).status_code == 302
+    [(definition_id, max_duration)] = sql("SELECT id, max_duration_seconds FROM job_definitions")
+    assert max_duration == 900
+    assert 'name="max_duration" type="number" value="900"' in client.get(
+        f"/definitions/{definition_id}/edit").get_data(as_text=True)
+    response = client.post(f"/definitions/{definition_id}/edit", data={**FORM, "max_duration": "0", "csrf_token": token})
+    assert response.status_code == 422 and "Number must be between 1 and 604800" in response.get_data(as_text=True)
+    assert sql("SELECT max_duration_seconds FROM job_definitions") == [(900,)]

@@ -3,8 +3,9 @@ duty runs (alerts.Alerter), so incidents open and notifications go out with no w
 which is when a team most needs to hear (cron stopped, every worker crashed).
 
 The extension starts it for the app it is set up on (extension.py), in any process that
-serves it: gunicorn's, another WSGI server's, the standalone app's and a team's own app alike.
-Not in `flask` commands (a worker's duty evaluates there; `flask jobs migrate` must not), not
+builds the app outside `flask` commands: gunicorn's, another WSGI server's (a script that
+builds the app for other reasons sets JOBSWEB_WEB_ALERTS=false), for the standalone app and
+a team's own app alike. Not in `flask` commands (a worker's duty evaluates there; `flask jobs migrate` must not), not
 in apps with TESTING set, and not with JOBSWEB_WEB_ALERTS=false. Every web process evaluates:
 the advisory lock and the unique indexes of alerts.evaluate() keep it exactly once.
 """
