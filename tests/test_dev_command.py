@@ -20,8 +20,9 @@ PASSWORD_FILE = ROOT / "instance" / "demo_password"
 
 
 @pytest.fixture
-def dev(spawn_worker):
-    """start() -> (process, lines): `flask dev` on a free port, its output collected line by line."""
+def dev(app, spawn_worker):
+    """start() -> (process, lines): `flask dev` on a free port, its output collected line by line
+    (on empty tables: `app` empties them)."""
     started = []
     kept = PASSWORD_FILE.read_bytes() if PASSWORD_FILE.exists() else None  # a developer's own
 
