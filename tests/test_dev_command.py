@@ -20,8 +20,9 @@ PASSWORD_FILE = ROOT / "instance" / "demo_password"
 
 
 @pytest.fixture
-def dev(spawn_worker):
-    """start() -> (process, lines): `flask dev` on a free port, its output collected line by line."""
+def dev(app, spawn_worker):
+    """start() -> (process, lines): `flask dev` on a free port, its output collected line by line
+    (on empty tables: `app` empties them)."""
     started = []
     kept = PASSWORD_FILE.read_bytes() if PASSWORD_FILE.exists() else None  # a developer's own
 
@@ -77,5 +78,8 @@ def test_make_run_says_how_to_sign_in_after_the_start_up_logs_on_every_start(dev
     proc, lines = dev()
     at = wait_for(lambda: sign_in_line(lines), timeout=90, message="the sign-in line, again")
     assert SIGN_IN.findall(lines[at]) == [password]
-    assert sql("SELECT count(*) FROM job_runs") == [(4,)]  # the demo runs of the first start only
+    # The demo runs of the first start only, and no copy of them without its key.
+    assert sql("SELECT count(*) FROM job_runs WHERE idempotency_key LIKE 'jobsweb-demo:%'") == [(4,)]
+    assert sql("SELECT count(DISTINCT job_type) FROM job_runs WHERE idempotency_key IS NULL AND job_type IN "
+               "('jobsweb.noop', 'jobsweb.sleep', 'jobsweb.fail')") == [(0,)]
     stop(proc)

@@ -158,6 +158,7 @@ def test_in_chromium_the_admin_under_the_prefix_signs_in_through_the_host_and_ac
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
         expect(page).to_have_url(f"{base}/admin/jobs/runs")
+        page.wait_for_load_state()  # htmx set up: a chip clicked before it would filter nothing
         return context, page
 
     context, page = sign_in_as("otto@example.com")
