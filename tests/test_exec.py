@@ -170,6 +170,9 @@ def test_an_exec_killed_outright_leaves_a_run_that_lease_recovery_ends_dead(
     try:
         proc.kill()  # the command, in its own process group, is not killed with it
         proc.communicate()
+        # A one-shot worker recovers leases once and exits when idle: start it once this one ran out.
+        wait_for(lambda: sql("SELECT locked_until < now() FROM job_runs") == [(True,)], timeout=10,
+                 message="the killed exec's lease to run out")
         worker = spawn_worker("--max-runtime", "4")
         wait_for(lambda: sql("SELECT status, error_type FROM job_runs") == [("dead", "lease_expired")],
                  timeout=30, message="lease recovery to end the run")

@@ -254,3 +254,13 @@ def test_the_dashboard_names_an_unreported_external_definition(sign_in, app, sql
     materialise()
     html = sign_in("viewer").get("/").get_data(as_text=True)
     assert "(external) was due" in html and "has not reported" in html
+
+
+def test_run_now_of_an_external_definition_is_a_400_not_a_500(sign_in, app, sql):
+    from tests.conftest import csrf_token
+
+    definition_id = define_external(app)
+    client = sign_in("operator")
+    response = client.post(f"/definitions/{definition_id}/run-now", data={"csrf_token": csrf_token(client, "/")})
+    assert response.status_code == 400 and "is external" in response.get_data(as_text=True)
+    assert sql("SELECT count(*) FROM job_runs") == [(0,)]

@@ -213,3 +213,15 @@ def test_the_exec_line_on_the_page_quotes_a_name_the_shell_would_split(sign_in, 
     page = sign_in("viewer").get(f"/definitions/{definition_id}").get_data(as_text=True)
     assert "flask jobs exec &#39;nightly pg_dump&#39; --timeout" in page
     assert "New ping URL" not in page  # admins only
+
+
+def test_the_missed_slots_a_start_ping_writes_after_a_long_silence_do_not_count_against_its_end(
+        app, client, sql):
+    with committed(app):
+        definitions.define("every-minute", None, "* * * * *", external=True, grace_seconds=86400)
+    [(token,)] = sql("SELECT ping_token FROM job_definitions")
+    sql("UPDATE job_definitions SET next_run_at = date_trunc('minute', now()) - interval '10 hours'")
+    assert client.get(f"/ping/{token}/start").status_code == 200
+    assert sql("SELECT count(*) > 50 FROM job_runs WHERE status = 'missed'") == [(True,)]
+    assert client.get(f"/ping/{token}/0").status_code == 200
+    assert sql("SELECT status FROM job_runs WHERE status <> 'missed'") == [("succeeded",)]

@@ -104,13 +104,16 @@ ORDER BY id DESC LIMIT 1
 """
 
 # Ping rate limiting, kept in the runs themselves so it holds across every web process: how many
-# of the definition's newest `burst` runs were created in the last `window` seconds, and when
-# the oldest of those leaves the window. Reads at most `burst` rows of index job_runs_definition.
-RECENT_RUNS = """
+# runs reported for the definition were created in the last `window` seconds, and when the
+# oldest of those leaves the window. Missed slots are not reports: one ping after a long
+# silence writes up to 51 of them, and must not make the next ping (its end) a 429. Reads at
+# most `scan` rows of index job_runs_definition, newest first; more reports than that in one
+# window are over any limit anyway.
+RECENT_REPORTS = """
 SELECT count(*), ceil(extract(epoch FROM min(created_at) + make_interval(secs => %(window)s) - now()))
-FROM (SELECT created_at FROM job_runs WHERE definition_id = %(definition_id)s ORDER BY id DESC
-      LIMIT %(burst)s) newest
-WHERE created_at > now() - make_interval(secs => %(window)s)
+FROM (SELECT created_at, status FROM job_runs WHERE definition_id = %(definition_id)s ORDER BY id DESC
+      LIMIT %(scan)s) newest
+WHERE status <> 'missed' AND created_at > now() - make_interval(secs => %(window)s)
 """
 
 # An operator's retry never queues a reported run of an external definition: no worker could

@@ -38,6 +38,7 @@ EARLY_SECONDS = 10
 # ping a second sustained, PING_BURST at once (a retry loop in a script, a few starts).
 PING_BURST = 10
 PING_WINDOW = 10  # seconds
+PING_SCAN = 200  # newest runs of the definition read to count its reports (see RECENT_REPORTS)
 MIN_PING_LEASE = 60  # seconds a /start run waits for its end when the definition has no timeout
 
 
@@ -102,8 +103,8 @@ def ping(token, event, code=None, output=None):
     d = lock(token=token)
     if d is None:
         return PingAnswer(404)
-    count, wait = execute(reported_runs.RECENT_RUNS, {"definition_id": d["id"], "burst": PING_BURST,
-                                                      "window": PING_WINDOW}).first()
+    count, wait = execute(reported_runs.RECENT_REPORTS, {"definition_id": d["id"], "window": PING_WINDOW,
+                                                         "scan": PING_SCAN}).first()
     if count >= PING_BURST:
         return PingAnswer(429, max(1, int(wait or 1)))
     open_run = execute(reported_runs.OPEN_PING_RUN, {"definition_id": d["id"]}).scalar()

@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from . import audit, runlist
 from ..core.database import db
+from ..core.errors import InvalidInput
 from ..core.models import JobDefinition
 from ..engine import registry
 from ..ops import alerts, notify, run_history
@@ -97,7 +98,10 @@ def _set_enabled(definition_id, enabled):
 def run_now(definition_id):
     """Enqueue one run of this definition, due now, and open it."""
     definition = _definition_or_404(definition_id)
-    run_id = definition_api.run_now(definition.name)  # copies timeout, lease and backoff too
+    try:
+        run_id = definition_api.run_now(definition.name)  # copies timeout, lease and backoff too
+    except InvalidInput as exc:  # an external definition: jobsweb does not run it
+        abort(400, exc.message)
     audit.record("run_now", "definition", definition_id, run_id=run_id)
     db.session.commit()
     flash(f"Run {run_id} of {definition.name} enqueued.")
