@@ -131,3 +131,15 @@ def test_job_decorates_an_async_def_and_drain_awaits_it(app, sql, registry_snaps
     assert [(r.run_id, r.status, r.result) for r in ran if r.run_id == run_id] == [
         (run_id, "succeeded", {"hello": "Ada"})]
     assert [r.status for r in ran if r.run_id == other] == ["failed", "dead"]
+
+
+def test_heartbeats_keep_a_long_async_run_from_being_taken_over(app, sql, spawn_worker):
+    [run_id] = add_many(app, "jobsweb.async_sleep", 1, {"seconds": 4})
+    owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    rival = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
+    for proc in (owner, rival):
+        proc.send_signal(signal.SIGTERM)
+        assert finish(proc)[0] == 0
+    assert sql("SELECT attempts FROM job_runs") == [(1,)]
