@@ -90,7 +90,7 @@ class Worker:
         self.done = 0  # runs finished since job_workers was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
-        self.claim_size = ClaimAhead(concurrency)
+        self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
         # Threads for sync handlers and an event loop for async ones, each started when first needed.
@@ -190,7 +190,7 @@ class Worker:
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
         if self.claims_in_doubt:
             self._release_lost_claims()
-        limit = self.claim_size.limit(self.busy, now)
+        limit = self.claim_size.limit(self.concurrency, self.busy, now)
         rows = self._finish_and_claim(limit) if limit > 0 else []
         for row in rows:
             self._start(*row)
@@ -199,7 +199,7 @@ class Worker:
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.more_due and self.claim_size.limit(self.busy, now) > 0:
+        if claiming and self.more_due and self.claim_size.limit(self.concurrency, self.busy, now) > 0:
             return 0
         wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
         if drain_until is not None:
