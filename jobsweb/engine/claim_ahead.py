@@ -46,7 +46,10 @@ class ClaimAhead:
         """
         if self.window_start is not None and now - self.window_start >= 2 * RATE_WINDOW:
             self.finished(0, now)  # nothing finished for a while: the rate fell
-        room = concurrency + self.ahead - busy
-        if busy < concurrency or room >= max(1, self.ahead // 2):
+        # Fewer runs per CLAIM_AHEAD_SECONDS than slots: each takes longer than that, far longer
+        # than a round trip, and a run claimed ahead would only wait (its started_at too early).
+        ahead = self.ahead if self.ahead >= concurrency else 0
+        room = concurrency + ahead - busy
+        if busy < concurrency or room >= max(1, ahead // 2):
             return max(room, 0)
         return 0

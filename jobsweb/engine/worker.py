@@ -288,6 +288,7 @@ class Worker:
         batch = [(statements.FINISH_RUNS, finish_params(outcomes))] if outcomes else []
         if free:
             batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease, "limit": free,
+                                                  "free": max(self.concurrency - self.busy, 0),
                                                   "job_types": registry.names(), "queues": self.queues}))
         if not batch:
             return []
