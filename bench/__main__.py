@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FULL = {
     "warmup": 2000, "drain": 20_000, "processes": [1, 2], "concurrency": [1, 4, 8, 16, 64],
-    "steady_seconds": 60, "steady_backlog": 2000,
-    "pgqueuer_drain": 20_000, "procrastinate_drain": 3000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [1, 16],
+    "steady_seconds": 30, "steady_backlog": 2000,
+    "pgqueuer_drain": 20_000, "procrastinate_drain": 1000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [16],
     "async_runs": 2000, "async_concurrency": 1000, "whole_runs": 40_000, "whole_concurrency": [4, 64],
     "history": [0, 100_000, 1_000_000], "claims": 10_000,
-    "enqueue_seconds": 30, "bulk": 100_000,
-    "wake_samples": 1000, "poll_interval": 0.05,
+    "enqueue_seconds": 15, "bulk": 100_000,
+    "wake_samples": 500, "poll_interval": 0.05,
     "page_requests": 200, "definitions": 10_000,
     "queues_workers": (2, 16), "queues_rate": 500,
 }

@@ -193,7 +193,7 @@ def replay_script(batch):
     """
     claim = statements.CLAIM_RUNS
     for name, value in {"worker": "'pgbench-' || :client_id::text", "lease": "60",
-                        "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch),
+                        "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch), "free": str(batch),
                         "queues": "NULL"}.items():
         claim = claim.replace(f"%({name})s", value)
     claim = strip_comments(claim)
@@ -371,7 +371,7 @@ def claim_latency(bench):
         with conn.transaction():
             explain = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statements.CLAIM_RUNS,
-                {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1,
+                {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "free": 1,
                  "queues": None}).fetchall())
             raise_rollback()
     return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor,
@@ -423,7 +423,7 @@ def raise_rollback():
 
 def claims(conn, count):
     """Time `count` one-run claims (CLAIM_RUNS, as the worker sends it); put each run back after."""
-    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "queues": None}
+    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "free": 1, "queues": None}
     for _ in range(20):  # warm-up (and, on a connection that prepares, psycopg prepares it here)
         conn.execute(statements.CLAIM_RUNS, params)
     conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")

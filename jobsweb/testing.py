@@ -72,7 +72,8 @@ def drain(*, retry_wait=RETRY_WAIT, max_runs=MAX_RUNS):
             while materialise_due(link):
                 pass
             rows = link.fetch(statements.CLAIM_RUNS, {"worker": worker, "lease": lease,
-                                                      "job_types": registry.names(), "queues": None, "limit": 1})
+                                                      "job_types": registry.names(), "queues": None, "limit": 1,
+                                                      "free": 1})
             if not rows:
                 [(wait,)] = link.fetch(NEXT_RETRY, {"job_types": registry.names()})
                 # A retry due already but not claimed twice running waits on something else (a

@@ -166,8 +166,12 @@ attempt_owner = contextvars.ContextVar("attempt_owner")
 
 @job("test.async_record")
 async def async_record(ctx):
-    """Await payload["seconds"], then record the execution as test.record does."""
+    """Await payload["seconds"], then record the execution as test.record does. payload["started"]:
+    a file to append to when the handler starts."""
     attempt_owner.set(ctx.run_id)
+    if ctx.payload.get("started"):
+        with open(ctx.payload["started"], "a") as started:
+            started.write(f"{ctx.run_id}\n")
     await asyncio.sleep(float(ctx.payload.get("seconds", 0)))
     record_execution(ctx)
     db.session.commit()

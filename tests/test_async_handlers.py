@@ -66,12 +66,14 @@ def test_an_operator_cancel_cancels_a_running_async_handler(app, sql, spawn_work
     assert sql("SELECT count(*) FROM test_executions") == [(0,)]
 
 
-def test_sigterm_wakes_ctx_sleep_and_lets_a_short_async_handler_finish(app, sql, spawn_worker):
+def test_sigterm_wakes_ctx_sleep_and_lets_a_short_async_handler_finish(app, sql, spawn_worker, tmp_path):
+    started = tmp_path / "started"
     [sleeper] = add_many(app, "test.async_ctx_sleep", 1, {"seconds": 60})
-    [short] = add_many(app, "test.async_record", 1, {"seconds": 1.5})
+    [short] = add_many(app, "test.async_record", 1, {"seconds": 1.5, "started": str(started)})
     proc = spawn_worker("--forever", "--concurrency", "4", "--shutdown-timeout", "10")
-    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 2,
-             message="both runs to start")
+    # Claimed is not started: a run still waiting for its task when SIGTERM comes is released.
+    wait_for(lambda: started.exists(), message="the short handler to start")
+    wait_for(lambda: status_of(sql, sleeper) == "running", message="the sleeper to be claimed")
     proc.send_signal(signal.SIGTERM)
     code, output = finish(proc)
 
@@ -147,3 +149,15 @@ def test_drain_awaits_an_async_handler_from_inside_a_running_event_loop(app, sql
 
     run_id, ran = asyncio.run(a_test_with_its_own_loop())
     assert [(r.run_id, r.status, r.result) for r in ran] == [(run_id, "succeeded", {"ran": 7})]
+
+
+def test_heartbeats_keep_a_long_async_run_from_being_taken_over(app, sql, spawn_worker):
+    [run_id] = add_many(app, "jobsweb.async_sleep", 1, {"seconds": 4})
+    owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    rival = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
+    for proc in (owner, rival):
+        proc.send_signal(signal.SIGTERM)
+        assert finish(proc)[0] == 0
+    assert sql("SELECT attempts FROM job_runs") == [(1,)]

@@ -180,5 +180,5 @@ def test_a_definitions_lease_is_what_the_claim_holds_its_runs_for(app, sql):
     define(app, lease=600)
     with committed(app):
         definitions.run_now("nightly-report")
-    sql(statements.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1, "queues": None})
+    sql(statements.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1, "free": 1, "queues": None})
     assert sql("SELECT extract(epoch FROM locked_until - started_at)::int FROM job_runs") == [(600,)]

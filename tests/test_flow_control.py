@@ -11,7 +11,7 @@ from tests.conftest import committed, define
 def claim(sql, limit=10, queues=None):
     return [row[0] for row in sql(statements.CLAIM_RUNS, {
         "worker": "test", "lease": 60, "job_types": ["jobsweb.noop", "test.urgent_mail"], "limit": limit,
-        "queues": queues})]
+        "free": limit, "queues": queues})]
 
 
 def test_a_plain_sql_insert_without_the_new_columns_lands_in_the_default_queue_and_is_claimed(app, sql):

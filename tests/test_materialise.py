@@ -140,7 +140,8 @@ def test_overlap_queue_creates_a_run_that_is_claimed_only_after_the_previous_fin
 
     def claim():
         return [row[0] for row in sql(statements.CLAIM_RUNS, {
-            "worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 10, "queues": None})]
+            "worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 10, "free": 10,
+            "queues": None})]
 
     assert claim() == [previous]
     assert claim() == []  # still running

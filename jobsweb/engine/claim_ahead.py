@@ -19,10 +19,9 @@ RATE_WINDOW = 0.1  # seconds over which the finishing rate is counted
 
 
 class ClaimAhead:
-    """The claim's size for a worker of `concurrency` slots, from how fast its runs finish."""
+    """The claim's size for a worker, from how fast its runs finish."""
 
-    def __init__(self, concurrency):
-        self.concurrency = concurrency
+    def __init__(self):
         self.ahead = 0  # runs to hold beyond the slots
         self.counted = 0  # runs finished since window_start
         self.window_start = None  # time.monotonic()
@@ -37,8 +36,9 @@ class ClaimAhead:
             self.ahead = min(MAX_AHEAD, int(self.counted / elapsed * CLAIM_AHEAD_SECONDS))
             self.counted, self.window_start = 0, now
 
-    def limit(self, busy, now):
-        """How many runs to claim now, with `busy` runs held (started or waiting to start); 0: none.
+    def limit(self, concurrency, busy, now):
+        """How many runs to claim now for `concurrency` slots, with `busy` runs held (started or
+        waiting to start); 0: none.
 
         With every slot taken, a claim waits until half the runs ahead have started: each
         claim costs a round trip, and a claim of one run per finished run would cost as many
@@ -46,7 +46,10 @@ class ClaimAhead:
         """
         if self.window_start is not None and now - self.window_start >= 2 * RATE_WINDOW:
             self.finished(0, now)  # nothing finished for a while: the rate fell
-        room = self.concurrency + self.ahead - busy
-        if busy < self.concurrency or room >= max(1, self.ahead // 2):
+        # Fewer runs per CLAIM_AHEAD_SECONDS than slots: each takes longer than that, far longer
+        # than a round trip, and a run claimed ahead would only wait (its started_at too early).
+        ahead = self.ahead if self.ahead >= concurrency else 0
+        room = concurrency + ahead - busy
+        if busy < concurrency or room >= max(1, ahead // 2):
             return max(room, 0)
         return 0

@@ -139,10 +139,10 @@ class JobContext:
     def sleep(self, seconds):
         """Wait up to `seconds`, waking early (with Cancelled) when the run is asked to stop.
 
-        In an `async def` handler, `await ctx.sleep(seconds)`: called on a running event loop it
-        returns an awaitable instead of blocking the loop that runs the other async handlers.
+        In an `async def` handler, `await ctx.sleep(seconds)`: its context returns an awaitable
+        instead of blocking the event loop that runs the other async handlers.
         """
-        if _on_event_loop():
+        if self._cancel_waker is not None:  # set by the event loop awaiting an async handler
             return self._sleep_async(seconds)
         if self.cancel_event.wait(seconds):
             self.raise_if_cancelled()
@@ -150,13 +150,10 @@ class JobContext:
 
     async def _sleep_async(self, seconds):
         self.raise_if_cancelled()
-        if self._cancel_waker is None:  # not awaited by jobsweb (a test calling it): plain sleep
-            await asyncio.sleep(seconds)
-        else:
-            try:
-                await asyncio.wait_for(self._cancel_waker.wait(), seconds)
-            except TimeoutError:
-                pass
+        try:
+            await asyncio.wait_for(self._cancel_waker.wait(), seconds)
+        except TimeoutError:
+            pass
         self.raise_if_cancelled()
 
     def extend_lease(self, seconds=None):
@@ -170,11 +167,3 @@ class JobContext:
         `conn`: a psycopg connection or SQLAlchemy session; default Flask-SQLAlchemy's db.session.
         """
         return effects.once(key, conn, run_id=self.run_id, attempt=self.attempt)
-
-
-def _on_event_loop():
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

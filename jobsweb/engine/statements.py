@@ -136,21 +136,21 @@ RETURNING id, definition_id, scheduled_for, status, reason
 
 # -- a worker claims, holds and finishes runs: queued/failed -> running -> any --------------
 
-# Claim up to `limit` due runs in one statement, in order of priority (smaller first), run_at,
-# id. SKIP LOCKED lets concurrent workers take disjoint sets instead of queueing on each
-# other's row locks; the UPDATE happens under the locks the SELECTs took, so no run is claimed
-# twice. Only job types this worker can execute (an older worker in a rolling deploy leaves new
-# ones alone), only its --queues (NULL: all); never a paused queue or paused job type.
-# Limits hold across all workers. `held` locks the limited queues' job_queues rows SKIP LOCKED:
-# while one claimer holds a row the others leave that queue alone this time, so two can never
-# both see "one slot left". A claimer whose statement began before another's claim committed
-# would still see those runs queued (one snapshot per statement; the locked row is the newest
-# version), so every claim that takes runs of a limited queue bumps its `claims`, and a claimer
-# whose snapshot's `claims` differs from the locked row's takes nothing from it. The rate
-# window is in the row (rate_starts). Starts and leases count from the clock read after the
-# snapshot (`clock`): no run that ended before it seems to overlap, and no lease ends before
-# started_at + lease. Unlimited queues pay for none of this: their runs come from one scan of
-# job_runs_claimable; --queues and limited queues use job_runs_queue_claimable.
+# Claim up to `limit` due runs in one statement, in order of priority (smaller first), run_at, id.
+# SKIP LOCKED lets concurrent workers take disjoint sets instead of queueing on each other's row
+# locks; the UPDATE happens under the locks the SELECTs took, so no run is claimed twice. Only job
+# types this worker can execute (an older worker in a rolling deploy leaves new ones alone), only its
+# --queues (NULL: all); never a paused queue or paused job type. Limits hold across all workers.
+# `held` locks the limited queues' job_queues rows SKIP LOCKED: while one claimer holds a row the
+# others leave that queue alone this time, so two can never both see "one slot left". A claimer whose
+# statement began before another's claim committed would still see those runs queued (one snapshot per
+# statement; the locked row is the newest version), so every claim that takes runs of a limited queue
+# bumps its `claims`, and a claimer whose snapshot's `claims` differs from the locked row's takes
+# nothing from it. The rate window is in the row (rate_starts). Starts and leases count from the clock
+# read after the snapshot (`clock`): no run that ended before it seems to overlap, no lease ends
+# before started_at + lease. Unlimited queues pay for none of this: one scan of job_runs_claimable;
+# --queues and limited queues use job_runs_queue_claimable. A limited queue gives at most `free` runs
+# (slots free now, none ahead: engine/claim_ahead.py): no run waits holding its slot.
 CLAIM_RUNS = """
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
 snapshot AS MATERIALIZED (
@@ -172,7 +172,7 @@ per_queue AS (  -- (queue, how many runs it may give)
     SELECT q.name, %(limit)s AS n FROM unnest(%(queues)s::text[]) q(name), excluded e
     WHERE NOT q.name = ANY(e.queues)
     UNION ALL
-    SELECT h.name, CASE WHEN h.claims <> s.claims OR s.paused THEN 0 ELSE least(%(limit)s,
+    SELECT h.name, CASE WHEN h.claims <> s.claims OR s.paused THEN 0 ELSE least(%(free)s,
                h.concurrency_limit - (SELECT count(*) FROM job_runs r
                                       WHERE r.status = 'running' AND r.queue = h.name),
                h.rate_limit - cardinality(h.rate_window)) END

@@ -90,11 +90,12 @@ class Worker:
         self.done = 0  # runs finished since job_workers was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
-        self.claim_size = ClaimAhead(concurrency)
+        self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
-        self.pool = None  # threads for sync handlers
-        self.async_pool = None  # an event loop for async ones
+        # Threads for sync handlers and an event loop for async ones, each started when first needed.
+        self.pool = Pool(app, concurrency, self.finished.put)
+        self.async_pool = AsyncPool(app, concurrency, self.finished.put)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -111,8 +112,6 @@ class Worker:
         if not registered:
             restore()
             return 0
-        self.pool = Pool(self.app, self.concurrency, self.finished.put)
-        self.async_pool = AsyncPool(self.app, self.concurrency, self.finished.put)
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
@@ -191,19 +190,16 @@ class Worker:
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
         if self.claims_in_doubt:
             self._release_lost_claims()
-        limit = self.claim_size.limit(self.busy, now)
-        if limit <= 0:
-            self.more_due = False
-            return did_work
-        rows = self._finish_and_claim(limit)
+        limit = self.claim_size.limit(self.concurrency, self.busy, now)
+        rows = self._finish_and_claim(limit) if limit > 0 else []
         for row in rows:
             self._start(*row)
-        self.more_due = len(rows) == limit
+        self.more_due = limit > 0 and len(rows) == limit
         return did_work or bool(rows)
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.more_due and self.claim_size.limit(self.busy, now) > 0:
+        if claiming and self.more_due and self.claim_size.limit(self.concurrency, self.busy, now) > 0:
             return 0
         wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
         if drain_until is not None:
@@ -238,11 +234,8 @@ class Worker:
             items = [self.finished.get(timeout=wait) if wait > 0 else self.finished.get_nowait()]
         except queue.Empty:
             return
-        while True:
-            try:
-                items.append(self.finished.get_nowait())
-            except queue.Empty:
-                break
+        while not self.finished.empty():  # only this thread takes from it
+            items.append(self.finished.get_nowait())
         for item in items:
             if item is not _WAKE:
                 self._handler_returned(item)
@@ -297,6 +290,7 @@ class Worker:
                  (upkeep.WORKER_SEEN, {"worker": self.id, "done": len(outcomes)})] if outcomes else []
         if free:
             batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease, "limit": free,
+                                                  "free": max(self.concurrency - self.busy, 0),
                                                   "job_types": registry.names(), "queues": self.queues}))
         if not batch:
             return []
@@ -386,8 +380,7 @@ class Worker:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)
         self.link.close()
-        if self.async_pool is not None:
-            self.async_pool.stop()
+        self.async_pool.stop()
         for duty in self.duties:
             duty.stop()
         log.info("worker %s stopped", self.id)
