@@ -9,7 +9,7 @@ import psycopg
 from . import registry, statements
 from .execution import Failures, finish_each, finish_params, log_finished
 from .registry import JobContext
-from .worker import Duty
+from .duties import Duty
 
 RECOVER_BATCH = 100  # expired leases recovered per statement
 

@@ -16,8 +16,6 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import psycopg
 
@@ -35,24 +33,6 @@ log = logging.getLogger("jobsweb.worker")
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
 _WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
-
-
-@dataclass
-class Duty:
-    """Periodic work of the loop besides running jobs, handed in by whoever builds the worker.
-
-    `run(link)` does one pass on the worker's connection and says whether it found work: a
-    one-shot worker keeps going while its duties find work, and `after_work` (when given)
-    spaces the next pass instead of `every`. The loop writes pending outcomes before a pass,
-    so a duty sees every attempt that ended (overlap 'skip' must see a run that just ended).
-    """
-
-    name: str
-    run: Callable  # (Link) -> bool; may raise DatabaseUnavailable, like the loop's own statements
-    every: float  # seconds from a pass that found nothing to the next
-    after_work: float | None = None  # seconds from a pass that found work to the next (None: every)
-    stop: Callable = lambda: None  # called once when the worker stops
-    next_at: float = 0.0  # time.monotonic() of the next pass
 
 
 def worker_id():

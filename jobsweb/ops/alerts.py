@@ -34,7 +34,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from . import notify, stalls
 from ..core.database import db, execute
 from ..core.models import AlertDelivery, AlertIncident
-from ..engine.worker import Duty
+from ..engine.duties import Duty
 from ..scheduling import definitions
 
 log = logging.getLogger("jobsweb.alerts")
