@@ -54,4 +54,4 @@ def test_the_workers_page_counts_the_runs_a_worker_did_before_its_next_heartbeat
     [(worker, done)] = sql("SELECT id, runs_done FROM job_workers")
     assert done == 5
     row = client.get("/workers").get_data(as_text=True).split(worker)[2].split("</tr>")[0]
-    assert "<td>5</td>" in row
+    assert '<td data-label="runs done">5</td>' in row

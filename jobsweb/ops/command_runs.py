@@ -40,17 +40,25 @@ class Ended:
 
 
 class Tail:
-    """The last `limit` characters of the bytes given to `add`, from both pipes, in order."""
+    """The last `limit` characters of the bytes given to `add`, from both pipes, in order. Lines
+    are kept whole: a line comes in when its newline does, so that a line the command wrote to
+    stderr in two pieces is not cut in two by one from stdout."""
 
     def __init__(self, limit):
         self.limit = limit
         self.data = bytearray()
+        self.partial = {}  # pipe -> its line so far (no newline yet)
         self.cut = False
         self.lock = threading.Lock()
 
-    def add(self, chunk):
+    def add(self, chunk, pipe=None):
         with self.lock:
-            self.data += chunk
+            whole, newline, rest = (self.partial.pop(pipe, b"") + chunk).rpartition(b"\n")
+            self.data += whole + newline
+            if len(rest) > 4 * self.limit:  # no newline for that long: not line-shaped output
+                self.data += rest
+            else:
+                self.partial[pipe] = rest
             # 4 bytes per character at most in UTF-8: keep enough bytes for `limit` characters.
             if len(self.data) > 8 * self.limit:
                 del self.data[:len(self.data) - 4 * self.limit]
@@ -59,7 +67,8 @@ class Tail:
     def text(self):
         """The tail as text (bad UTF-8 replaced, NUL made visible), or None if nothing came."""
         with self.lock:
-            text = self.data.decode("utf-8", "replace").replace("\x00", "\\x00")
+            data = self.data + b"".join(self.partial.values())  # unfinished last lines at the end
+        text = data.decode("utf-8", "replace").replace("\x00", "\\x00")
         if not text:
             return None
         if len(text) > self.limit:
@@ -72,7 +81,7 @@ def _pump(source, sink, tail):
     fd = source.fileno()
     binary = getattr(sink, "buffer", None)
     while chunk := os.read(fd, READ_BYTES):
-        tail.add(chunk)
+        tail.add(chunk, fd)
         try:
             if binary is not None:
                 binary.write(chunk)
