@@ -207,7 +207,7 @@ def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(ap
         for n in range(10):
             definitions.define(f"every-second-{n}", "test.record", "@every 1s", misfire="all",
                                overlap="allow")
-    workers = [spawn_worker("--forever", "--poll-interval", "0.01", "--max-runtime", "4")
+    workers = [spawn_worker("--forever", "--poll-interval", "0.01", "--max-runtime", "6")
                for _ in range(4)]
     outputs = [w.communicate(timeout=60)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0, 0, 0], outputs
