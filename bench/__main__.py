@@ -52,6 +52,7 @@ ALONE = {
     "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
     "queues": measures.flow_control, "pages": measures.admin_pages_alone,
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
+    "alerts": process_measures.alerts_without_workers,
 }
 
 
@@ -104,6 +105,7 @@ def main(argv=None):
         results["queues"] = measures.flow_control(bench)
         results["async"] = process_measures.async_handlers(bench)
         results["whole"] = process_measures.whole_process(bench)
+        results["alerts"] = process_measures.alerts_without_workers(bench)
         results["seconds"] = time.monotonic() - bench.started
         path = report.write(results, args.out)
         bench.log(f"wrote {path}")

@@ -46,7 +46,10 @@ def migrated(bench, name):
     from jobsweb.core.database import database_url
 
     url = bench.server.fresh_database(name)
-    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-bench"})
+    # JOBSWEB_WEB_ALERTS off: the app's own alert thread would evaluate alerts against the
+    # database being measured, inside the measuring process.
+    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "JOBSWEB_WEB_ALERTS": False,
+                      "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-bench"})
     with app.app_context():
         upgrade()
     return url, app

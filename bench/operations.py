@@ -45,7 +45,7 @@ def timed(what, work, repeat=3):
 
 def main():
     os.environ["JOBSWEB_METRICS_TOKEN"] = TOKEN
-    app = create_app()
+    app = create_app({"JOBSWEB_WEB_ALERTS": False})  # timing operations, not a web server
     with app.app_context():
         from flask_migrate import upgrade
 

@@ -1,12 +1,16 @@
-"""Measures of whole worker processes, timed from the outside: async handlers at high
-concurrency, and one `flask run-jobs` invocation draining a backlog, start-up included, next
-to one PgQueuer process draining the same (issue 18, targets 4 and 5)."""
+"""Measures of whole processes, timed from the outside: async handlers at high concurrency,
+one `flask run-jobs` invocation draining a backlog, start-up included, next to one PgQueuer
+process draining the same (issue 18, targets 4 and 5), and alerts sent by the web app alone
+with no worker running (issue 14)."""
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
 
 import psycopg
 
@@ -82,4 +86,52 @@ def whole_process(bench):
     result = {"runs": n, "jobsweb": {c: median(v) for c, v in ours.items()},
               "pgqueuer": None if None in theirs else median(theirs), "pgqueuer_batch": batch}
     bench.log(f"whole process, {n} runs: jobsweb {result['jobsweb']}, pgqueuer {result['pgqueuer']}")
+    return result
+
+
+class _Arrivals(BaseHTTPRequestHandler):
+    """A webhook receiver on loopback: the time each POST arrived goes on `arrived`."""
+
+    arrived = queue.SimpleQueue()
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.arrived.put(time.monotonic())
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def alerts_without_workers(bench):
+    """Issue 14: only `gunicorn wsgi:app` runs (2 processes, default settings), no worker at all:
+    seconds from gunicorn's start until an overdue definition's webhook arrives."""
+    url, _ = migrated(bench, "bench_alerts")
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Arrivals)
+    Thread(target=receiver.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
+    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET, JOBSWEB_ALERT_ALLOW_PRIVATE_IPS="true")
+    seconds = []
+    try:
+        for _ in range(bench.repeats):
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("DELETE FROM jobsweb_alert_incidents")
+                conn.execute("DELETE FROM job_definitions")
+                # Its slot went by 10 minutes ago, past its 5 minutes of grace, and nothing ran it.
+                conn.execute("INSERT INTO job_definitions (name, job_type, schedule, next_run_at, alert_webhook_url) "
+                             "VALUES ('nightly', 'jobsweb.noop', '@daily', now() - interval '10 minutes', %s)", [hook])
+            started = time.monotonic()
+            web = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:0", "wsgi:app"],
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                seconds.append(_Arrivals.arrived.get(timeout=120) - started)
+            finally:
+                web.terminate()
+                web.wait(timeout=30)
+    finally:
+        receiver.shutdown()
+    result = {"seconds": median(seconds), "worst": max(seconds)}
+    bench.log(f"alerts with no worker: webhook {result['seconds']:.1f} s after the web app started "
+              f"(worst {result['worst']:.1f} s)")
     return result

@@ -30,7 +30,7 @@ def targets(r):
     floor = r["history"]["commit_floor"]
     two = max(table[(2, c)] for c in r["sizes"]["concurrency"]) if 2 in r["sizes"]["processes"] else None
     low = {c: table[(1, c)] for c in (4, 8) if (1, c) in table}
-    a, w = r["async"], r["whole"]
+    a, w, al = r["async"], r["whole"], r["alerts"]
     whole_c = min(w["jobsweb"])
     rows = [
         ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
@@ -97,6 +97,10 @@ def targets(r):
          f"{w['jobsweb'][whole_c]:.1f} s at --concurrency {whole_c} vs PgQueuer {fmt(w['pgqueuer'], 1)} s",
          "reported", "start-up and the per-run INFO log lines; PgQueuer's drain also waits ~4 s for its "
          "buffers on shutdown (§12)"),
+        ("no worker running: an overdue definition's webhook ≤ 60 s after the web app starts",
+         f"{al['seconds']:.1f} s (worst {al['worst']:.1f} s)", al["worst"] <= 60,
+         "gunicorn's start-up, then the web processes' alert thread: its first evaluation comes one "
+         "JOBSWEB_ALERT_INTERVAL (5 s) after start, then one webhook POST (ops/web_alerts.py)"),
         ("worker peak RSS ≤ 120 MB", f"{fmt(t['rss_mb'], 0)} MB", t["rss_mb"] <= 120,
          "Flask app, SQLAlchemy and psycopg imported in every worker; the peak is at concurrency 64 "
          "(64 handler threads and their batches)"),

@@ -24,7 +24,9 @@ def main():
     parser.add_argument("--max-runtime", type=float)
     parser.add_argument("--quiet", action="store_true", help="log warnings only (no per-run lines)")
     args = parser.parse_args()
-    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(args.url), "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-bench"})
+    # A worker evaluates alerts as a duty already; the web app's alert thread is not wanted here.
+    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(args.url), "JOBSWEB_WEB_ALERTS": False,
+                      "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-bench"})
     with app.app_context():
         setup_logging()
     if args.quiet:

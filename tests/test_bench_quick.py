@@ -22,7 +22,7 @@ def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
     for section in SECTIONS:
         assert section in report
     assert "(quick mode)" in report
-    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 17
+    assert report.count("| met |") + report.count("| **not met** |") + report.count("| not measured |") == 18
     assert report.count("| reported |") == 1
     for plot in ("bench_throughput.png", "bench_claim_latency.png"):
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")
