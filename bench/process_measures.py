@@ -111,7 +111,10 @@ def alerts_without_workers(bench):
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Arrivals)
     Thread(target=receiver.serve_forever, daemon=True).start()
     hook = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
-    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET, JOBSWEB_ALERT_ALLOW_PRIVATE_IPS="true")
+    # The thread is on by default; said here so that a caller's environment (the test suite
+    # turns it off for its own apps) cannot leave it off.
+    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET, JOBSWEB_ALERT_ALLOW_PRIVATE_IPS="true",
+               JOBSWEB_WEB_ALERTS="true")
     seconds = []
     try:
         for _ in range(bench.repeats):
