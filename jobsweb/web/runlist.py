@@ -52,10 +52,10 @@ class RunFilter:
             if status not in RUN_STATUSES:
                 raise BadFilter(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
         zone = _optional(args, "tz", viewer_zone) or timezone.utc
-        return cls(sorted(set(statuses), key=RUN_STATUSES.index), _text(args, "job_type"),
+        return cls(sorted(set(statuses), key=RUN_STATUSES.index), text_filter(args, "job_type"),
                    number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
-                   _text(args, "q", "the error text to search for"), _text(args, "worker"),
-                   _text(args, "queue"), _optional(args, "priority", check_priority), _payload(args), zone)
+                   text_filter(args, "q", "the error text to search for"), text_filter(args, "worker"),
+                   text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args), zone)
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -119,12 +119,12 @@ class RunFilter:
         return where
 
 
-def _text(args, name, words=None):
-    """A text filter (also the POSTed filter of a bulk action): at most TEXT_MAX_CHARS, no
-    control character; BadFilter naming it (`words`, or its name) otherwise."""
+def text_filter(args, name, words=None, max_chars=TEXT_MAX_CHARS):
+    """A text filter (also the POSTed filter of a bulk action, and the audit page's): at most
+    max_chars, no control character; BadFilter naming it (`words`, or its name) otherwise."""
     value = args.get(name, "").strip()
-    if len(value) > TEXT_MAX_CHARS:
-        raise BadFilter(f"{words or name} is longer than {TEXT_MAX_CHARS} characters")
+    if len(value) > max_chars:
+        raise BadFilter(f"{words or name} is longer than {max_chars} characters")
     try:
         return clean_text(name, value)
     except InvalidInput as exc:
@@ -134,7 +134,7 @@ def _text(args, name, words=None):
 def _payload(args):
     """The payload filter: a JSON object the run's payload must contain, e.g. {"invoice_id": 812};
     None when empty (every payload contains the empty object, so it would filter nothing)."""
-    raw = _text(args, "payload", "the payload filter")
+    raw = text_filter(args, "payload", "the payload filter")
     if not raw:
         return None
     try:
