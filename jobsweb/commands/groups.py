@@ -10,6 +10,7 @@ from flask.cli import AppGroup
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from ..core import logs
+from ..core.database import db
 from ..core.errors import InvalidInput, clean_text
 from ..engine.link import DatabaseUnavailable, describe
 from ..scheduling.schedule import local_time, parse_timezone
@@ -55,6 +56,15 @@ def plain_errors():
             raise
         raise click.ClickException("the jobsweb tables do not exist in this database: "
                                    "run `flask jobs migrate` first.") from None
+
+
+def committed(change, *args, **kwargs):
+    """Make one change to the database (a function of the layers below) and commit it; what
+    goes wrong is a one-line error, and nothing is half-written. Returns what `change` did."""
+    with plain_errors():
+        result = change(*args, **kwargs)
+        db.session.commit()
+    return result
 
 
 def setup_logging():

@@ -12,7 +12,7 @@ from ..engine.flow import check_priority
 from ..scheduling import code_definitions, definitions
 from ..scheduling.definitions import MISFIRE_POLICIES, OVERLAP_POLICIES
 from ..scheduling.schedule import Schedule
-from .groups import jobs, plain_errors, when
+from .groups import committed, jobs, plain_errors, when
 
 
 @jobs.command("define")
@@ -74,9 +74,7 @@ def _schedule_words(definition):
 def sync_command():
     """Create or update the definitions declared in code (@job(..., schedule=...)); run it at
     every release. Admin-made definitions are left alone; those no longer declared are disabled."""
-    with plain_errors():
-        changes = code_definitions.sync()
-        db.session.commit()
+    changes = committed(code_definitions.sync)
     if not code_definitions.declared():
         click.echo("no job type declares a schedule in code (are the modules with @job imported?)")
     for change in changes:
@@ -87,9 +85,7 @@ def sync_command():
 @click.argument("name")
 def pause_command(name):
     """Stop creating runs for NAME (runs already queued still run)."""
-    with plain_errors():
-        definitions.pause(name)
-        db.session.commit()
+    committed(definitions.pause, name)
     click.echo(f"{name}: paused")
 
 
@@ -97,9 +93,7 @@ def pause_command(name):
 @click.argument("name")
 def resume_command(name):
     """Create runs for NAME again, from its next slot."""
-    with plain_errors():
-        definition = definitions.resume(name)
-        db.session.commit()
+    definition = committed(definitions.resume, name)
     click.echo(f"{name}: resumed; next run {when(definition.next_run_at, definition.timezone)}")
 
 
@@ -129,9 +123,7 @@ def queue_command(name, limit, no_limit, rate, no_rate, pause):
 @click.argument("job_type")
 def pause_type_command(job_type):
     """Leave every run of JOB_TYPE queued until resume-type (runs already running finish)."""
-    with plain_errors():
-        flow.pause_type(job_type)
-        db.session.commit()
+    committed(flow.pause_type, job_type)
     click.echo(f"{job_type}: paused")
 
 
@@ -139,9 +131,7 @@ def pause_type_command(job_type):
 @click.argument("job_type")
 def resume_type_command(job_type):
     """Claim runs of JOB_TYPE again."""
-    with plain_errors():
-        flow.pause_type(job_type, paused=False)
-        db.session.commit()
+    committed(flow.pause_type, job_type, paused=False)
     click.echo(f"{job_type}: resumed")
 
 
@@ -149,9 +139,7 @@ def resume_type_command(job_type):
 @click.argument("name")
 def run_now_command(name):
     """Create a run of NAME due now, outside its schedule, and print its id."""
-    with plain_errors():
-        run_id = definitions.run_now(name)
-        db.session.commit()
+    run_id = committed(definitions.run_now, name)
     click.echo(run_id)
 
 

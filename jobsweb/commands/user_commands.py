@@ -2,10 +2,9 @@
 
 import click
 
-from ..core.database import db
 from ..core.models import ROLES
 from ..web.accounts import create_user, reset_password, set_active, user_by_email
-from .groups import plain_errors, users
+from .groups import committed, users
 
 
 @users.command("create")
@@ -14,9 +13,7 @@ from .groups import plain_errors, users
 @click.password_option(help="Asked for when not given.")
 def create_user_command(email, role, password):
     """Create a user who can sign in with EMAIL."""
-    with plain_errors():
-        user = create_user(email, password, role)
-        db.session.commit()
+    user = committed(create_user, email, password, role)
     click.echo(f"created {user.role} {user.email}")
 
 
@@ -24,10 +21,7 @@ def create_user_command(email, role, password):
 @click.argument("email")
 def deactivate_user_command(email):
     """Stop EMAIL from signing in, and end every session they have now."""
-    with plain_errors():
-        user = user_by_email(email)
-        set_active(user, False)
-        db.session.commit()
+    user = committed(_change_user, email, set_active, False)
     click.echo(f"deactivated {user.email}; their sessions have ended")
 
 
@@ -35,10 +29,7 @@ def deactivate_user_command(email):
 @click.argument("email")
 def reactivate_user_command(email):
     """Let EMAIL sign in again (with the password they had)."""
-    with plain_errors():
-        user = user_by_email(email)
-        set_active(user, True)
-        db.session.commit()
+    user = committed(_change_user, email, set_active, True)
     click.echo(f"reactivated {user.email}")
 
 
@@ -47,8 +38,11 @@ def reactivate_user_command(email):
 @click.password_option(help="Asked for when not given.")
 def reset_password_command(email, password):
     """Give EMAIL a new password; every session they have ends."""
-    with plain_errors():
-        user = user_by_email(email)
-        reset_password(user, password)
-        db.session.commit()
+    user = committed(_change_user, email, reset_password, password)
     click.echo(f"new password set for {user.email}; their sessions have ended")
+
+
+def _change_user(email, change, *args):
+    user = user_by_email(email)
+    change(user, *args)
+    return user
