@@ -149,15 +149,3 @@ def test_drain_awaits_an_async_handler_from_inside_a_running_event_loop(app, sql
 
     run_id, ran = asyncio.run(a_test_with_its_own_loop())
     assert [(r.run_id, r.status, r.result) for r in ran] == [(run_id, "succeeded", {"ran": 7})]
-
-
-def test_heartbeats_keep_a_long_async_run_from_being_taken_over(app, sql, spawn_worker):
-    [run_id] = add_many(app, "jobsweb.async_sleep", 1, {"seconds": 4})
-    owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
-    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
-    rival = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
-    wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
-    for proc in (owner, rival):
-        proc.send_signal(signal.SIGTERM)
-        assert finish(proc)[0] == 0
-    assert sql("SELECT attempts FROM job_runs") == [(1,)]

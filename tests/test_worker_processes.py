@@ -3,6 +3,8 @@
 import os
 import signal
 
+import pytest
+
 from tests.conftest import wait_for
 from tests.processes import add_many, finish, status_of
 
@@ -87,8 +89,10 @@ def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worke
     assert sql("SELECT outcome FROM job_attempts ORDER BY attempt") == [("interrupted",), ("succeeded",)]
 
 
-def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker):
-    [run_id] = add_many(app, "jobsweb.sleep", 1, {"seconds": 4})
+# A thread's heartbeat and an awaited handler's (engine/async_execution.py) alike.
+@pytest.mark.parametrize("job_type", ["jobsweb.sleep", "jobsweb.async_sleep"])
+def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type):
+    [run_id] = add_many(app, job_type, 1, {"seconds": 4})
     owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
     wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
     # A second worker looks for expired leases every second while the run outlives its lease.
