@@ -205,6 +205,29 @@ def committed(app):
         db.session.commit()
 
 
+@pytest.fixture
+def materialise(app):
+    """Run the materialising step of a tick, as a worker does, on its own connection."""
+    from jobsweb.core.database import db
+    from jobsweb.engine.link import Link
+    from jobsweb.scheduling.materialise import materialise_due
+
+    with committed(app):
+        link = Link(libpq_url(db.engine))
+    yield lambda: materialise_due(link)
+    link.close()
+
+
+@pytest.fixture
+def receiver():
+    """A webhook endpoint on loopback that records each POST (tests/alert_receivers.py)."""
+    from tests.alert_receivers import Receiver
+
+    r = Receiver()
+    yield r
+    r.close()
+
+
 def wait_for(check, timeout=30.0, interval=0.05, message="condition"):
     """Poll `check` until it returns something truthy; fail the test after `timeout` seconds."""
     import time

@@ -18,13 +18,6 @@ from tests.conftest import define as define_committed, wait_for
 
 
 @pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
 def smtp_sink():
     mailbox = Mailbox()
     with socket.socket() as probe:  # aiosmtpd's start() connects to its port, so it needs a real one

@@ -8,31 +8,12 @@ import pytest
 
 from jobsweb import definitions
 from jobsweb.commands import build_worker
-from jobsweb.core.database import db, libpq_url
 from jobsweb.core.errors import InvalidInput
 from jobsweb.engine import registry, run_actions
-from jobsweb.engine.link import Link
 from jobsweb.engine.reported_runs import EXTERNAL_JOB_TYPE, PING_HOLDER
 from jobsweb.ops import alerts, notify
 from jobsweb.scheduling import reports
-from jobsweb.scheduling.materialise import materialise_due
-from tests.alert_receivers import Receiver
 from tests.conftest import committed, wait_for
-
-
-@pytest.fixture
-def materialise(app):
-    with committed(app):
-        link = Link(libpq_url(db.engine))
-    yield lambda: materialise_due(link)
-    link.close()
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
 
 
 # Once a year: the slot after one a test puts minutes ago is never near the test's clock.

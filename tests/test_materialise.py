@@ -1,22 +1,10 @@
 import logging
 
-import pytest
 
 from jobsweb import definitions
 from jobsweb.engine import statements
-from jobsweb.core.database import db, libpq_url
-from jobsweb.engine.link import Link
-from jobsweb.scheduling.materialise import CATCH_UP_LIMIT, materialise_due
+from jobsweb.scheduling.materialise import CATCH_UP_LIMIT
 from tests.conftest import committed
-
-
-@pytest.fixture
-def materialise(app):
-    """Run the materialising step of a tick, as a worker does, on its own connection."""
-    with committed(app):
-        link = Link(libpq_url(db.engine))
-    yield lambda: materialise_due(link)
-    link.close()
 
 
 def define(app, name="hourly", schedule="@every 1h", **kwargs):

@@ -13,19 +13,11 @@ from jobsweb import create_app, definitions, enqueue
 from jobsweb.core.errors import ConfigError
 from jobsweb.core.settings import from_environment
 from jobsweb.ops import alerts
-from tests.alert_receivers import Receiver
 from tests.conftest import ROOT, SECRET_KEY, committed, define, wait_for
 from tests.processes import finish
 from tests.test_deploy import free_port, get
 
 ALERT_INTERVAL = "0.5"  # seconds between evaluations in the spawned processes
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture
