@@ -15,7 +15,7 @@ from flask import current_app, g, get_flashed_messages, make_response, redirect,
 from flask_wtf.csrf import generate_csrf
 from htmx_flask.requests import HtmxHeaders
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ..core.errors import InvalidInput
 from ..core.package_files import resource
@@ -119,8 +119,10 @@ def when(moment):
     if moment is None:
         return "—"
     utc = moment.astimezone(timezone.utc)
-    return Markup('<time datetime="{}" data-local title="{}">{} UTC</time>').format(
-        utc.isoformat(), time_ago(moment), utc.strftime("%Y-%m-%d %H:%M:%S"))
+    # Joined with escape() rather than Markup.format, whose Formatter took half of this
+    # function's time (two calls per row of the runs list).
+    return Markup(f'<time datetime="{escape(utc.isoformat())}" data-local title="{escape(time_ago(moment))}">'
+                  f'{escape(utc.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>')
 
 
 def ago(moment, now=None):

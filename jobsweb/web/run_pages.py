@@ -30,9 +30,15 @@ def index():
     counts = {} if htmx() else stats.chip_counts(RUN_STATUSES)
     definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
                                      .order_by(JobDefinition.name).limit(500)).all()
+    # Each row's queue links to this filter narrowed to that queue: built once per queue, as
+    # url_for per row was a tenth of the page's time.
+    query = run_filter.args()
+    queue_links = {queue: url_for("jobsweb.runs.index", **dict(query, queue=queue))
+                   for queue in {run.queue for run, _ in rows}}
     return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
                   before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
-                  job_types=registry.names(), definitions=definitions, counts=counts)
+                  job_types=registry.names(), definitions=definitions, counts=counts,
+                  queue_links=queue_links)
 
 
 @bp.post("/bulk")
