@@ -8,8 +8,9 @@ the states and names the statement behind each arrow.
 Every statement that changes a run a worker holds is guarded by who holds it (`locked_by`) and
 which attempt it is (`attempts`), and reports through RETURNING which rows it changed: a worker
 whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
-Times are the database's `now()`. Other engine SQL: upkeep.py; runs reported from outside
-(`flask jobs exec`, ping URLs) change status in reported_runs.py."""
+Times are the database's `now()`. Other engine SQL (lease recovery's look-up of expired leases
+too): upkeep.py; runs reported from outside (`flask jobs exec`, ping URLs) change status in
+reported_runs.py."""
 
 # skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
@@ -325,17 +326,6 @@ recorded AS (
 SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,
        extract(epoch FROM now() - started_at) AS seconds
 FROM finished
-"""
-
-# Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
-# and finished with FINISH_RUNS in the same transaction. Uses index job_runs_running_lease.
-EXPIRED_LEASES = """
-SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap
-FROM job_runs
-WHERE status = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
 """
 
 # -- operators and retention: retry, cancel, prune --------------------------------------------
