@@ -6,7 +6,7 @@ A duty of every worker, handed to it by the command that builds it, like Oban's 
 
 import psycopg
 
-from . import registry, statements
+from . import registry, statements, upkeep
 from .execution import Failures, finish_each, finish_params, log_finished
 from .registry import JobContext
 from .duties import Duty
@@ -22,7 +22,7 @@ def recover_expired_leases(link, failures, limit=RECOVER_BATCH):
     """
 
     def recover(conn):
-        rows = conn.execute(statements.EXPIRED_LEASES, {"limit": limit}).fetchall()
+        rows = conn.execute(upkeep.EXPIRED_LEASES, {"limit": limit}).fetchall()
         outcomes = []
         for run_id, attempt, holder, job_type, backoff_base, backoff_cap in rows:
             ctx = JobContext(run_id, job_type, {}, attempt, 0)

@@ -8,8 +8,9 @@ the states and names the statement behind each arrow.
 Every statement that changes a run a worker holds is guarded by who holds it (`locked_by`) and
 which attempt it is (`attempts`), and reports through RETURNING which rows it changed: a worker
 whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
-Times are the database's `now()`. Other engine SQL: upkeep.py; runs reported from outside
-(`flask jobs exec`, ping URLs) change status in reported_runs.py."""
+Times are the database's `now()`. Other engine SQL (lease recovery's look-up of expired leases
+too): upkeep.py; runs reported from outside (`flask jobs exec`, ping URLs) change status in
+reported_runs.py."""
 
 # skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
@@ -151,13 +152,17 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # before started_at + lease. Unlimited queues pay for none of this: one scan of job_runs_claimable;
 # --queues and limited queues use job_runs_queue_claimable. A limited queue gives at most `free` runs
 # (slots free now, none ahead: engine/claim_ahead.py): no run waits holding its slot.
+# The no_*_excluded flags keep the planner reading job_runs_claimable in order: with one queue or job
+# type in the statistics, it estimates that `NOT queue = ANY(e.queues)` leaves no run, and then chose to
+# read every due run through job_runs_status_id and sort them (1,000 due: 0.6 ms more per claim).
 CLAIM_RUNS = """
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
 snapshot AS MATERIALIZED (
     SELECT name, paused, claims, coalesce(concurrency_limit, rate_limit) IS NOT NULL AS limited FROM job_queues),
 excluded AS MATERIALIZED (  -- limited queues are taken from per queue below, or not at all
-    SELECT coalesce((SELECT array_agg(name) FROM snapshot WHERE paused OR limited), '{}') AS queues,
-           coalesce((SELECT array_agg(job_type) FROM job_paused_types), '{}') AS job_types
+    SELECT queues, job_types, queues = '{}' AS no_queue_excluded, job_types = '{}' AS no_type_excluded
+    FROM (SELECT coalesce(array_agg(name) FILTER (WHERE paused OR limited), '{}') AS queues FROM snapshot) q,
+         (SELECT coalesce(array_agg(job_type), '{}') AS job_types FROM job_paused_types) t
 ),
 held AS MATERIALIZED (
     SELECT name, claims, concurrency_limit, rate_limit, ARRAY(SELECT t FROM unnest(rate_starts) t, clock
@@ -181,9 +186,9 @@ per_queue AS (  -- (queue, how many runs it may give)
 candidates AS (
     SELECT c.* FROM excluded e, LATERAL (
         SELECT r.id, r.queue, r.priority, r.run_at FROM job_runs r
-        WHERE %(queues)s::text[] IS NULL AND NOT r.queue = ANY(e.queues)
+        WHERE %(queues)s::text[] IS NULL AND (e.no_queue_excluded OR NOT r.queue = ANY(e.queues))
           AND r.status IN ('queued', 'failed') AND r.run_at <= now()
-          AND r.job_type = ANY(%(job_types)s) AND NOT r.job_type = ANY(e.job_types)
+          AND r.job_type = ANY(%(job_types)s) AND (e.no_type_excluded OR NOT r.job_type = ANY(e.job_types))
           -- Overlap policy 'queue': not before the run it waits for has finished. A run whose
           -- predecessor is being claimed in this same instant still sees it queued, so the
           -- two are never claimed together.
@@ -197,7 +202,7 @@ candidates AS (
     SELECT c.* FROM per_queue q, excluded e, LATERAL (
         SELECT r.id, r.queue, r.priority, r.run_at FROM job_runs r
         WHERE r.queue = q.name AND r.status IN ('queued', 'failed') AND r.run_at <= now()
-          AND r.job_type = ANY(%(job_types)s) AND NOT r.job_type = ANY(e.job_types)
+          AND r.job_type = ANY(%(job_types)s) AND (e.no_type_excluded OR NOT r.job_type = ANY(e.job_types))
           AND (r.after_run_id IS NULL OR NOT EXISTS (SELECT 1 FROM job_runs p WHERE p.id = r.after_run_id
                                                      AND p.status IN ('queued', 'running', 'failed')))
         ORDER BY r.priority, r.run_at, r.id
@@ -325,17 +330,6 @@ recorded AS (
 SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,
        extract(epoch FROM now() - started_at) AS seconds
 FROM finished
-"""
-
-# Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
-# and finished with FINISH_RUNS in the same transaction. Uses index job_runs_running_lease.
-EXPIRED_LEASES = """
-SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap
-FROM job_runs
-WHERE status = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
 """
 
 # -- operators and retention: retry, cancel, prune --------------------------------------------

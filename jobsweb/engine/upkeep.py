@@ -1,6 +1,6 @@
 """The engine's named SQL that changes no run's status: the enqueuer's look-up by key, the
-worker's job_workers row, the leases of the runs it holds and the claims it lost track of. The
-status changes are in statements.py.
+worker's job_workers row, the leases of the runs it holds (and those whose holder stopped
+heartbeating) and the claims it lost track of. The status changes are in statements.py.
 """
 
 # The run an enqueue with a key collided with (ENQUEUE's ON CONFLICT inserted nothing): the
@@ -17,7 +17,7 @@ LIMIT 1
 # Runs locked by this worker that it does not know it holds: after a broken connection, the
 # claim's transaction may have committed while its rows never arrived. Without this they
 # would sit `running` until their lease ran out (60 s by default). Scans index
-# job_runs_running_lease (running runs only).
+# job_runs_running (running runs only).
 LOST_CLAIMS = """
 SELECT id, job_type, attempts FROM job_runs
 WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s))
@@ -36,6 +36,17 @@ WHERE r.id = o.id
   AND r.locked_by = %(worker)s
   AND r.status = 'running'
 RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
+"""
+
+# Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
+# and finished with statements.FINISH_RUNS in the same transaction. Uses index job_runs_running.
+EXPIRED_LEASES = """
+SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap
+FROM job_runs
+WHERE status = 'running' AND locked_until < now()
+ORDER BY locked_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
 """
 
 REGISTER_WORKER = """

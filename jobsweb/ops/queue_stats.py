@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ..core.database import execute
 
 # Queues with a job_queues row, and queues that only plain-SQL inserts have used so far. Counts
-# come from the partial indexes the claim uses (job_runs_queue_claimable, job_runs_running_queue),
+# come from the partial indexes the claim uses (job_runs_queue_claimable, job_runs_running),
 # so finished history costs nothing here.
 QUEUES = """
 WITH names AS (

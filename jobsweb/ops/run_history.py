@@ -15,7 +15,7 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
-# Index job_runs_running_lease (partial, status = 'running'): only the few runs held right now.
+# Index job_runs_running (partial, status = 'running'): only the few runs held right now.
 CURRENT_RUNS = """
 SELECT locked_by, id, job_type, started_at
 FROM job_runs

@@ -61,7 +61,7 @@ RETURNING i.id
 
 # Running runs of definitions past their expected duration, the longest-running one per
 # definition, leaving out definitions with a slow incident open. Running runs come from index
-# job_runs_running_lease; each definition's history from job_runs_definition, newest first.
+# job_runs_running; each definition's history from job_runs_definition, newest first.
 # percentile_cont over no rows is NULL, and so is the limit then (greatest() would skip it).
 SLOW_RUNS = """
 SELECT DISTINCT ON (r.definition_id) r.id, r.definition_id, d.name, r.started_at, l.seconds,

@@ -64,7 +64,7 @@ WHERE NOT EXISTS (
 """
 
 # Running runs whose lease ran out and that lease recovery has not failed yet: their worker
-# stopped heartbeating. Uses index job_runs_running_lease.
+# stopped heartbeating. Uses index job_runs_running.
 RUNS_PAST_LEASE = """
 SELECT id, job_type, locked_by, locked_until FROM job_runs
 WHERE status = 'running' AND locked_until < now() ORDER BY locked_until LIMIT 10

@@ -1,0 +1,29 @@
+"""Migrations go down as well as up: the latest one's downgrade gives back the schema before it."""
+
+from flask_migrate import downgrade, upgrade
+
+from jobsweb import create_app
+
+from .test_schema_names import shape
+
+PREVIOUS = "0014_payload_search"
+
+
+def at(url, step, revision):
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True,
+                      "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
+    with app.app_context():
+        step(revision=revision)
+
+
+def test_0015_goes_down_to_the_schema_of_0014_and_up_again_to_the_schema_of_a_new_install(scratch_database):
+    before = shape(scratch_database("jobsweb_at_0014", revision=PREVIOUS))
+    head = scratch_database("jobsweb_at_head")
+    after = shape(head)
+    assert after != before
+
+    at(head, downgrade, PREVIOUS)
+    assert shape(head) == before
+    at(head, upgrade, "head")
+    assert shape(head) == after
+
