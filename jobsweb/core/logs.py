@@ -8,6 +8,7 @@ pipeline can count and graph them without parsing the sentence.
 import json
 import logging
 import sys
+import time
 from datetime import datetime, timezone
 
 # The fields of a run event, in the order the JSON line lists them.
@@ -29,6 +30,17 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self):
         super().__init__(TEXT_FORMAT)
+        self.stamp = (None, "")  # (second, its text): one tuple, so threads read a matching pair
+
+    def formatTime(self, record, datefmt=None):
+        # logging.Formatter calls localtime() and strftime() for every line, a quarter of a run
+        # event's cost; lines come by the thousand per second, so each second is formatted once.
+        second = int(record.created)
+        cached, text = self.stamp
+        if cached != second:
+            text = time.strftime(self.default_time_format, self.converter(second))
+            self.stamp = (second, text)
+        return self.default_msec_format % (text, record.msecs)
 
     def formatMessage(self, record):
         # A job's error text or a webhook's reply could hold line breaks that forge log lines:
@@ -47,9 +59,22 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """{"time", "level", "logger", "message", run event fields, "exception"} on one line."""
 
+    def __init__(self):
+        super().__init__()
+        self.stamp = (None, "")  # (second, "YYYY-MM-DDTHH:MM:SS"), as TextFormatter's
+
+    def utc_time(self, record):
+        """ISO 8601 in UTC with milliseconds; the second's text is made once per second."""
+        second = int(record.created)
+        cached, text = self.stamp
+        if cached != second:
+            text = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+            self.stamp = (second, text)
+        return f"{text}.{int(record.msecs):03d}+00:00"
+
     def format(self, record):
         out = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": self.utc_time(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -104,17 +129,18 @@ def flush_events():
             handler.flush()
 
 
-def setup(log_format="text"):
-    """Log INFO and up to stderr in `log_format`, unless the host (a test runner) set logging up."""
+def setup(log_format="text", level="info"):
+    """Log `level` and up to stderr in `log_format`, unless the host (a test runner) set logging up."""
     root = logging.getLogger()
     if any(not getattr(handler, "captures_only", False) for handler in root.handlers):
         return
     handler = EventBatchingHandler(sys.stderr)
     handler.setFormatter(formatter(log_format))
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    root.setLevel(level.upper())
     # Looking up each call's file and line (which these formats never show) was half of each
     # line's cost, ~8 of ~17 us; the logging HOWTO's "Optimization" section names these switches.
     logging._srcfile = None
+    logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

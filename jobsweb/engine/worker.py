@@ -204,7 +204,8 @@ class Worker:
         self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
                                  (backoff_base, backoff_cap))
         self.busy += 1
-        run_event(log, logging.INFO, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
+        # DEBUG: one INFO line per run, when it ends (its duration says when it started).
+        run_event(log, logging.DEBUG, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
                   attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
         (self.async_pool if job.is_async else self.pool).submit(self.held[run_id])
 
