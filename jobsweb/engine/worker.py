@@ -23,7 +23,7 @@ from . import registry, upkeep
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
-from .execution import Failures, Held, Outcome, Pool, finish_each, log_finished
+from .execution import Deadlines, Failures, Held, Outcome, Pool, finish_each, log_finished
 from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
@@ -67,6 +67,7 @@ class Worker(LeaseHolder):
         self.duties = list(duties)
         self.finished = queue.SimpleQueue()  # SimpleQueue.put is safe to call from a signal handler
         self.held: dict[int, Held] = {}
+        self.deadlines = Deadlines()  # of the held runs that have a timeout
         self.busy = 0  # pool threads inside a handler, including ones this worker gave up on
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
         self.done = 0  # runs finished since job_workers was last updated
@@ -199,7 +200,9 @@ class Worker(LeaseHolder):
         if claiming and self.trip is None and self.more_due and \
                 self.claim_size.limit(self.concurrency, self.busy, now) > 0:
             return 0
-        wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
+        wake = [next_beat]
+        if (deadline := self.deadlines.next(self.held)) is not None:
+            wake.append(deadline)
         if drain_until is not None:
             wake.append(drain_until)
         wait = min(wake) - now
@@ -221,6 +224,7 @@ class Worker(LeaseHolder):
         # of this worker's lease, and a shorter one would expire between two of them.
         self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
                                  (backoff_base, backoff_cap))
+        self.deadlines.add(run_id, self.held[run_id])
         self.busy += 1
         # DEBUG: one INFO line per run, when it ends (its duration says when it started).
         run_event(log, logging.DEBUG, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
@@ -255,17 +259,15 @@ class Worker(LeaseHolder):
         self.pending.append(self.failures.outcome_of(self.id, finished, stopping=bool(self.stop_requested)))
 
     def _expire_timeouts(self):
-        now = time.monotonic()
-        for run_id, held in list(self.held.items()):
-            if held.deadline is not None and now >= held.deadline:
-                timeout = held.timeout
-                del self.held[run_id]
-                held.stop(force=True)
-                log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
-                            held.ctx.attempt, timeout)
-                self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
-                                                         f"timed out after {timeout:g} seconds",
-                                                         backoff=held.backoff))
+        for run_id in self.deadlines.due(self.held, time.monotonic()):
+            held = self.held.pop(run_id)
+            timeout = held.timeout
+            held.stop(force=True)
+            log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
+                        held.ctx.attempt, timeout)
+            self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
+                                                     f"timed out after {timeout:g} seconds",
+                                                     backoff=held.backoff))
 
     def _cancel_held(self, why):
         for held in self.held.values():
