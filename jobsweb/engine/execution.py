@@ -167,15 +167,17 @@ class Pool:
         self.cond = threading.Condition()
         self.threads = []
 
-    def submit(self, held):
+    def submit(self, helds):
+        """Queue held runs for the threads: one lock and one wake-up call per batch."""
         with self.cond:
-            self.waiting.append(held)
-            if self.idle >= len(self.waiting) or len(self.threads) >= self.size:
-                self.cond.notify()
-                return
-            thread = threading.Thread(target=self._serve, name=f"jobsweb-pool-{len(self.threads)}", daemon=True)
-            self.threads.append(thread)
-        thread.start()
+            self.waiting.extend(helds)
+            self.cond.notify(min(self.idle, len(self.waiting)))
+            new = [threading.Thread(target=self._serve, name=f"jobsweb-pool-{n}", daemon=True)
+                   for n in range(len(self.threads),
+                                  min(self.size, len(self.threads) + len(self.waiting) - self.idle))]
+            self.threads += new
+        for thread in new:
+            thread.start()
 
     def _serve(self):
         while True:

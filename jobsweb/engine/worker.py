@@ -229,7 +229,10 @@ class Worker(LeaseHolder):
         # DEBUG: one INFO line per run, when it ends (its duration says when it started).
         run_event(log, logging.DEBUG, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
                   attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
-        (self.async_pool if job.is_async else self.pool).submit(self.held[run_id])
+        if not job.is_async:
+            return self.held[run_id]  # the caller hands a batch's to the pool at once
+        self.async_pool.submit(self.held[run_id])
+        return None
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""
@@ -323,14 +326,18 @@ class Worker(LeaseHolder):
         if trip.outcomes:
             # One the guard rejected was counted in the batch: taken back at the next heartbeat.
             self.done += log_finished(trip.outcomes, trip.finished_rows()) - len(trip.outcomes)
+        threaded = []
         for row in trip.claimed_rows():
             if start and not self.stop_requested:
-                self._start(*row)
+                if (held := self._start(*row)) is not None:
+                    threaded.append(held)
             else:
                 run_id, job_type, _, attempt = row[:4]
                 self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
                                             error_type="interrupted",
                                             error=f"worker {self.id}: stopping when the run was claimed"))
+        if threaded:
+            self.pool.submit(threaded)
 
     def _wait_for_database(self, exc):
         self.claims_in_doubt = True
