@@ -1,6 +1,7 @@
 import io
 import json
 import logging
+from datetime import datetime, timezone
 
 from jobsweb import enqueue
 from jobsweb.core.logs import EventBatchingHandler, JsonFormatter, TextFormatter, run_event
@@ -64,7 +65,7 @@ def test_run_events_are_written_in_one_batch_and_other_lines_keep_their_order():
     assert stream.getvalue().endswith("a handler's own line\nrun 1 succeeded\n")
 
 
-def test_a_worker_logs_one_json_line_per_run_event(app, spawn_worker):
+def test_a_worker_logs_one_json_line_per_finished_run_at_the_default_level(app, spawn_worker):
     with committed(app):
         ok = enqueue("jobsweb.noop")
         dead = enqueue("jobsweb.fail", {"permanent": True})
@@ -73,9 +74,31 @@ def test_a_worker_logs_one_json_line_per_run_event(app, spawn_worker):
     assert worker.returncode == 0, out
     lines = [json.loads(line) for line in out.splitlines()]
     events = {(line["run_id"], line["event"]): line for line in lines if "event" in line}
-    assert set(events) == {(ok, "started"), (ok, "succeeded"), (dead, "started"), (dead, "dead")}
+    assert set(events) == {(ok, "succeeded"), (dead, "dead")}
     succeeded = events[(ok, "succeeded")]
     assert succeeded["job_type"] == "jobsweb.noop" and succeeded["attempt"] == 1
     assert 0 <= succeeded["duration"] < 10 and succeeded["worker"].count(":") == 2
     assert events[(dead, "dead")]["level"] == "ERROR"
     assert any(line["message"].endswith("stopped") for line in lines)
+
+
+def test_a_worker_at_debug_level_also_logs_each_run_starting(app, spawn_worker):
+    with committed(app):
+        ok = enqueue("jobsweb.noop")
+    worker = spawn_worker(JOBSWEB_LOG_FORMAT="json", JOBSWEB_LOG_LEVEL="debug")
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
+    events = [json.loads(line) for line in out.splitlines() if '"event"' in line]
+    assert [(e["run_id"], e["event"], e["level"]) for e in events] == [
+        (ok, "started", "DEBUG"), (ok, "succeeded", "INFO")]
+    assert events[0]["attempt"] == 1 and events[0]["worker"] == events[1]["worker"]
+
+
+def test_text_and_json_times_read_as_logging_formats_them_within_and_across_seconds():
+    text, json_lines, plain = TextFormatter(), JsonFormatter(), logging.Formatter("%(asctime)s")
+    for created in (1_700_000_000.125, 1_700_000_000.75, 1_700_000_001.5, 1_700_000_000.25):
+        record = logging.LogRecord("t", logging.INFO, "", 0, "m", (), None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert text.format(record).startswith(plain.format(record) + " INFO t: m")
+        expected = datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
+        assert json.loads(json_lines.format(record))["time"] == expected

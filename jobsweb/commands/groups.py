@@ -68,8 +68,9 @@ def committed(change, *args, **kwargs):
 
 
 def setup_logging():
-    """Log lines to stderr in JOBSWEB_LOG_FORMAT (unless a test runner set logging up)."""
-    logs.setup(current_app.config["JOBSWEB_LOG_FORMAT"])
+    """Log lines to stderr in JOBSWEB_LOG_FORMAT at JOBSWEB_LOG_LEVEL (unless a test runner set
+    logging up)."""
+    logs.setup(current_app.config["JOBSWEB_LOG_FORMAT"], current_app.config["JOBSWEB_LOG_LEVEL"])
 
 
 def when(moment, tz_name):

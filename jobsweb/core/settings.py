@@ -177,6 +177,8 @@ SETTINGS = {
     "JOBSWEB_METRICS_TOKEN": (None, _token),
     # text: one readable line per event; json: one JSON object per line, for log pipelines.
     "JOBSWEB_LOG_FORMAT": ("text", _choice("text", "json")),
+    # info: one line per finished attempt; debug adds a line as each run starts.
+    "JOBSWEB_LOG_LEVEL": ("info", _choice("debug", "info", "warning", "error")),
     # Reverse proxies (a PaaS router, a load balancer) in front of the app whose
     # X-Forwarded-For/-Proto/-Host headers are trusted; 0 trusts none.
     "JOBSWEB_PROXY_HOPS": (0, _hops),

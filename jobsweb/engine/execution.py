@@ -2,6 +2,7 @@
 those outcomes are written (FINISH_RUNS parameters) and logged."""
 
 import collections
+import heapq
 import json
 import logging
 import threading
@@ -62,6 +63,42 @@ class Held:
             self.forced = True
             if self.abort is not None:
                 self.abort()
+
+
+class Deadlines:
+    """When held runs time out, earliest first, without a pass over every held run.
+
+    The loop asks at every pass (a handler's return): with a few hundred runs claimed ahead,
+    looking at each held run each time cost more than the runs themselves. A run that ended
+    keeps its entry until it comes first or the heap is rebuilt (at twice the held runs).
+    """
+
+    def __init__(self):
+        self.heap = []  # (deadline, run_id)
+
+    def add(self, run_id, held):
+        if held.deadline is not None:
+            heapq.heappush(self.heap, (held.deadline, run_id))
+
+    def _is_current(self, entry, held):
+        h = held.get(entry[1])
+        return h is not None and h.deadline == entry[0]
+
+    def next(self, held):
+        """The earliest deadline of the runs in `held` (run id -> Held), or None."""
+        if len(self.heap) > 2 * len(held) + 64:
+            self.heap = [(h.deadline, run_id) for run_id, h in held.items() if h.deadline is not None]
+            heapq.heapify(self.heap)
+        while self.heap and not self._is_current(self.heap[0], held):
+            heapq.heappop(self.heap)
+        return self.heap[0][0] if self.heap else None
+
+    def due(self, held, now):
+        """The ids of the runs in `held` whose deadline is past, taken off the heap."""
+        ids = []
+        while (deadline := self.next(held)) is not None and deadline <= now:
+            ids.append(heapq.heappop(self.heap)[1])
+        return ids
 
 
 @dataclass
@@ -130,15 +167,17 @@ class Pool:
         self.cond = threading.Condition()
         self.threads = []
 
-    def submit(self, held):
+    def submit(self, helds):
+        """Queue held runs for the threads: one lock and one wake-up call per batch."""
         with self.cond:
-            self.waiting.append(held)
-            if self.idle >= len(self.waiting) or len(self.threads) >= self.size:
-                self.cond.notify()
-                return
-            thread = threading.Thread(target=self._serve, name=f"jobsweb-pool-{len(self.threads)}", daemon=True)
-            self.threads.append(thread)
-        thread.start()
+            self.waiting.extend(helds)
+            self.cond.notify(min(self.idle, len(self.waiting)))
+            new = [threading.Thread(target=self._serve, name=f"jobsweb-pool-{n}", daemon=True)
+                   for n in range(len(self.threads),
+                                  min(self.size, len(self.threads) + len(self.waiting) - self.idle))]
+            self.threads += new
+        for thread in new:
+            thread.start()
 
     def _serve(self):
         while True:

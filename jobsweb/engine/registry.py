@@ -4,7 +4,7 @@ import asyncio
 import importlib
 import inspect
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import effects
 from .flow import check_priority, check_queue
@@ -102,6 +102,9 @@ def load(modules):
             raise ConfigError(f"JOBSWEB_HANDLERS names {module!r}, which cannot be imported: {exc}") from exc
 
 
+_WAKER_LOCK = threading.Lock()
+
+
 @dataclass
 class JobContext:
     """What a handler receives: its payload and run, a cancellation flag, a way to keep its lease."""
@@ -112,7 +115,10 @@ class JobContext:
     attempt: int
     max_attempts: int
     definition_id: int | None = None
-    cancel_event: threading.Event = field(default_factory=threading.Event)
+    _cancelled: bool = False
+    # What a sync handler's ctx.sleep waits on, made by its first call: an Event per run (a
+    # lock and a condition) was a tenth of a short run's cost in the worker, and few sleep.
+    _waker: threading.Event | None = None
     _extend_lease: object = None
     # Set by the event loop that awaits an async handler: wakes its `await ctx.sleep()` (called
     # from the worker's loop thread, so it must be thread-safe).
@@ -122,17 +128,21 @@ class JobContext:
     @property
     def cancelled(self):
         """True once the worker wants this run to stop (shutdown, timeout, lost lease)."""
-        return self.cancel_event.is_set()
+        return self._cancelled
 
     def raise_if_cancelled(self):
         """Stop here with Cancelled if the worker asked this run to stop."""
-        if self.cancel_event.is_set():
+        if self._cancelled:
             raise Cancelled(f"run {self.run_id} was asked to stop")
 
     def cancel(self):
         """Ask the handler to stop: `cancelled` turns True and a waiting ctx.sleep wakes (the worker
         calls this; a handler never needs to)."""
-        self.cancel_event.set()
+        self._cancelled = True
+        # Read after the flag is set, as sleep() reads the flag after making the waker: one of
+        # the two sees the other's write, so a sleep never misses a cancel.
+        if self._waker is not None:
+            self._waker.set()
         if self._on_cancel is not None:
             self._on_cancel()
 
@@ -144,7 +154,12 @@ class JobContext:
         """
         if self._cancel_waker is not None:  # set by the event loop awaiting an async handler
             return self._sleep_async(seconds)
-        if self.cancel_event.wait(seconds):
+        if self._waker is None:
+            with _WAKER_LOCK:  # a handler's own threads may sleep on one context at once
+                if self._waker is None:
+                    self._waker = threading.Event()
+        self.raise_if_cancelled()
+        if self._waker.wait(seconds):
             self.raise_if_cancelled()
         return None
 

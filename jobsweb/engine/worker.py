@@ -19,13 +19,15 @@ import time
 
 import psycopg
 
-from . import registry, retry, statements, upkeep
+from . import registry, upkeep
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
-from .execution import Failures, Held, Outcome, Pool, finish_each, finish_params, log_finished
+from .execution import Deadlines, Failures, Held, Outcome, Pool, finish_each, log_finished
+from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
+from .round_trips import Lane, Trip
 from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
@@ -40,7 +42,7 @@ def worker_id():
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-class Worker:
+class Worker(LeaseHolder):
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
                  max_runtime=None, forever=False, duties=(), queues=None, listen_conninfo=None):
         config = app.config
@@ -65,6 +67,7 @@ class Worker:
         self.duties = list(duties)
         self.finished = queue.SimpleQueue()  # SimpleQueue.put is safe to call from a signal handler
         self.held: dict[int, Held] = {}
+        self.deadlines = Deadlines()  # of the held runs that have a timeout
         self.busy = 0  # pool threads inside a handler, including ones this worker gave up on
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
         self.done = 0  # runs finished since job_workers was last updated
@@ -73,6 +76,9 @@ class Worker:
         self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
+        self.lane = Lane(self.link, self.finished.put)  # sends finish-and-claim trips (round_trips.py)
+        self.trip = None  # the Trip sent and not yet taken back
+        self.returned = None  # that trip, once the lane handed it back
         # Threads for sync handlers and an event loop for async ones, each started when first needed.
         self.pool = Pool(app, concurrency, self.finished.put)
         self.async_pool = AsyncPool(app, concurrency, self.finished.put)
@@ -114,8 +120,9 @@ class Worker:
                 try:
                     self._expire_timeouts()
                     if claiming:
-                        found = self.tick()  # writes pending outcomes together with its claim
-                    self._flush()  # outcomes no claim took along (no free slot, or not claiming)
+                        found = self.tick()  # sends pending outcomes together with its claim
+                    else:
+                        self._flush()
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
@@ -154,10 +161,11 @@ class Worker:
         return False
 
     def tick(self):
-        """One pass: the duties that are due (in the order given), then claim due runs for the
-        free slots.
+        """One pass: the duties that are due (in the order given), then take back the round trip
+        that came back and send the next: pending outcomes and a claim for the free slots. The
+        runs it brought start while PostgreSQL works on the next.
 
-        Returns whether it found work.
+        Returns whether it found work (or still waits for a trip to come back).
         """
         did_work = False
         now = time.monotonic()
@@ -169,19 +177,32 @@ class Worker:
                 did_work = did_work or found
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
         if self.claims_in_doubt:
+            self._settle()
             self._release_lost_claims()
-        limit = self.claim_size.limit(self.concurrency, self.busy, now)
-        rows = self._finish_and_claim(limit) if limit > 0 else []
-        for row in rows:
-            self._start(*row)
-        self.more_due = limit > 0 and len(rows) == limit
-        return did_work or bool(rows)
+        trip = self._take_back()
+        rows = trip.claimed_rows() if trip else []
+        if self.trip is None:
+            limit = self.claim_size.limit(self.concurrency, self.busy + len(rows), now)
+            # A claim that came back short is sent again at the loop's next pass (a handler's
+            # return, a wake-up or the poll interval), as before; after a full one, at once.
+            if trip is not None and trip.limit and not self.more_due:
+                limit = 0
+            if limit or self.pending:
+                outcomes, self.pending = self.pending, []
+                self.trip = Trip.build(self, outcomes, limit, self.busy + len(rows))
+                self.lane.send(self.trip)
+        if trip is not None:
+            self._land(trip)
+        return did_work or bool(rows) or self.trip is not None
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.more_due and self.claim_size.limit(self.concurrency, self.busy, now) > 0:
+        if claiming and self.trip is None and self.more_due and \
+                self.claim_size.limit(self.concurrency, self.busy, now) > 0:
             return 0
-        wake = [next_beat] + [h.deadline for h in self.held.values() if h.deadline is not None]
+        wake = [next_beat]
+        if (deadline := self.deadlines.next(self.held)) is not None:
+            wake.append(deadline)
         if drain_until is not None:
             wake.append(drain_until)
         wait = min(wake) - now
@@ -203,21 +224,28 @@ class Worker:
         # of this worker's lease, and a shorter one would expire between two of them.
         self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
                                  (backoff_base, backoff_cap))
+        self.deadlines.add(run_id, self.held[run_id])
         self.busy += 1
-        run_event(log, logging.INFO, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
+        # DEBUG: one INFO line per run, when it ends (its duration says when it started).
+        run_event(log, logging.DEBUG, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
                   attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
-        (self.async_pool if job.is_async else self.pool).submit(self.held[run_id])
+        if not job.is_async:
+            return self.held[run_id]  # the caller hands a batch's to the pool at once
+        self.async_pool.submit(self.held[run_id])
+        return None
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""
         try:
-            items = [self.finished.get(timeout=wait) if wait > 0 else self.finished.get_nowait()]
+            items = [self.finished.get(timeout=wait) if wait is None or wait > 0 else self.finished.get_nowait()]
         except queue.Empty:
             return
         while not self.finished.empty():  # only this thread takes from it
             items.append(self.finished.get_nowait())
         for item in items:
-            if item is not _WAKE:
+            if isinstance(item, Trip):
+                self.returned = item
+            elif item is not _WAKE:
                 self._handler_returned(item)
 
     def _handler_returned(self, finished):
@@ -234,17 +262,15 @@ class Worker:
         self.pending.append(self.failures.outcome_of(self.id, finished, stopping=bool(self.stop_requested)))
 
     def _expire_timeouts(self):
-        now = time.monotonic()
-        for run_id, held in list(self.held.items()):
-            if held.deadline is not None and now >= held.deadline:
-                timeout = held.timeout
-                del self.held[run_id]
-                held.stop(force=True)
-                log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
-                            held.ctx.attempt, timeout)
-                self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
-                                                         f"timed out after {timeout:g} seconds",
-                                                         backoff=held.backoff))
+        for run_id in self.deadlines.due(self.held, time.monotonic()):
+            held = self.held.pop(run_id)
+            timeout = held.timeout
+            held.stop(force=True)
+            log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
+                        held.ctx.attempt, timeout)
+            self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
+                                                     f"timed out after {timeout:g} seconds",
+                                                     backoff=held.backoff))
 
     def _cancel_held(self, why):
         for held in self.held.values():
@@ -255,85 +281,63 @@ class Worker:
     # -- writing to the database ---------------------------------------------------------
 
     def _flush(self):
-        """Write every pending outcome in one FINISH_RUNS statement."""
-        self._finish_and_claim(0)
+        """Write every pending outcome now, once the trip under way (if any) is back."""
+        self._settle()
+        if self.pending:
+            outcomes, self.pending = self.pending, []
+            trip = Trip.build(self, outcomes, 0, self.busy)
+            self.lane.run(trip)
+            self._check(trip)
+            self._land(trip)
 
-    def _finish_and_claim(self, free):
-        """Write pending outcomes and claim up to `free` runs in one transaction; the claimed rows.
+    def _settle(self, start=True):
+        """Wait for the trip under way, if any, and take it back (start: its runs start)."""
+        while self.trip is not None and self.returned is None:
+            self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
+        trip = self._take_back()
+        if trip is not None:
+            self._land(trip, start)
 
-        Finish before claiming: a slot's next run starts after its last one ended. Together
-        they cost one round trip and one commit, the worker's main cost with no-op jobs.
-        """
-        outcomes, self.pending = self.pending, []
-        # The count of runs done is written with them (at heartbeats only, the Workers page said 0).
-        batch = [(statements.FINISH_RUNS, finish_params(outcomes)),
-                 (upkeep.WORKER_SEEN, {"worker": self.id, "done": len(outcomes)})] if outcomes else []
-        if free:
-            batch.append((statements.CLAIM_RUNS, {"worker": self.id, "lease": self.lease, "limit": free,
-                                                  "free": max(self.concurrency - self.busy, 0),
-                                                  "job_types": registry.names(), "queues": self.queues}))
-        if not batch:
-            return []
-        try:
-            results = self.link.fetch_together(batch)
-        except DatabaseUnavailable:
-            self.pending = outcomes + self.pending  # written again once the database is back
-            raise
-        except psycopg.Error:
-            # The database refused a value of one outcome: write them one by one instead.
-            self.done += finish_each(self.link.fetch, outcomes)
-            return self.link.fetch(*batch[-1]) if free else []
-        if outcomes:
+    def _take_back(self):
+        """The trip the lane handed back, checked; None if none came back."""
+        trip, self.returned = self.returned, None
+        if trip is not None:
+            self.trip = None
+            self._check(trip)
+            self.more_due = trip.limit > 0 and len(trip.claimed_rows()) == trip.limit
+        return trip
+
+    def _check(self, trip):
+        """Raise DatabaseUnavailable if the trip's transaction failed for the database's sake;
+        if the database refused a value of one outcome, write them one by one instead."""
+        if trip.error is None:
+            return
+        if not isinstance(trip.error, psycopg.Error) or isinstance(trip.error, DatabaseUnavailable):
+            if isinstance(trip.error, DatabaseUnavailable):
+                self.pending = trip.outcomes + self.pending  # written again once the database is back
+            raise trip.error
+        self.done += finish_each(self.link.fetch, trip.outcomes)
+        trip.outcomes, trip.error = [], None
+        trip.results = [self.link.fetch(*trip.claim)] if trip.limit else []
+
+    def _land(self, trip, start=True):
+        """Log the outcomes a trip wrote and start the runs it claimed (with start, and unless the
+        worker is stopping: then they go back to the queue, never started)."""
+        if trip.outcomes:
             # One the guard rejected was counted in the batch: taken back at the next heartbeat.
-            self.done += log_finished(outcomes, results[0]) - len(outcomes)
-        return results[-1] if free else []
-
-    def _heartbeat(self):
-        if self.held:
-            held = list(self.held.values())
-            rows = self.link.fetch(upkeep.EXTEND_LEASES, {
-                "worker": self.id, "ids": [h.ctx.run_id for h in held],
-                "attempts": [h.ctx.attempt for h in held], "leases": [h.lease for h in held]})
-            kept = {run_id: cancel_requested for run_id, cancel_requested in rows}
-            for h in held:
-                if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
-                    h.cancel_requested = True
-                    h.stop(force=True)
-                    log.info("run %d %s: cancelled by an operator; asking the handler to stop",
-                             h.ctx.run_id, h.ctx.job_type)
-                if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
-                    del self.held[h.ctx.run_id]
-                    h.stop(force=True)
-                    log.warning("run %d %s: lease lost (another worker took it over or it was "
-                                "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
-        self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
-        self.done = 0
-
-    def extend_lease(self, ctx, seconds=None):
-        """JobContext.extend_lease: called from a handler thread."""
-        held = self.held.get(ctx.run_id)
-        if held is None or held.ctx is not ctx:
-            return False
-        # Bounded like a retry delay: 1e300 would overflow EXTEND_LEASES at every heartbeat.
-        held.lease = max(1.0, retry.bounded(seconds or self.lease))
-        try:
-            rows = self.link.fetch(upkeep.EXTEND_LEASES, {
-                "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})
-        except DatabaseUnavailable as exc:
-            log.warning("run %d: could not extend its lease: %s", ctx.run_id, exc)
-            return False
-        return bool(rows)
-
-    def _release_lost_claims(self):
-        """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
-        known = list(self.held) + [o.run_id for o in self.pending]
-        for run_id, job_type, attempt in self.link.fetch(upkeep.LOST_CLAIMS, {"worker": self.id, "known": known}):
-            log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
-                        "the queue", run_id, job_type, attempt)
-            self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
-                                        error_type="interrupted", error=f"worker {self.id}: claimed while "
-                                        "the database connection broke, never started"))
-        self.claims_in_doubt = False
+            self.done += log_finished(trip.outcomes, trip.finished_rows()) - len(trip.outcomes)
+        threaded = []
+        for row in trip.claimed_rows():
+            if start and not self.stop_requested:
+                if (held := self._start(*row)) is not None:
+                    threaded.append(held)
+            else:
+                run_id, job_type, _, attempt = row[:4]
+                self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
+                                            error_type="interrupted",
+                                            error=f"worker {self.id}: stopping when the run was claimed"))
+        if threaded:
+            self.pool.submit(threaded)
 
     def _wait_for_database(self, exc):
         self.claims_in_doubt = True
@@ -346,6 +350,10 @@ class Worker:
     def _shut_down(self):
         if self.listener is not None:
             self.listener.stop()
+        try:
+            self._settle(start=False)
+        except DatabaseUnavailable:
+            pass  # its outcomes are pending again: reported below if they still cannot be written
         leftover = list(self.held.values())
         self.held.clear()
         for held in leftover:
@@ -359,6 +367,7 @@ class Worker:
         except DatabaseUnavailable as exc:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)
+        self.lane.stop()
         self.link.close()
         self.async_pool.stop()
         for duty in self.duties:

@@ -1,0 +1,67 @@
+"""Keeping the leases a worker holds: heartbeats, a handler's extend_lease, and the claims a
+broken connection may have committed unseen.
+
+A mixin of Worker (engine/worker.py), which holds the state these read: `held` (run id ->
+Held), `pending` outcomes, `link`, `id`, `lease` and `done`.
+"""
+
+import logging
+
+from . import retry, upkeep
+from .execution import Outcome
+from .link import DatabaseUnavailable
+
+log = logging.getLogger("jobsweb.worker")
+
+
+class LeaseHolder:
+    """Worker's lease keeping (a mixin: the state is the worker's)."""
+
+    def _heartbeat(self):
+        """Extend the held runs' leases; stop the handlers of runs cancelled or lost meanwhile."""
+        if self.held:
+            held = list(self.held.values())
+            rows = self.link.fetch(upkeep.EXTEND_LEASES, {
+                "worker": self.id, "ids": [h.ctx.run_id for h in held],
+                "attempts": [h.ctx.attempt for h in held], "leases": [h.lease for h in held]})
+            kept = {run_id: cancel_requested for run_id, cancel_requested in rows}
+            for h in held:
+                if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
+                    h.cancel_requested = True
+                    h.stop(force=True)
+                    log.info("run %d %s: cancelled by an operator; asking the handler to stop",
+                             h.ctx.run_id, h.ctx.job_type)
+                if h.ctx.run_id not in kept and self.held.get(h.ctx.run_id) is h:
+                    del self.held[h.ctx.run_id]
+                    h.stop(force=True)
+                    log.warning("run %d %s: lease lost (another worker took it over or it was "
+                                "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
+        self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
+        self.done = 0
+
+    def extend_lease(self, ctx, seconds=None):
+        """JobContext.extend_lease: called from a handler thread."""
+        held = self.held.get(ctx.run_id)
+        if held is None or held.ctx is not ctx:
+            return False
+        # Bounded like a retry delay: 1e300 would overflow EXTEND_LEASES at every heartbeat.
+        held.lease = max(1.0, retry.bounded(seconds or self.lease))
+        try:
+            rows = self.link.fetch(upkeep.EXTEND_LEASES, {
+                "worker": self.id, "ids": [ctx.run_id], "attempts": [ctx.attempt], "leases": [held.lease]})
+        except DatabaseUnavailable as exc:
+            log.warning("run %d: could not extend its lease: %s", ctx.run_id, exc)
+            return False
+        return bool(rows)
+
+    def _release_lost_claims(self):
+        """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
+        known = list(self.held) + [o.run_id for o in self.pending]
+        for run_id, job_type, attempt in self.link.fetch(upkeep.LOST_CLAIMS, {"worker": self.id, "known": known}):
+            log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
+                        "the queue", run_id, job_type, attempt)
+            self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
+                                        error_type="interrupted", error=f"worker {self.id}: claimed while "
+                                        "the database connection broke, never started"))
+        self.claims_in_doubt = False
+

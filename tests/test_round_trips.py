@@ -1,0 +1,75 @@
+"""The worker's finish-and-claim round trip, sent on its lane thread while the loop works
+(engine/round_trips.py), and the loop's per-pass bookkeeping that must stay cheap."""
+
+import logging
+
+from jobsweb.core.logs import RunEventRecord
+from jobsweb.engine.execution import Deadlines, Held
+from jobsweb.engine.round_trips import Trip
+from tests.test_worker import add, make_worker
+
+
+def executions(sql):
+    return sql("SELECT run_id, count(*) FROM test_executions GROUP BY run_id ORDER BY run_id")
+
+
+def test_many_short_runs_through_overlapping_trips_each_run_once_with_one_attempt(app, sql):
+    run_ids = [add(app, "test.record") for _ in range(120)]
+    make_worker(app, concurrency=2).run()
+    assert executions(sql) == [(run_id, 1) for run_id in run_ids]
+    assert sql("SELECT count(*), count(DISTINCT run_id), max(attempt) FROM job_attempts "
+               "WHERE outcome = 'succeeded'") == [(120, 120, 1)]
+    assert sql("SELECT count(*) FROM job_runs WHERE status <> 'succeeded' OR locked_by IS NOT NULL") == [(0,)]
+
+
+def test_runs_a_trip_brings_back_after_a_sigterm_go_back_to_the_queue_unstarted(app, sql):
+    run_ids = sorted(add(app, "test.record") for _ in range(3))
+    worker = make_worker(app)
+    worker._register()
+    worker.trip = Trip.build(worker, [], 3, busy=0)
+    worker.lane.send(worker.trip)
+    worker.request_stop()  # arrives while the claim is under way
+    worker._flush()  # takes the trip back, then writes what became of its runs
+    assert sql("SELECT id, status, attempts, locked_by FROM job_runs ORDER BY id") == [
+        (run_id, "queued", 1, None) for run_id in run_ids]
+    assert sql("SELECT outcome, count(*) FROM job_attempts GROUP BY outcome") == [("interrupted", 3)]
+    assert executions(sql) == [] and worker.held == {}
+    worker._shut_down()
+
+
+def held_until(deadline):
+    return Held(ctx=None, job=None, lease=30, deadline=deadline)
+
+
+def test_deadlines_come_earliest_first_and_skip_runs_that_ended_or_came_back():
+    deadlines = Deadlines()
+    held = {1: held_until(5.0), 2: held_until(3.0), 3: held_until(None)}
+    for run_id, h in held.items():
+        deadlines.add(run_id, h)
+    assert deadlines.next(held) == 3.0
+    del held[2]  # ended before its deadline
+    assert deadlines.next(held) == 5.0
+    held[2] = held_until(9.0)  # the same run held again (its next attempt)
+    deadlines.add(2, held[2])
+    assert deadlines.due(held, now=4.0) == []
+    assert deadlines.due(held, now=9.0) == [1, 2]
+    assert deadlines.next(held) is None
+
+
+def test_deadlines_of_ended_runs_do_not_pile_up():
+    deadlines, held = Deadlines(), {}
+    for run_id in range(1000):
+        held[run_id] = held_until(1000.0 + run_id)
+        deadlines.add(run_id, held[run_id])
+        del held[run_id]  # each run ends long before its deadline
+        deadlines.next(held)
+    assert len(deadlines.heap) <= 64 + 1
+
+
+def test_a_run_event_record_has_every_attribute_a_log_record_has():
+    plain = logging.LogRecord("jobsweb.worker", logging.INFO, "", 0, "run %d", (7,), None)
+    record = RunEventRecord("jobsweb.worker", logging.INFO, "run %d", (7,), {"event": "succeeded", "run_id": 7})
+    assert set(vars(plain)) <= set(vars(record))
+    assert (record.getMessage(), record.levelname, record.event) == ("run 7", "INFO", "succeeded")
+    assert abs(record.created - plain.created) < 5 and 0 <= record.msecs < 1000
+    assert logging.Formatter("%(threadName)s %(process)s %(filename)s").format(record)
