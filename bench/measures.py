@@ -199,7 +199,6 @@ def replay_script(batch):
                         "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch), "free": str(batch),
                         "queues": "NULL"}.items():
         claim = claim.replace(f"%({name})s", value)
-    claim = strip_comments(claim)
     finish_sql = strip_comments(statements.FINISH_RUNS)
     n = "ARRAY[:n::int]"
     for name, value in {"ids": ":ids", "attempts": ":attempts",
@@ -210,9 +209,7 @@ def replay_script(batch):
                         "delays": f"array_fill(0::float8, {n})", "give_up": f"array_fill(false, {n})",
                         "outputs": f"array_fill(NULL::text, {n})"}.items():
         finish_sql = finish_sql.replace(f"%({name})s", value)
-    # The claim's own CTEs come first: a data-modifying WITH must be at the top level.
-    ctes, _, update = claim.strip().rpartition("\nUPDATE job_runs r\n")
-    return (f"{ctes},\nclaimed AS (UPDATE job_runs r\n{update})\n"
+    return (f"WITH claimed AS ({claim.strip()})\n"
             "SELECT coalesce(array_agg(id)::text, '{}') AS ids,\n"
             "       coalesce(array_agg(attempts)::text, '{}') AS attempts,\n"
             "       count(*) AS n FROM claimed\n\\gset\n"
@@ -350,8 +347,8 @@ def claim_latency(bench):
     sizes = bench.sizes["history"]
     points = []
     explain = None
-    # Claims go over a connection like the worker's: no server-side prepares (pooler-safe), so
-    # each claim is planned again; `prepared` below measures what preparing would save.
+    # Claims go over a connection like the worker's: no server-side prepares (pooler-safe); the
+    # claim's statement is planned once per connection inside jobsweb_claim_runs (migration 0015).
     with psycopg.connect(url, autocommit=True) as conn, \
             psycopg.connect(url, autocommit=True, **link.NO_PREPARE) as claimer:
         conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 1000)")
@@ -367,18 +364,33 @@ def claim_latency(bench):
             points.append({"history": size, "p50": percentile(times, 50), "p95": percentile(times, 95),
                            "p99": percentile(times, 99)})
             bench.log(f"claim at {size} finished: p50 {points[-1]['p50']:.3f} ms p95 {points[-1]['p95']:.3f} ms")
-        prepared = claims(conn, bench.sizes["claims"])
-        prepared = {"p50": percentile(prepared, 50), "p95": percentile(prepared, 95)}
         growth = history_costs(conn)
         floor = commit_floor(conn, bench.sizes["claims"])
-        with conn.transaction():
-            explain = "\n".join(r[0] for r in conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statements.CLAIM_RUNS,
-                {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "free": 1,
-                 "queues": None}).fetchall())
-            raise_rollback()
+        explain = claim_plan(claimer)
     return {"points": points, "explain": explain, "url": url, "app": app, "commit_floor": floor,
-            "prepared": prepared, "growth": growth}
+            "growth": growth}
+
+
+def claim_plan(conn):
+    """The plan jobsweb_claim_runs ran its statement with (the one it keeps), with actual times.
+
+    EXPLAIN of CLAIM_RUNS would show only the function call: auto_explain logs the function's
+    own statement, and client_min_messages = log brings that log line to this connection."""
+    plans = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary))
+    conn.execute("LOAD 'auto_explain'")
+    for name, value in {"log_min_duration": "0", "log_nested_statements": "on", "log_analyze": "on",
+                        "log_buffers": "on", "log_timing": "on"}.items():
+        conn.execute(f"SET auto_explain.{name} = '{value}'")
+    conn.execute("SET client_min_messages = log")
+    with conn.transaction():
+        conn.execute(statements.CLAIM_RUNS, {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES,
+                                             "limit": 1, "free": 1, "queues": None}).fetchall()
+        raise_rollback()
+    conn.execute("RESET client_min_messages")
+    conn.execute("RESET auto_explain.log_min_duration")
+    nested = next(p for p in plans if "Update on job_runs" in p)
+    return nested[nested.index("Update on job_runs"):].rstrip()
 
 
 SIZES_SQL = """

@@ -59,8 +59,8 @@ def targets(r):
          "2 cores shared by PostgreSQL and the workers' Python; pgbench spends no CPU on handlers"),
         (f"claim p95 at {n_hist:,} finished ≤ 2 ms", f"{fmt(full['p95'], 3)} ms", full["p95"] <= 2,
          f"a claim is a durable commit: the cheapest one (one-row UPDATE) takes p50 {floor['p50']:.3f} / "
-         f"p95 {floor['p95']:.3f} ms here; the claim is planned on every call (no server-side prepare, "
-         f"pooler-safe): prepared, p95 is {fmt(r['history']['prepared']['p95'], 3)} ms (§4); history size "
+         f"p95 {floor['p95']:.3f} ms here; the claim's statement is planned once per server connection "
+         "(PL/pgSQL function jobsweb_claim_runs, pooler-safe: no client-side prepare), §4; history size "
          "barely matters (partial index job_runs_claimable)"),
         ("claim p95 ≤ 1.5× empty history", f"{fmt(ratio(full['p95'], empty['p95']), 2)}×",
          full["p95"] <= 1.5 * empty["p95"], "the claim's UPDATE is not HOT: it adds entries to every "
@@ -260,7 +260,8 @@ def write(r, out):
         "",
         "![claim latency vs history](bench_claim_latency.png)",
         "",
-        f"`EXPLAIN (ANALYZE, BUFFERS)` at {points[-1]['history']:,} finished runs:",
+        f"The plan jobsweb_claim_runs keeps for CLAIM_RUNS' statement, with actual times (auto_explain), "
+        f"at {points[-1]['history']:,} finished runs:",
         "",
         "```",
         r["history"]["explain"],
@@ -271,9 +272,9 @@ def write(r, out):
         "(fsync and synchronous_commit on).",
         "",
         "The claims above go over a connection like the worker's, which never prepares a statement on "
-        "the server (a pooler in transaction mode would lose it), so PostgreSQL plans CLAIM_RUNS on every "
-        f"call. The same claims on a connection that prepares: p50 {r['history']['prepared']['p50']:.3f} ms, "
-        f"p95 {r['history']['prepared']['p95']:.3f} ms at {points[-1]['history']:,} finished runs.",
+        "the server (a pooler in transaction mode would lose it). CLAIM_RUNS calls the PL/pgSQL function "
+        "jobsweb_claim_runs (migration 0015), which keeps its statement's plan in each server connection: "
+        "the claim is planned once per connection, not on every call.",
         "",
         "## 5. Enqueue",
         "",

@@ -1,12 +1,15 @@
 """Migrations go down as well as up: the latest one's downgrade gives back the schema before it."""
 
+import psycopg
 from flask_migrate import downgrade, upgrade
 
 from jobsweb import create_app
+from jobsweb.core.database import libpq_url
 
 from .test_schema_names import shape
 
 PREVIOUS = "0014_payload_search"
+CLAIM_FUNCTION = "jobsweb_claim_runs(text, double precision, text[], integer, integer, text[])"
 
 
 def at(url, step, revision):
@@ -16,14 +19,18 @@ def at(url, step, revision):
         step(revision=revision)
 
 
+def has_claim_function(url):
+    with psycopg.connect(libpq_url(url)) as conn:
+        return conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", [CLAIM_FUNCTION]).fetchone()[0]
+
+
 def test_0015_goes_down_to_the_schema_of_0014_and_up_again_to_the_schema_of_a_new_install(scratch_database):
     before = shape(scratch_database("jobsweb_at_0014", revision=PREVIOUS))
     head = scratch_database("jobsweb_at_head")
     after = shape(head)
-    assert after != before
+    assert after != before and has_claim_function(head)
 
     at(head, downgrade, PREVIOUS)
-    assert shape(head) == before
+    assert shape(head) == before and not has_claim_function(head)
     at(head, upgrade, "head")
-    assert shape(head) == after
-
+    assert shape(head) == after and has_claim_function(head)
