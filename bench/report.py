@@ -36,8 +36,9 @@ def targets(r):
         ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
          None if pgq is None else one >= 2 * pgq,
          "the WAL flush of each round trip's commit (fsync on; §4's commit floor) and the loop's one "
-         "connection: finishing and claiming are one transaction at a time per process. Claiming ahead "
-         "keeps the handlers busy through it. Per run PostgreSQL does two non-HOT updates of job_runs "
+         "connection: finishing and claiming are one transaction at a time per process, sent on a lane "
+         "thread while the loop starts and ends runs in Python. Claiming ahead keeps the handlers busy "
+         "through it. Per run PostgreSQL does two non-HOT updates of job_runs "
          "(status is in most of its indexes) plus an attempt row, §3 and §13; PgQueuer deletes its job "
          "row and keeps no attempt history"),
         ("2 processes ≥ 2× PgQueuer's best", f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}×",
@@ -97,7 +98,7 @@ def targets(r):
          "per run (§11)"),
         (f"one `flask run-jobs` for {w['runs']:,} no-op runs, start-up included (reported)",
          f"{w['jobsweb'][whole_c]:.1f} s at --concurrency {whole_c} vs PgQueuer {fmt(w['pgqueuer'], 1)} s",
-         "reported", "start-up and the per-run INFO log lines; PgQueuer's drain also waits ~4 s for its "
+         "reported", "start-up and the per-run INFO log line; PgQueuer's drain also waits ~4 s for its "
          "buffers on shutdown (§12)"),
         ("no worker running: an overdue definition's webhook ≤ 60 s after the web app starts",
          f"{al['seconds']:.1f} s (worst {al['worst']:.1f} s)", al["worst"] <= 60,
@@ -197,7 +198,7 @@ def write(r, out):
         f"Steady state ({st['processes']} process(es) × concurrency {st['concurrency']}, a producer keeping "
         f"~{s['steady_backlog']:,} runs due, {st['seconds']} s): **{fmt(st['rate'])} runs/s**.",
         "",
-        f"Cost of the per-run INFO log lines: one process at concurrency {t['best_one_process'][1]} runs "
+        f"Cost of the per-run INFO log line (one per finished run; `started` is DEBUG): one process at concurrency {t['best_one_process'][1]} runs "
         f"{fmt(one)} runs/s with them and {fmt(t['quiet_one_process'])} runs/s at WARNING level "
         f"({fmt(100 * (t['quiet_one_process'] / one - 1), 0)}% more).",
         "",
