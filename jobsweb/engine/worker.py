@@ -312,9 +312,9 @@ class Worker(LeaseHolder):
         if the database refused a value of one outcome, write them one by one instead."""
         if trip.error is None:
             return
-        if not isinstance(trip.error, psycopg.Error) or isinstance(trip.error, DatabaseUnavailable):
-            if isinstance(trip.error, DatabaseUnavailable):
-                self.pending = trip.outcomes + self.pending  # written again once the database is back
+        if isinstance(trip.error, DatabaseUnavailable):
+            self.pending = trip.outcomes + self.pending  # written again once the database is back
+        if not isinstance(trip.error, psycopg.Error):  # DatabaseUnavailable is not one
             raise trip.error
         self.done += finish_each(self.link.fetch, trip.outcomes)
         trip.outcomes, trip.error = [], None
