@@ -246,9 +246,13 @@ class Failures:
                            give_up=held.job.is_permanent(exc), backoff=held.backoff)
 
     def interrupted(self, worker, ctx, why):
-        """An attempt that did not end by itself: the run goes back to the queue, due now."""
-        return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "interrupted",
-                       error_type="interrupted", error=f"worker {worker}: {why}")
+        return interrupted(ctx.run_id, ctx.job_type, ctx.attempt, worker, why)
+
+
+def interrupted(run_id, job_type, attempt, worker, why):
+    """An attempt that did not end by itself: the run goes back to the queue, due now."""
+    return Outcome(run_id, job_type, attempt, worker, "interrupted", error_type="interrupted",
+                   error=f"worker {worker}: {why}")
 
 
 def finish_params(outcomes):

@@ -8,7 +8,7 @@ Held), `pending` outcomes, `link`, `id`, `lease` and `done`.
 import logging
 
 from . import retry, upkeep
-from .execution import Outcome
+from .execution import interrupted
 from .link import DatabaseUnavailable
 
 log = logging.getLogger("jobsweb.worker")
@@ -60,8 +60,7 @@ class LeaseHolder:
         for run_id, job_type, attempt in self.link.fetch(upkeep.LOST_CLAIMS, {"worker": self.id, "known": known}):
             log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
                         "the queue", run_id, job_type, attempt)
-            self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
-                                        error_type="interrupted", error=f"worker {self.id}: claimed while "
-                                        "the database connection broke, never started"))
+            self.pending.append(interrupted(run_id, job_type, attempt, self.id,
+                                            "claimed while the database connection broke, never started"))
         self.claims_in_doubt = False
 

@@ -23,7 +23,7 @@ from . import registry, upkeep
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
-from .execution import Deadlines, Failures, Held, Outcome, Pool, finish_each, log_finished
+from .execution import Deadlines, Failures, Held, Outcome, Pool, finish_each, interrupted, log_finished
 from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
@@ -333,9 +333,8 @@ class Worker(LeaseHolder):
                     threaded.append(held)
             else:
                 run_id, job_type, _, attempt = row[:4]
-                self.pending.append(Outcome(run_id, job_type, attempt, self.id, "interrupted",
-                                            error_type="interrupted",
-                                            error=f"worker {self.id}: stopping when the run was claimed"))
+                self.pending.append(interrupted(run_id, job_type, attempt, self.id,
+                                                "stopping when the run was claimed"))
         if threaded:
             self.pool.submit(threaded)
 
