@@ -30,17 +30,31 @@ def test_fast_runs_are_claimed_ahead_and_slow_ones_only_for_free_slots():
     # With every slot taken, it waits until half the runs ahead have started.
     assert fast.limit(4, busy=4 + fast.ahead // 2 + 1, now=RATE_WINDOW) == 0
 
-    slow = ClaimAhead()
+    slow = ClaimAhead()  # one run a second
     slow.finished(1, now=0.0)
-    slow.finished(1, now=RATE_WINDOW * 4)
+    slow.finished(1, now=1.0)
     assert slow.ahead == 0
-    assert slow.limit(4, busy=3, now=RATE_WINDOW * 4) == 1
-    assert slow.limit(4, busy=4, now=RATE_WINDOW * 4) == 0
+    assert slow.limit(4, busy=3, now=1.0) == 1
+    assert slow.limit(4, busy=4, now=1.0) == 0
 
     flood = ClaimAhead()
     flood.finished(10**7, now=0.0)
     flood.finished(0, now=RATE_WINDOW)
     assert flood.ahead == MAX_AHEAD
+
+
+def test_runs_ahead_shrink_by_half_a_window_when_runs_stop_finishing():
+    # Runs finish in bursts, a claim's worth at a time: a window that saw none between two
+    # bursts must not drop the runs ahead to none (claims of --concurrency runs until the next).
+    bursts = ClaimAhead()
+    bursts.finished(0, now=0.0)
+    bursts.finished(10**6, now=RATE_WINDOW)
+    assert bursts.ahead == MAX_AHEAD
+    bursts.finished(0, now=2 * RATE_WINDOW)
+    assert bursts.ahead == MAX_AHEAD // 2
+    for window in range(3, 40):
+        bursts.finished(0, now=window * RATE_WINDOW)
+    assert bursts.ahead == 0
 
 
 def test_runs_claimed_ahead_by_a_killed_worker_are_recovered_and_none_runs_twice(app, sql, spawn_worker, tmp_path):

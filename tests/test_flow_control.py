@@ -75,6 +75,14 @@ def test_the_claim_takes_smaller_priorities_first_and_skips_paused_queues_and_jo
     assert claim(sql) == [paused]
 
 
+def test_one_claim_gives_its_runs_in_the_order_they_are_to_start(app, sql):
+    with app.app_context():
+        low = [enqueue("jobsweb.noop", priority=10) for _ in range(3)]
+        normal = [enqueue("jobsweb.noop", queue="other") for _ in range(3)]
+        urgent = [enqueue("jobsweb.noop", priority=-10) for _ in range(3)]
+    assert claim(sql) == urgent + normal + low  # the worker starts them in this order
+
+
 def test_definitions_give_their_runs_their_queue_and_priority(app, sql):
     define(app, "nightly", queue="reports", priority=20)
     with committed(app):

@@ -34,3 +34,20 @@ def test_0015_goes_down_to_the_schema_of_0014_and_up_again_to_the_schema_of_a_ne
     assert shape(head) == before and not has_claim_function(head)
     at(head, upgrade, "head")
     assert shape(head) == after and has_claim_function(head)
+
+
+def claim_function(url):
+    with psycopg.connect(libpq_url(url)) as conn:
+        return conn.execute("SELECT pg_get_functiondef(to_regprocedure(%s))", [CLAIM_FUNCTION]).fetchone()[0]
+
+
+def test_0016_goes_down_to_the_claim_of_0015_and_up_again(scratch_database):
+    before = claim_function(scratch_database("jobsweb_at_0015", revision="0015_claim_path"))
+    head = scratch_database("jobsweb_at_head")
+    after = claim_function(head)
+    assert after != before and "enable_seqscan" in after
+
+    at(head, downgrade, "0015_claim_path")
+    assert claim_function(head) == before
+    at(head, upgrade, "head")
+    assert claim_function(head) == after

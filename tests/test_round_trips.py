@@ -6,6 +6,8 @@ import logging
 from jobsweb.core.logs import RunEventRecord
 from jobsweb.engine.execution import Deadlines, Held
 from jobsweb.engine.round_trips import Trip
+from jobsweb.engine.worker import FINISH_APART
+from tests.processes import insert_many
 from tests.test_worker import add, make_worker
 
 
@@ -22,12 +24,40 @@ def test_many_short_runs_through_overlapping_trips_each_run_once_with_one_attemp
     assert sql("SELECT count(*) FROM job_runs WHERE status <> 'succeeded' OR locked_by IS NOT NULL") == [(0,)]
 
 
+def trips_sent(lane):
+    """The trips `lane` is sent from now on, recorded as they go."""
+    sent, send = [], lane.send
+    lane.send = lambda trip: (sent.append(trip), send(trip))
+    return sent
+
+
+def test_a_busy_worker_writes_outcomes_on_its_second_lane_while_its_first_claims(app, sql):
+    insert_many(sql, "jobsweb.noop", 3000)
+    worker = make_worker(app, concurrency=8)
+    claims, finishes = (trips_sent(lane) for lane in worker.lanes)
+    worker.run()
+    assert sum(len(trip.outcomes) for trip in finishes) >= FINISH_APART and not any(t.limit for t in finishes)
+    assert sum(len(trip.claimed_rows()) for trip in claims) == 3000
+    assert sql("SELECT count(*), count(DISTINCT run_id), max(attempt) FROM job_attempts "
+               "WHERE outcome = 'succeeded'") == [(3000, 3000, 1)]
+    assert sql("SELECT runs_done FROM job_workers WHERE id = %s", [worker.id]) == [(3000,)]
+
+
+def test_a_quiet_worker_uses_one_connection(app, sql):
+    for _ in range(3):
+        add(app, "test.record")
+    worker = make_worker(app, concurrency=4)
+    finishes = trips_sent(worker.lanes[1])
+    worker.run()
+    assert len(executions(sql)) == 3 and finishes == []
+    assert sql("SELECT runs_done FROM job_workers WHERE id = %s", [worker.id]) == [(3,)]
+
+
 def test_runs_a_trip_brings_back_after_a_sigterm_go_back_to_the_queue_unstarted(app, sql):
     run_ids = sorted(add(app, "test.record") for _ in range(3))
     worker = make_worker(app)
     worker._register()
-    worker.trip = Trip.build(worker, [], 3, busy=0)
-    worker.lane.send(worker.trip)
+    worker.lanes[0].send(Trip.build(worker, [], 3, busy=0))
     worker.request_stop()  # arrives while the claim is under way
     worker._flush()  # takes the trip back, then writes what became of its runs
     assert sql("SELECT id, status, attempts, locked_by FROM job_runs ORDER BY id") == [

@@ -7,10 +7,20 @@ other, each side idles while the other works (in the bench, ~60 us of statement 
 working: the runs of the trip that came back start, and the outcomes of the runs before them
 are taken, while PostgreSQL writes and claims.
 
-Still one transaction at a time on the worker's one connection, in the order sent, so every
-guarantee of the synchronous round trip holds: a run's outcome is written before the claim
-that refills its slot, and a claim that committed unseen (the connection broke) is found by
-LOST_CLAIMS. Only the loop thread sends and takes trips back.
+One connection is one PostgreSQL backend, which works on one statement at a time: with short
+jobs a worker's backend was busy most of the time (~55 us a run) and capped one process at
+~15,000 runs/s. So a worker has two lanes, each with its own connection: claims go on the first;
+when many outcomes are pending they go out alone on the second while the first claims, and two
+backends work at once. Fewer outcomes ride with the claim, in its one commit, so a quiet worker
+never opens its second connection.
+
+Trips on the two lanes are separate transactions, and what each guarantees does not hang on
+their order: each claim takes its runs with SKIP LOCKED (no run twice), each outcome is in
+exactly one trip, guarded by locked_by and attempts, and a claim that committed unseen (a
+connection broke) is found by LOST_CLAIMS once every trip under way is back. A trip writes the
+worker's job_workers row (WORKER_SEEN) only when the other trip under way does not: two
+transactions updating one row would wait on each other's row lock. Only the loop thread sends
+and takes trips back.
 """
 
 import queue
@@ -27,19 +37,22 @@ class Trip:
 
     outcomes: list[Outcome]  # written by its FINISH_RUNS (none: no FINISH_RUNS)
     limit: int  # runs claimed at most (0: no CLAIM_RUNS)
+    counted: int = 0  # runs done its WORKER_SEEN adds to job_workers.runs_done
     batch: list = field(default_factory=list)  # (sql, params) in the order they run
     results: list | None = None  # rows of each statement, once back
     error: BaseException | None = None  # what Link.fetch_together raised instead
+    lane: "Lane | None" = None  # where it was sent
 
     @classmethod
-    def build(cls, worker, outcomes, limit, busy):
+    def build(cls, worker, outcomes, limit, busy, counted=0):
         """The statements for `worker` (a Worker): write `outcomes`, claim up to `limit` runs
-        with `busy` of its slots taken."""
-        trip = cls(outcomes, limit)
+        with `busy` of its slots taken, and add `counted` runs done to its job_workers row."""
+        trip = cls(outcomes, limit, counted)
         if outcomes:
+            trip.batch.append((statements.FINISH_RUNS, finish_params(outcomes)))
+        if counted:
             # The count of runs done is written with them (at heartbeats only, the Workers page said 0).
-            trip.batch += [(statements.FINISH_RUNS, finish_params(outcomes)),
-                           (upkeep.WORKER_SEEN, {"worker": worker.id, "done": len(outcomes)})]
+            trip.batch.append((upkeep.WORKER_SEEN, {"worker": worker.id, "done": counted}))
         if limit:
             trip.batch.append((statements.CLAIM_RUNS, {
                 "worker": worker.id, "lease": worker.lease, "limit": limit,
@@ -63,16 +76,20 @@ class Lane:
     """A daemon thread that runs one trip at a time on `link` and hands each back to `report`
     (the worker's queue of things to take, from the lane's thread), results or error."""
 
-    def __init__(self, link, report):
+    def __init__(self, link, report, name="jobsweb-lane"):
         self.link = link
         self.report = report
+        self.name = name
         self.trips = queue.SimpleQueue()
         self.thread = None
+        self.trip = None  # the trip sent and not yet taken back (by the loop thread)
 
     def send(self, trip):
         if self.thread is None:
-            self.thread = threading.Thread(target=self._serve, name="jobsweb-lane", daemon=True)
+            self.thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
             self.thread.start()
+        self.trip = trip
+        trip.lane = self
         self.trips.put(trip)
 
     def run(self, trip):

@@ -152,8 +152,8 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # before started_at + lease. Unlimited queues pay for none of this: one scan of job_runs_claimable;
 # --queues and limited queues use job_runs_queue_claimable. A limited queue gives at most `free` runs
 # (slots free now, none ahead: engine/claim_ahead.py): no run waits holding its slot.
-# The statement is the body of the PL/pgSQL function jobsweb_claim_runs, written out in migration
-# 0015_claim_path: PostgreSQL keeps a function's plans in each server connection, so the claim is planned
+# The statement is the body of the PL/pgSQL function jobsweb_claim_runs, written out in the newest
+# migration that replaced it (0016_claim_by_id; 0015_claim_path made it a function): PostgreSQL keeps a function's plans in each server connection, so the claim is planned
 # once per connection, not on every call (1 ms of a 1.5 ms claim at 1,000,000 finished runs), and
 # nothing is prepared on the client's side, which a pooler in transaction mode would lose.
 CLAIM_RUNS = """

@@ -34,6 +34,10 @@ log = logging.getLogger("jobsweb.worker")
 
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
+# Outcomes this many or more go out on a lane of their own, while the claim goes on the other:
+# a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
+# with the claim, in its one commit: a quiet worker uses one connection.
+FINISH_APART = 64
 _WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
 
 
@@ -70,15 +74,17 @@ class Worker(LeaseHolder):
         self.deadlines = Deadlines()  # of the held runs that have a timeout
         self.busy = 0  # pool threads inside a handler, including ones this worker gave up on
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
-        self.done = 0  # runs finished since job_workers was last updated
+        self.done = 0  # runs written since job_workers.runs_done was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
         self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
-        self.lane = Lane(self.link, self.finished.put)  # sends finish-and-claim trips (round_trips.py)
-        self.trip = None  # the Trip sent and not yet taken back
-        self.returned = None  # that trip, once the lane handed it back
+        # Finish-and-claim trips (round_trips.py) go out on two lanes: claims on the worker's link,
+        # many outcomes at once on a connection of their own, opened when first used.
+        self.lanes = (Lane(self.link, self.finished.put, "jobsweb-claims"),
+                      Lane(Link(conninfo), self.finished.put, "jobsweb-finishes"))
+        self.returned = []  # trips the lanes handed back, not yet taken
         # Threads for sync handlers and an event loop for async ones, each started when first needed.
         self.pool = Pool(app, concurrency, self.finished.put)
         self.async_pool = AsyncPool(app, concurrency, self.finished.put)
@@ -161,9 +167,10 @@ class Worker(LeaseHolder):
         return False
 
     def tick(self):
-        """One pass: the duties that are due (in the order given), then take back the round trip
-        that came back and send the next: pending outcomes and a claim for the free slots. The
-        runs it brought start while PostgreSQL works on the next.
+        """One pass: the duties that are due (in the order given), then take back the round trips
+        that came back and send the next: a claim for the free slots (and the runs to hold
+        ahead) with the pending outcomes, or those alone on the other lane when they are many
+        (FINISH_APART). The runs they brought start while PostgreSQL works on the next.
 
         Returns whether it found work (or still waits for a trip to come back).
         """
@@ -179,25 +186,38 @@ class Worker(LeaseHolder):
         if self.claims_in_doubt:
             self._settle()
             self._release_lost_claims()
-        trip = self._take_back()
-        rows = trip.claimed_rows() if trip else []
-        if self.trip is None:
-            limit = self.claim_size.limit(self.concurrency, self.busy + len(rows), now)
-            # A claim that came back short is sent again at the loop's next pass (a handler's
-            # return, a wake-up or the poll interval), as before; after a full one, at once.
-            if trip is not None and trip.limit and not self.more_due:
-                limit = 0
+        trips = self._take_back()
+        claimed = sum(len(trip.claimed_rows()) for trip in trips)
+        # A claim that came back short is sent again at the loop's next pass (a handler's
+        # return, a wake-up or the poll interval), as before; after a full one, at once.
+        may_claim = self.more_due or not any(trip.limit for trip in trips)
+        claims, finishes = self.lanes
+        if len(self.pending) >= FINISH_APART and finishes.trip is None:
+            self._send(finishes, 0, self.busy)
+        if claims.trip is None:
+            held = self.busy + claimed  # runs held or landing now
+            limit = self.claim_size.limit(self.concurrency, held, now) if may_claim else 0
             if limit or self.pending:
-                outcomes, self.pending = self.pending, []
-                self.trip = Trip.build(self, outcomes, limit, self.busy + len(rows))
-                self.lane.send(self.trip)
-        if trip is not None:
+                self._send(claims, limit, held)  # with the outcomes still pending, in its one commit
+        for trip in trips:
             self._land(trip)
-        return did_work or bool(rows) or self.trip is not None
+        return did_work or bool(claimed) or self._under_way() > 0
+
+    def _send(self, lane, limit, held):
+        """Send the pending outcomes and a claim of up to `limit` runs on `lane`, with the runs
+        done so far unless another trip under way writes them (round_trips.py)."""
+        outcomes, self.pending = self.pending, []
+        counted = 0
+        if not any(other.trip is not None and other.trip.counted for other in self.lanes):
+            counted, self.done = self.done + len(outcomes), -len(outcomes)
+        lane.send(Trip.build(self, outcomes, limit, held, counted))
+
+    def _under_way(self):
+        return sum(lane.trip is not None for lane in self.lanes)
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.trip is None and self.more_due and \
+        if claiming and self.more_due and self.lanes[0].trip is None and \
                 self.claim_size.limit(self.concurrency, self.busy, now) > 0:
             return 0
         wake = [next_beat]
@@ -244,7 +264,7 @@ class Worker(LeaseHolder):
             items.append(self.finished.get_nowait())
         for item in items:
             if isinstance(item, Trip):
-                self.returned = item
+                self.returned.append(item)
             elif item is not _WAKE:
                 self._handler_returned(item)
 
@@ -281,37 +301,48 @@ class Worker(LeaseHolder):
     # -- writing to the database ---------------------------------------------------------
 
     def _flush(self):
-        """Write every pending outcome now, once the trip under way (if any) is back."""
+        """Write every pending outcome now, once the trips under way (if any) are back."""
         self._settle()
         if self.pending:
             outcomes, self.pending = self.pending, []
             trip = Trip.build(self, outcomes, 0, self.busy)
-            self.lane.run(trip)
+            self.lanes[0].run(trip)
             self._check(trip)
             self._land(trip)
 
     def _settle(self, start=True):
-        """Wait for the trip under way, if any, and take it back (start: its runs start)."""
-        while self.trip is not None and self.returned is None:
+        """Wait for the trips under way, if any, and take them back (start: their runs start)."""
+        while len(self.returned) < self._under_way():
             self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
-        trip = self._take_back()
-        if trip is not None:
+        for trip in self._take_back(start):
             self._land(trip, start)
 
-    def _take_back(self):
-        """The trip the lane handed back, checked; None if none came back."""
-        trip, self.returned = self.returned, None
-        if trip is not None:
-            self.trip = None
-            self._check(trip)
-            self.more_due = trip.limit > 0 and len(trip.claimed_rows()) == trip.limit
-        return trip
+    def _take_back(self, start=True):
+        """The trips the lanes handed back, checked, for the caller to land. If one failed for the
+        database's sake, the others are landed (start: their runs start) before that is raised."""
+        trips, self.returned = self.returned, []
+        unavailable = None
+        for trip in trips:
+            trip.lane.trip = None
+            try:
+                self._check(trip)
+            except DatabaseUnavailable as exc:
+                unavailable = exc
+        if unavailable is not None:
+            for trip in trips:
+                if trip.error is None:
+                    self._land(trip, start)
+            raise unavailable
+        if claims := [trip for trip in trips if trip.limit]:
+            self.more_due = all(len(trip.claimed_rows()) == trip.limit for trip in claims)
+        return trips
 
     def _check(self, trip):
         """Raise DatabaseUnavailable if the trip's transaction failed for the database's sake;
         if the database refused a value of one outcome, write them one by one instead."""
         if trip.error is None:
             return
+        self.done += trip.counted  # its WORKER_SEEN was rolled back with it
         if isinstance(trip.error, DatabaseUnavailable):
             self.pending = trip.outcomes + self.pending  # written again once the database is back
         if not isinstance(trip.error, psycopg.Error):  # DatabaseUnavailable is not one
@@ -324,8 +355,7 @@ class Worker(LeaseHolder):
         """Log the outcomes a trip wrote and start the runs it claimed (with start, and unless the
         worker is stopping: then they go back to the queue, never started)."""
         if trip.outcomes:
-            # One the guard rejected was counted in the batch: taken back at the next heartbeat.
-            self.done += log_finished(trip.outcomes, trip.finished_rows()) - len(trip.outcomes)
+            self.done += log_finished(trip.outcomes, trip.finished_rows())
         threaded = []
         for row in trip.claimed_rows():
             if start and not self.stop_requested:
@@ -366,8 +396,9 @@ class Worker(LeaseHolder):
         except DatabaseUnavailable as exc:
             log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
                       "another worker will retry them", len(self.pending), exc)
-        self.lane.stop()
-        self.link.close()
+        for lane in self.lanes:
+            lane.stop()
+            lane.link.close()
         self.async_pool.stop()
         for duty in self.duties:
             duty.stop()
