@@ -35,16 +35,14 @@ def targets(r):
     rows = [
         ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
          None if pgq is None else one >= 2 * pgq,
-         "the WAL flush of each round trip's commit (fsync on; §4's commit floor) and the loop's one "
-         "connection: finishing and claiming are one transaction at a time per process, sent on a lane "
-         "thread while the loop starts and ends runs in Python. Claiming ahead keeps the handlers busy "
-         "through it. Per run PostgreSQL does two non-HOT updates of job_runs "
-         "(status is in most of its indexes) plus an attempt row, §3 and §13; PgQueuer deletes its job "
-         "row and keeps no attempt history"),
+         "the machine's 2 cores: a process claims on one connection and writes outcomes on a second, "
+         "so two PostgreSQL backends (~45 us of CPU a run between them: two non-HOT updates of job_runs, "
+         "status being in most of its indexes, plus an attempt row, §3 and §13) and the worker's Python "
+         "(~28 us a run) share them; PgQueuer deletes its job row and keeps no attempt history"),
         ("2 processes ≥ 2× PgQueuer's best", f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}×",
          None if pgq is None or two is None else two >= 2 * pgq,
-         "2 cores shared by PostgreSQL, both workers' Python and the machine's other load; two "
-         "processes overlap their commits' WAL flushes"),
+         "2 cores shared by four PostgreSQL backends (two lanes a process), both workers' Python and "
+         "the machine's other load"),
         ("--concurrency 4 and 8 ≥ 80% of one process's best",
          ", ".join(f"{c}: {fmt(100 * ratio(v, one), 0)}%" for c, v in low.items()) or "–",
          None if not low else all(v >= 0.8 * one for v in low.values()),
@@ -276,8 +274,9 @@ def write(r, out):
         "",
         "The claims above go over a connection like the worker's, which never prepares a statement on "
         "the server (a pooler in transaction mode would lose it). CLAIM_RUNS calls the PL/pgSQL function "
-        "jobsweb_claim_runs (migration 0015), which keeps its statement's plan in each server connection: "
-        "the claim is planned once per connection, not on every call.",
+        "jobsweb_claim_runs (migrations 0015 and 0016), which keeps its statement's plan in each server "
+        "connection: the claim is planned once per connection, not on every call, and with enable_seqscan "
+        "off that plan reads job_runs through its indexes even when it was made while the table was empty.",
         "",
         "## 5. Enqueue",
         "",
@@ -403,7 +402,8 @@ def extra_sections(r):
         f"indexes), each adding an entry to every index; job_runs' indexes are {fmt(runs['indexes_mb'])} MB "
         f"for its {runs['rows']:,} rows here, so they leave memory long before the tables do at tens of "
         "millions of kept runs.",
-        "3. **Connections**: each worker process holds one connection (and one more for LISTEN); "
+        "3. **Connections**: each worker process holds one connection, a second while it is busy with "
+        "short jobs (its outcomes are written there while the first claims) and one more for LISTEN; "
         "hundreds of processes need a pooler in transaction mode (docs/DEPLOY.md), which jobsweb supports.",
         "",
         "What jobsweb offers then: more worker hosts (exactly once under any number, §1), a pooler for the "

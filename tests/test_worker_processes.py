@@ -55,12 +55,15 @@ def test_a_run_held_by_a_killed_worker_is_recovered_by_another(app, sql, spawn_w
     ]
 
 
-def test_sigterm_releases_unfinished_runs_at_the_shutdown_deadline(app, sql, spawn_worker):
+def test_sigterm_releases_unfinished_runs_at_the_shutdown_deadline(app, sql, spawn_worker, tmp_path):
     [polite] = add_many(app, "jobsweb.sleep", 1, {"seconds": 60})
     [stubborn] = add_many(app, "test.stubborn", 1, {"seconds": 60})
-    proc = spawn_worker("--forever", "--concurrency", "2", "--shutdown-timeout", "1")
-    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 2,
-             message="both runs to start")
+    log = tmp_path / "worker.log"
+    proc = spawn_worker("--forever", "--concurrency", "2", "--shutdown-timeout", "1",
+                        output=open(log, "w+"), JOBSWEB_LOG_LEVEL="debug")
+    # Started by the worker, not only claimed: a run whose claim comes back after the SIGTERM
+    # is released unstarted, with another reason.
+    wait_for(lambda: log.read_text().count(" started (attempt") == 2, message="both runs to start")
     proc.send_signal(signal.SIGTERM)
     code, output = finish(proc)
 
