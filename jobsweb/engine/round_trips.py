@@ -27,8 +27,11 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
+import psycopg
+
 from . import registry, statements, upkeep
-from .execution import Outcome, finish_params
+from .execution import Outcome, finish_each, finish_params
+from .link import DatabaseUnavailable
 
 
 @dataclass
@@ -110,3 +113,62 @@ class Lane:
             self.trips.put(None)
             self.thread.join()
             self.thread = None
+
+
+class TripKeeper:
+    """Sending trips and taking them back, for Worker (engine/worker.py), whose state this is (a
+    mixin): `lanes`, `returned`, `pending`, `done`, `more_due`, `link`; `_collect` and `_land`."""
+
+    def _send(self, lane, limit, held):
+        """Send the pending outcomes and a claim of up to `limit` runs on `lane`, with the runs
+        done so far unless another trip under way writes them (this module's docstring)."""
+        outcomes, self.pending = self.pending, []
+        counted = 0
+        if not any(other.trip is not None and other.trip.counted for other in self.lanes):
+            counted, self.done = self.done + len(outcomes), -len(outcomes)
+        lane.send(Trip.build(self, outcomes, limit, held, counted))
+
+    def _under_way(self):
+        return sum(lane.trip is not None for lane in self.lanes)
+
+    def _settle(self, start=True):
+        """Wait for the trips under way, if any, and take them back (start: their runs start)."""
+        while len(self.returned) < self._under_way():
+            self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
+        for trip in self._take_back(start):
+            self._land(trip, start)
+
+    def _take_back(self, start=True):
+        """The trips the lanes handed back, checked, for the caller to land. If one failed for the
+        database's sake, the others are landed (start: their runs start) before that is raised."""
+        trips, self.returned = self.returned, []
+        unavailable = None
+        for trip in trips:
+            trip.lane.trip = None
+            try:
+                self._check(trip)
+            except DatabaseUnavailable as exc:
+                unavailable = exc
+        if unavailable is not None:
+            for trip in trips:
+                if trip.error is None:
+                    self._land(trip, start)
+            raise unavailable
+        if claims := [trip for trip in trips if trip.limit]:
+            self.more_due = all(len(trip.claimed_rows()) == trip.limit for trip in claims)
+        return trips
+
+    def _check(self, trip):
+        """Raise DatabaseUnavailable if the trip's transaction failed for the database's sake;
+        if the database refused a value of one outcome, write them one by one instead."""
+        if trip.error is None:
+            return
+        self.done += trip.counted  # its WORKER_SEEN was rolled back with it
+        if isinstance(trip.error, DatabaseUnavailable):
+            self.pending = trip.outcomes + self.pending  # written again once the database is back
+        if not isinstance(trip.error, psycopg.Error):  # DatabaseUnavailable is not one
+            raise trip.error
+        self.done += finish_each(self.link.fetch, trip.outcomes)
+        trip.outcomes, trip.error = [], None
+        trip.results = [self.link.fetch(*trip.claim)] if trip.limit else []
+

@@ -17,17 +17,16 @@ import socket
 import threading
 import time
 
-import psycopg
 
 from . import registry, upkeep
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
-from .execution import Deadlines, Failures, Held, Outcome, Pool, finish_each, interrupted, log_finished
+from .execution import Deadlines, Failures, Held, Outcome, Pool, interrupted, log_finished
 from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
-from .round_trips import Lane, Trip
+from .round_trips import Lane, Trip, TripKeeper
 from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
@@ -46,7 +45,7 @@ def worker_id():
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-class Worker(LeaseHolder):
+class Worker(LeaseHolder, TripKeeper):
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
                  max_runtime=None, forever=False, duties=(), queues=None, listen_conninfo=None):
         config = app.config
@@ -203,18 +202,6 @@ class Worker(LeaseHolder):
             self._land(trip)
         return did_work or bool(claimed) or self._under_way() > 0
 
-    def _send(self, lane, limit, held):
-        """Send the pending outcomes and a claim of up to `limit` runs on `lane`, with the runs
-        done so far unless another trip under way writes them (round_trips.py)."""
-        outcomes, self.pending = self.pending, []
-        counted = 0
-        if not any(other.trip is not None and other.trip.counted for other in self.lanes):
-            counted, self.done = self.done + len(outcomes), -len(outcomes)
-        lane.send(Trip.build(self, outcomes, limit, held, counted))
-
-    def _under_way(self):
-        return sum(lane.trip is not None for lane in self.lanes)
-
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
         if claiming and self.more_due and self.lanes[0].trip is None and \
@@ -309,47 +296,6 @@ class Worker(LeaseHolder):
             self.lanes[0].run(trip)
             self._check(trip)
             self._land(trip)
-
-    def _settle(self, start=True):
-        """Wait for the trips under way, if any, and take them back (start: their runs start)."""
-        while len(self.returned) < self._under_way():
-            self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
-        for trip in self._take_back(start):
-            self._land(trip, start)
-
-    def _take_back(self, start=True):
-        """The trips the lanes handed back, checked, for the caller to land. If one failed for the
-        database's sake, the others are landed (start: their runs start) before that is raised."""
-        trips, self.returned = self.returned, []
-        unavailable = None
-        for trip in trips:
-            trip.lane.trip = None
-            try:
-                self._check(trip)
-            except DatabaseUnavailable as exc:
-                unavailable = exc
-        if unavailable is not None:
-            for trip in trips:
-                if trip.error is None:
-                    self._land(trip, start)
-            raise unavailable
-        if claims := [trip for trip in trips if trip.limit]:
-            self.more_due = all(len(trip.claimed_rows()) == trip.limit for trip in claims)
-        return trips
-
-    def _check(self, trip):
-        """Raise DatabaseUnavailable if the trip's transaction failed for the database's sake;
-        if the database refused a value of one outcome, write them one by one instead."""
-        if trip.error is None:
-            return
-        self.done += trip.counted  # its WORKER_SEEN was rolled back with it
-        if isinstance(trip.error, DatabaseUnavailable):
-            self.pending = trip.outcomes + self.pending  # written again once the database is back
-        if not isinstance(trip.error, psycopg.Error):  # DatabaseUnavailable is not one
-            raise trip.error
-        self.done += finish_each(self.link.fetch, trip.outcomes)
-        trip.outcomes, trip.error = [], None
-        trip.results = [self.link.fetch(*trip.claim)] if trip.limit else []
 
     def _land(self, trip, start=True):
         """Log the outcomes a trip wrote and start the runs it claimed (with start, and unless the
