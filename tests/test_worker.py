@@ -7,8 +7,10 @@ from jobsweb import enqueue
 from jobsweb.engine import statements, upkeep
 from jobsweb.commands import build_worker
 from jobsweb.engine.execution import Outcome, finish_params
+from jobsweb.engine.lease_recovery import RECOVER_BATCH
 from jobsweb.engine.worker import RECONNECT_FIRST_DELAY
 from jobsweb.engine.link import DatabaseUnavailable
+from tests.processes import insert_many
 
 
 def make_worker(app, **options):
@@ -130,6 +132,16 @@ def test_heartbeats_only_extend_leases_the_worker_still_holds(app, sql):
                                        "leases": [60, 60]})
     assert rows == [(mine, False)]  # (id, cancellation requested)
     assert sql("SELECT id FROM job_runs WHERE locked_until > now() + interval '50 seconds'") == [(mine,)]
+
+
+def test_a_killed_workers_expired_leases_are_recovered_batch_after_batch_at_once(app, sql):
+    app.config.update(JOBSWEB_BACKOFF_BASE=60, JOBSWEB_BACKOFF_CAP=60)  # no retry runs meanwhile
+    insert_many(sql, "jobsweb.noop", 3 * RECOVER_BATCH + 1)
+    sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'dead-worker', "
+        "started_at = now() - interval '2 minutes', locked_until = now() - interval '1 second'")
+    make_worker(app).run()  # one cron tick
+    assert sql("SELECT status, error_type, count(*) FROM job_runs GROUP BY 1, 2") == [
+        ("failed", "lease_expired", 3 * RECOVER_BATCH + 1)]
 
 
 def test_an_expired_lease_is_recovered_as_a_failed_attempt_that_retries(app, sql):

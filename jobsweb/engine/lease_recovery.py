@@ -51,7 +51,9 @@ def _in_savepoint(conn, sql, params):
 
 
 def duty(config):
-    """Recover expired leases as often as a worker heartbeats (a third of the lease)."""
+    """Recover expired leases as often as a worker heartbeats (a third of the lease), and batch
+    after batch while there are more: a busy worker killed outright held thousands of runs
+    (claimed ahead, engine/claim_ahead.py), which at one batch a heartbeat took minutes."""
     failures = Failures.from_config(config)
     return Duty("lease recovery", lambda link: recover_expired_leases(link, failures) > 0,
-                every=config["JOBSWEB_LEASE_SECONDS"] / 3)
+                every=config["JOBSWEB_LEASE_SECONDS"] / 3, after_work=0)
