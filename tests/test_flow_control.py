@@ -8,10 +8,11 @@ from jobsweb.engine import flow, statements
 from tests.conftest import committed, define
 
 
-def claim(sql, limit=10, queues=None):
+def claim(sql, limit=10, queues=None, free=None):
+    """Run ids a claim of up to `limit` takes, `free` of them for free slots (all, by default)."""
     return [row[0] for row in sql(statements.CLAIM_RUNS, {
         "worker": "test", "lease": 60, "job_types": ["jobsweb.noop", "test.urgent_mail"], "limit": limit,
-        "free": limit, "queues": queues})]
+        "free": limit if free is None else free, "queues": queues})]
 
 
 def test_a_plain_sql_insert_without_the_new_columns_lands_in_the_default_queue_and_is_claimed(app, sql):
@@ -81,6 +82,17 @@ def test_one_claim_gives_its_runs_in_the_order_they_are_to_start(app, sql):
         normal = [enqueue("jobsweb.noop", queue="other") for _ in range(3)]
         urgent = [enqueue("jobsweb.noop", priority=-10) for _ in range(3)]
     assert claim(sql) == urgent + normal + low  # the worker starts them in this order
+
+
+def test_a_run_on_its_last_attempt_is_claimed_for_a_free_slot_never_ahead(app, sql):
+    with app.app_context():
+        once = [enqueue("jobsweb.noop", max_attempts=1) for _ in range(3)]
+        retried = [enqueue("jobsweb.noop", max_attempts=3) for _ in range(3)]
+
+    # One free slot, five runs ahead: a worker killed before starting those would spend their
+    # attempt, and a run with one attempt would end dead without having run.
+    assert claim(sql, 6, free=1) == [once[0]] + retried
+    assert claim(sql, 6, free=2) == once[1:]
 
 
 def test_definitions_give_their_runs_their_queue_and_priority(app, sql):

@@ -9,8 +9,10 @@ frees, while the loop's next round trip is under way.
 
 Runs claimed ahead are held like running ones (Worker.held): heartbeats extend their leases,
 a SIGTERM releases those not started, and a worker killed outright leaves them to lease
-recovery like its running runs. Slow jobs finish few runs per second, so nothing is claimed
-ahead of them and no other worker waits behind a run this one cannot start yet.
+recovery like its running runs (which fails the attempt the claim counted, so the claim never
+takes a run on its last attempt ahead of a free slot: it would end dead without having run).
+Slow jobs finish few runs per second, so nothing is claimed ahead of them and no other worker
+waits behind a run this one cannot start yet.
 """
 
 CLAIM_AHEAD_SECONDS = 0.1  # of work, at the recent rate, claimed beyond the free slots

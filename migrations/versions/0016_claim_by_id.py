@@ -1,4 +1,5 @@
-"""The claim reads job_runs through its indexes only, whatever the statistics said when it was planned.
+"""The claim reads job_runs through its indexes only, whatever the statistics said when it was
+planned, and never claims a run on its last attempt ahead of a free slot.
 
 Revision ID: 0016_claim_by_id
 Revises: 0015_claim_path
@@ -16,7 +17,12 @@ was empty (a new install, a drained queue, the benchmark's start) read the due r
 sequential scan and a sort for as long as it lived, once the table held 20,000 runs too (10 ms
 a claim) until an ANALYZE replaced the plan. The function now runs with enable_seqscan off,
 so its plans read job_runs through job_runs_claimable, job_runs_queue_claimable and the primary
-key whatever the statistics said. Nothing else changes; the downgrade puts 0015's function back.
+key whatever the statistics said.
+
+A run claimed ahead of the free slots (engine/claim_ahead.py) waits in the worker; if the worker
+is killed, lease recovery fails the attempt the claim counted. On a run's last attempt that
+ended it dead without its ever having run (max_attempts 1: every run). Such runs are now only
+claimed for a free slot, where they start at once. The downgrade puts 0015's function back.
 """
 
 from alembic import op
@@ -71,7 +77,7 @@ BEGIN
     ),
     candidates AS (
         SELECT c.* FROM excluded e, LATERAL (
-            SELECT r.id, r.queue, r.priority, r.run_at FROM job_runs r
+            SELECT r.id, r.queue, r.priority, r.run_at, r.attempts, r.max_attempts FROM job_runs r
             WHERE _queues IS NULL AND (e.no_queue_excluded OR NOT r.queue = ANY(e.queues))
               AND r.status IN ('queued', 'failed') AND r.run_at <= now()
               AND r.job_type = ANY(_job_types) AND (e.no_type_excluded OR NOT r.job_type = ANY(e.job_types))
@@ -86,7 +92,7 @@ BEGIN
         ) c
         UNION ALL
         SELECT c.* FROM per_queue q, excluded e, LATERAL (
-            SELECT r.id, r.queue, r.priority, r.run_at FROM job_runs r
+            SELECT r.id, r.queue, r.priority, r.run_at, r.attempts, r.max_attempts FROM job_runs r
             WHERE r.queue = q.name AND r.status IN ('queued', 'failed') AND r.run_at <= now()
               AND r.job_type = ANY(_job_types) AND (e.no_type_excluded OR NOT r.job_type = ANY(e.job_types))
               AND (r.after_run_id IS NULL OR NOT EXISTS (SELECT 1 FROM job_runs p WHERE p.id = r.after_run_id
@@ -96,8 +102,17 @@ BEGIN
             FOR UPDATE OF r SKIP LOCKED
         ) c
     ),
+    -- The first _free runs fill the free slots; the others wait in the worker (claimed ahead). A run
+    -- on its last attempt is never claimed ahead: a worker killed before it started would have
+    -- spent that attempt, and lease recovery would end the run dead without its ever running.
     due AS MATERIALIZED (
-        SELECT id, queue FROM candidates ORDER BY priority, run_at, id LIMIT _limit
+        SELECT id, queue FROM (
+            SELECT id, queue, priority, run_at, attempts, max_attempts,
+                   row_number() OVER (ORDER BY priority, run_at, id) AS place
+            FROM candidates
+        ) ranked
+        WHERE place <= _free OR attempts + 1 < max_attempts
+        ORDER BY priority, run_at, id LIMIT _limit
     ),
     counted AS (
         UPDATE job_queues q
