@@ -1,4 +1,4 @@
-"""The worker's finish-and-claim round trip, sent on its lane thread while the loop works
+"""The worker's finish-and-claim round trips, sent on its two lanes' threads while the loop works
 (engine/round_trips.py), and the loop's per-pass bookkeeping that must stay cheap."""
 
 import logging

@@ -17,7 +17,6 @@ import socket
 import threading
 import time
 
-
 from . import registry, upkeep
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
