@@ -74,6 +74,52 @@ def test_a_rate_limit_spreads_thirty_starts_at_five_a_second_over_five_seconds(a
         assert (sixth - first).total_seconds() >= 1
 
 
+def test_cron_ticks_wait_for_a_rate_window_and_finish_every_due_run_before_they_exit(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "api", "--rate", "5/1"]).exit_code == 0
+    add_many(app, "test.record", 30, queue="api")
+    ticks = [spawn_worker("--concurrency", "8", "--max-runtime", "60") for _ in range(2)]
+    outputs = [finish(tick) for tick in ticks]
+
+    assert [code for code, _ in outputs] == [0, 0]
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", 30)]
+    assert any("due runs wait for a limit of queue api; waiting for it (at most until --max-runtime 60s)"
+               in output for _, output in outputs)
+    starts = [t for (t,) in sql("SELECT started_at FROM job_attempts ORDER BY started_at")]
+    for first, sixth in zip(starts, starts[5:]):  # the rate still holds
+        assert (sixth - first).total_seconds() >= 1
+
+
+def test_a_cron_tick_waits_for_a_concurrency_slot_of_a_limited_queue(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "1"]).exit_code == 0
+    add_many(app, "test.record", 3, {"seconds": 0.3}, queue="narrow")
+    tick = spawn_worker("--concurrency", "4", "--poll-interval", "0.05", "--max-runtime", "60")
+
+    assert finish(tick)[0] == 0
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", 3)]
+    assert most_at_once(sql, "narrow") == 1
+
+
+def test_a_cron_tick_stops_at_max_runtime_while_a_rate_window_still_holds_runs_back(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "api", "--rate", "1/30"]).exit_code == 0
+    add_many(app, "test.record", 3, queue="api")
+    tick = spawn_worker("--concurrency", "4", "--max-runtime", "2")
+
+    code, output = finish(tick)
+    assert code == 0 and "waiting for it (at most until --max-runtime 2s)" in output
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status ORDER BY status") == [
+        ("queued", 2), ("succeeded", 1)]
+
+
+def test_a_cron_tick_exits_at_once_when_only_a_paused_queue_has_due_runs(app, sql, spawn_worker, runner):
+    assert runner.invoke(args=["jobs", "queue", "held", "--pause", "--limit", "2"]).exit_code == 0
+    add_many(app, "test.record", 3, queue="held")
+    tick = spawn_worker("--concurrency", "4", "--max-runtime", "60")
+
+    code, output = finish(tick)
+    assert code == 0 and "waiting for it" not in output
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("queued", 3)]
+
+
 def test_a_paused_queue_keeps_its_runs_queued_while_other_queues_go_on_until_resumed(app, sql, spawn_worker, runner):
     assert runner.invoke(args=["jobs", "queue", "invoices", "--pause"]).output == "invoices: limit none, rate none, paused\n"
     held = add_many(app, "test.record", 3, queue="invoices")

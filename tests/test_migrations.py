@@ -1,6 +1,7 @@
 """Migrations go down as well as up: the latest one's downgrade gives back the schema before it."""
 
 import psycopg
+import pytest
 from flask_migrate import downgrade, upgrade
 
 from jobsweb import create_app
@@ -41,13 +42,22 @@ def claim_function(url):
         return conn.execute("SELECT pg_get_functiondef(to_regprocedure(%s))", [CLAIM_FUNCTION]).fetchone()[0]
 
 
-def test_0016_goes_down_to_the_claim_of_0015_and_up_again(scratch_database):
-    before = claim_function(scratch_database("jobsweb_at_0015", revision="0015_claim_path"))
-    head = scratch_database("jobsweb_at_head")
-    after = claim_function(head)
-    assert after != before and "enable_seqscan" in after
+@pytest.mark.parametrize("revision, previous", [("0016_claim_by_id", "0015_claim_path"),
+                                                ("0017_claim_fronts", "0016_claim_by_id")])
+def test_a_migration_that_replaces_the_claim_goes_down_to_the_claim_before_it_and_up_again(
+        scratch_database, revision, previous):
+    before = claim_function(scratch_database("jobsweb_before", revision=previous))
+    at_revision = scratch_database("jobsweb_at_revision", revision=revision)
+    after = claim_function(at_revision)
+    assert after != before
 
-    at(head, downgrade, "0015_claim_path")
-    assert claim_function(head) == before
-    at(head, upgrade, "head")
-    assert claim_function(head) == after
+    at(at_revision, downgrade, previous)
+    assert claim_function(at_revision) == before
+    at(at_revision, upgrade, revision)
+    assert claim_function(at_revision) == after
+
+
+def test_the_claim_at_head_sets_no_planner_cost_and_is_never_jit_compiled(scratch_database):
+    head = claim_function(scratch_database("jobsweb_at_head"))
+    assert "enable_" not in head
+    assert "SET jit TO 'off'" in head and "SET plan_cache_mode TO 'force_custom_plan'" in head

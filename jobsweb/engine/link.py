@@ -9,6 +9,12 @@ CONNECT_TIMEOUT = 10  # seconds
 # pooler in transaction mode (PgBouncer before 1.21, most PaaS poolers) the next transaction
 # may be on another server connection, where that statement does not exist: never prepare.
 NO_PREPARE = {"prepare_threshold": None}
+# Every statement the worker sends reads or writes a few index pages. PostgreSQL JIT-compiles a
+# statement whose estimated cost passes jit_above_cost, and compiling takes milliseconds (on
+# Debian's PostgreSQL 15, a claim whose estimate a planner setting had inflated compiled for
+# ~1 s at every call): never worth it here, and a server's JIT thresholds are not ours to rely
+# on. LOCAL: for the transaction only, so it holds behind a pooler in transaction mode too.
+NO_JIT = "SET LOCAL jit = off"
 
 
 class DatabaseUnavailable(Exception):
@@ -23,8 +29,9 @@ def describe(exc):
 class Link:
     """An autocommit psycopg connection shared by the worker loop and handler threads.
 
-    Autocommit because every hot-path statement is a transaction on its own; the lock because
-    handler threads call extend_lease while the loop claims and finishes.
+    Autocommit because every hot-path statement is a transaction on its own, begun with NO_JIT
+    in the same round trip; the lock because handler threads call extend_lease while the loop
+    claims and finishes.
     """
 
     def __init__(self, conninfo):
@@ -52,7 +59,9 @@ class Link:
         with self.lock:
             conn = self._connection()
             try:
-                cur = conn.execute(sql, params)
+                with conn.pipeline(), conn.transaction():
+                    conn.execute(NO_JIT)
+                    cur = conn.execute(sql, params)
                 return cur.fetchall() if cur.description else []
             except psycopg.OperationalError as exc:
                 raise self._lost(exc) from exc
@@ -66,6 +75,7 @@ class Link:
             conn = self._connection()
             try:
                 with conn.pipeline(), conn.transaction():
+                    conn.execute(NO_JIT)
                     cursors = [conn.execute(sql, params) for sql, params in statements]
                 return [cur.fetchall() if cur.description else [] for cur in cursors]
             except psycopg.OperationalError as exc:
@@ -77,6 +87,7 @@ class Link:
             conn = self._connection()
             try:
                 with conn.transaction():
+                    conn.execute(NO_JIT)
                     return work(conn)
             except psycopg.OperationalError as exc:
                 raise self._lost(exc) from exc

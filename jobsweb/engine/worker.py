@@ -75,6 +75,7 @@ class Worker(LeaseHolder, TripKeeper):
         self.done = 0  # runs written since job_workers.runs_done was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
+        self.waiting_for_limits = False  # a one-shot worker waits for a queue's limit (logged once)
         self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
@@ -136,10 +137,20 @@ class Worker(LeaseHolder, TripKeeper):
                     continue
                 if drain_until is not None and (not self.held or now >= drain_until):
                     break
+                wait = self._wait_seconds(now, next_beat, drain_until, claiming)
                 if not self.held and (not claiming or (not found and not self.forever)):
-                    break
+                    try:
+                        delay = self._delayed_by_limits() if claiming else None
+                    except DatabaseUnavailable as exc:
+                        self._wait_for_database(exc)
+                        continue
+                    if delay is None:
+                        break
+                    if self.max_runtime is not None:
+                        delay = min(delay, started + self.max_runtime - now)
+                    wait = min(wait, max(delay, 0))
                 flush_events()  # this pass's run events, in one write
-                self._collect(self._wait_seconds(now, next_beat, drain_until, claiming))
+                self._collect(wait)
         finally:
             self._shut_down()
             restore()
@@ -200,6 +211,22 @@ class Worker(LeaseHolder, TripKeeper):
         for trip in trips:
             self._land(trip)
         return did_work or bool(claimed) or self._under_way() > 0
+
+    def _delayed_by_limits(self):
+        """For a one-shot worker that found nothing: None if no due run it could take waits
+        for a queue's limit; else how long to wait before claiming again. Logged once a wait."""
+        queues = self.link.fetch(upkeep.LIMITED_DUE, {"queues": self.queues, "job_types": registry.names()})
+        if not queues:
+            self.waiting_for_limits = False
+            return None
+        if not self.waiting_for_limits:
+            self.waiting_for_limits = True
+            log.info("due runs wait for a limit of queue%s %s; waiting for it%s", "s" if len(queues) > 1 else "",
+                     ", ".join(name for name, _ in queues),
+                     f" (at most until --max-runtime {self.max_runtime:g}s)" if self.max_runtime else "")
+        # A full rate window frees a start at a known time; a concurrency slot whenever some run
+        # ends, which only a poll sees.
+        return min([seconds for _, seconds in queues if seconds > 0] + [self.poll_interval])
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
