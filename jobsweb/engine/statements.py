@@ -137,7 +137,7 @@ RETURNING id, definition_id, scheduled_for, status, reason
 
 # -- a worker claims, holds and finishes runs: queued/failed -> running -> any --------------
 
-# Claim up to `limit` due runs in one statement, in order of priority (smaller first), run_at, id.
+# Claim up to `limit` due runs in one call, in order of priority (smaller first), run_at, id.
 # SKIP LOCKED lets concurrent workers take disjoint sets instead of queueing on each other's row
 # locks; the UPDATE happens under the locks the SELECTs took, so no run is claimed twice. Only job
 # types this worker can execute (an older worker in a rolling deploy leaves new ones alone), only its
@@ -148,16 +148,17 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # statement; the locked row is the newest version), so every claim that takes runs of a limited queue
 # bumps its `claims`, and a claimer whose snapshot's `claims` differs from the locked row's takes
 # nothing from it. The rate window is in the row (rate_starts). Starts and leases count from the clock
-# read after the snapshot (`clock`): no run that ended before it seems to overlap, no lease ends
-# before started_at + lease. Unlimited queues pay for none of this: one scan of job_runs_claimable;
-# --queues and limited queues use job_runs_queue_claimable. A limited queue gives at most `free` runs
-# (slots free now, none ahead: engine/claim_ahead.py): no run waits holding its slot. Runs beyond
-# the first `free` are claimed ahead, never one on its last attempt (a killed worker would spend it).
-# The statement is the body of the PL/pgSQL function jobsweb_claim_runs, written out in the newest
-# migration that replaced it (0016_claim_by_id; 0015_claim_path made it a function): PostgreSQL
-# keeps a function's plans in each server connection, so the claim is planned once per
-# connection, not on every call (1 ms of a 1.5 ms claim at 1,000,000 finished runs), and nothing
-# is prepared on the client's side, which a pooler in transaction mode would lose.
+# read at the call's start: no run that ended before it seems to overlap, no lease ends before
+# started_at + lease. A limited queue gives at most `free` runs (slots free now, none ahead:
+# engine/claim_ahead.py): no run waits holding its slot. Runs beyond the first `free` are claimed
+# ahead, never one on its last attempt (a killed worker would spend it).
+# The runs are read front by front: each (queue, priority) with claimable runs that this claim may
+# take from, through job_runs_queue_claimable up to the first run not yet due, smallest priority
+# first; so runs scheduled for later, and paused or full queues, cost a claim nothing.
+# The claim is the PL/pgSQL function jobsweb_claim_runs, written out in the newest migration that
+# replaced it (0017_claim_fronts; 0015_claim_path made it a function): one round trip whatever the
+# number of fronts, nothing prepared on the client's side (which a pooler in transaction mode would
+# lose), each statement planned at each call with the table as it is then, and never JIT-compiled.
 CLAIM_RUNS = """
 SELECT * FROM jobsweb_claim_runs(%(worker)s, %(lease)s, %(job_types)s, %(limit)s, %(free)s, %(queues)s)
 """
