@@ -133,7 +133,9 @@ class Worker(LeaseHolder, TripKeeper):
                         next_beat = now + self.heartbeat_every
                     self.reconnect_delay = RECONNECT_FIRST_DELAY
                 except DatabaseUnavailable as exc:
-                    self._wait_for_database(exc)
+                    self._wait_for_database(exc, drain_until)
+                    if drain_until is not None and (not self.held or time.monotonic() >= drain_until):
+                        break  # stopping: what could not be written is left to lease recovery
                     continue
                 if drain_until is not None and (not self.held or now >= drain_until):
                     break
@@ -340,12 +342,20 @@ class Worker(LeaseHolder, TripKeeper):
         if threaded:
             self.pool.submit(threaded)
 
-    def _wait_for_database(self, exc):
+    def _wait_for_database(self, exc, drain_until=None):
+        """Wait out one backoff step (handlers keep finishing meanwhile). A stop request cuts it
+        short only once nothing is held or the drain deadline passed: waiting nowhere, a stopping
+        worker spun on the dead connection, a log line each pass, and never exited."""
         self.claims_in_doubt = True
         log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
         deadline = time.monotonic() + self.reconnect_delay
+        if drain_until is not None:
+            deadline = min(deadline, drain_until)
         self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_MAX_DELAY)
-        while not self.stop_requested and (left := deadline - time.monotonic()) > 0:
+        was_stopping = self.stop_requested
+        while (left := deadline - time.monotonic()) > 0:
+            if self.stop_requested and (not self.held or self.stop_requested > was_stopping):
+                return  # the loop starts draining (or stops) now
             self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
 
     def _shut_down(self):
