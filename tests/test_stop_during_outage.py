@@ -1,0 +1,75 @@
+"""SIGTERM while the database is gone: a worker waits out its backoff quietly, stops by its
+shutdown deadline, and leaves what it could not record to lease recovery. On both servers.
+
+Each test has a server of its own (tests/servers.py): it stops it outright, as a crash or a
+failover would, which the suite's shared server must never be.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from jobsweb import create_app
+from jobsweb.core.database import database_url, libpq_url
+from tests import servers
+from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
+
+SHUTDOWN_TIMEOUT = 3  # seconds: --shutdown-timeout
+RUNS = 8
+
+
+@pytest.fixture(params=servers.KINDS)
+def own_server(request):
+    server = servers.start(request.param, {"fsync": "off"})
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE outage")
+    url = database_url(server.get_uri("outage"))
+    with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": SECRET_KEY}).app_context():
+        from flask_migrate import upgrade
+
+        upgrade()
+    yield server, libpq_url(url)
+    server.cleanup()
+
+
+def worker(url, *args, **settings):
+    env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY,
+           **{k: str(v) for k, v in settings.items()}}
+    return subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def statuses(url):
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT status, count(*) FROM job_runs GROUP BY status").fetchall())
+
+
+def test_a_worker_told_to_stop_while_the_database_is_down_exits_by_its_deadline_and_quietly(own_server):
+    server, url = own_server
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_runs (job_type, payload, run_at) "
+                     "SELECT 'jobsweb.sleep', '{\"seconds\": 1}', now() FROM generate_series(1, %s)", [RUNS])
+    proc = worker(url, "--forever", "--concurrency", "4", "--poll-interval", "0.05",
+                  "--shutdown-timeout", str(SHUTDOWN_TIMEOUT), JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: statuses(url).get("running") == 4, message="four runs running")
+
+    server.stop("immediate")
+    proc.send_signal(signal.SIGTERM)
+    # The bound the README promises: the shutdown timeout, plus a few seconds to write what it can.
+    output, _ = proc.communicate(timeout=SHUTDOWN_TIMEOUT + 5)
+
+    assert proc.returncode == 0
+    unavailable = output.count("database unavailable")
+    assert 1 <= unavailable <= 5, output
+    assert "could not record the last" in output and "Traceback" not in output
+
+    # Back up: the runs it could not record come back through lease recovery, none lost.
+    server.start()
+    again = worker(url, "--forever", "--concurrency", "4", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: statuses(url) == {"succeeded": RUNS}, timeout=60, message="every run succeeded")
+    again.send_signal(signal.SIGTERM)
+    assert again.communicate(timeout=30)[0] and again.returncode == 0
