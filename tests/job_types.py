@@ -38,6 +38,14 @@ def slow_first(ctx):
     return {"attempt": ctx.attempt}
 
 
+@job("test.slow_until")
+def slow_until(ctx):
+    """Sleep (ignoring cancellation) on every attempt before payload["attempt"]; then succeed."""
+    if ctx.attempt < ctx.payload["attempt"]:
+        time.sleep(float(ctx.payload["seconds"]))
+    return {"attempt": ctx.attempt}
+
+
 @job("test.stubborn")
 def stubborn(ctx):
     """Sleep without ever looking at the cancellation flag."""

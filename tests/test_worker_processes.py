@@ -92,6 +92,21 @@ def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worke
     assert sql("SELECT outcome FROM job_attempts ORDER BY attempt") == [("interrupted",), ("succeeded",)]
 
 
+def test_three_deploys_during_one_run_leave_it_every_attempt_it_had(app, sql, spawn_worker):
+    [run_id] = add_many(app, "test.slow_until", 1, {"seconds": 60, "attempt": 4}, max_attempts=3)
+    for _ in range(3):  # each deploy: SIGTERM, the run released at the shutdown deadline
+        worker = spawn_worker("--forever", "--shutdown-timeout", "0.2")
+        wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+        worker.send_signal(signal.SIGTERM)
+        assert finish(worker)[0] == 0
+    assert sql("SELECT status, attempts, max_attempts FROM job_runs") == [("queued", 3, 6)]
+
+    assert finish(spawn_worker())[0] == 0
+    assert sql("SELECT status, attempts FROM job_runs") == [("succeeded", 4)]
+    assert sql("SELECT attempt, outcome FROM job_attempts ORDER BY attempt") == [
+        (1, "interrupted"), (2, "interrupted"), (3, "interrupted"), (4, "succeeded")]
+
+
 # A thread's heartbeat and an awaited handler's (engine/async_execution.py) alike.
 @pytest.mark.parametrize("job_type", ["jobsweb.sleep", "jobsweb.async_sleep"])
 def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type):

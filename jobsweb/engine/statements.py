@@ -165,7 +165,7 @@ SELECT * FROM jobsweb_claim_runs(%(worker)s, %(lease)s, %(job_types)s, %(limit)s
 
 # Finish many attempts in one statement and record each in job_attempts. One row per attempt:
 # outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of
-# attempts, then dead), 'interrupted' (back to queued, due now) or 'cancelled' (the handler
+# attempts, then dead), 'interrupted' (back to queued, due now, the attempt given back) or 'cancelled' (the handler
 # stopped because an operator cancelled it). A run whose cancellation was requested is never
 # retried or re-queued: whatever else its attempt came to, it ends cancelled. `worker` is the holder the
 # guard expects: this worker for its own runs, the dead holder when recovering a lease.
@@ -202,6 +202,10 @@ finished AS (
         last_error = coalesce(d.error, r.last_error),
         error_type = coalesce(d.error_type, r.error_type),
         last_stack = CASE WHEN d.error IS NULL THEN r.last_stack ELSE d.stack END,
+        -- An interrupted attempt (a deploy's SIGTERM, a claim released unstarted) was not the
+        -- run's fault: it stays in job_attempts but is given back, as Oban's snooze does, so
+        -- that three deploys during a long run do not end it dead.
+        max_attempts = r.max_attempts + (d.new_status = 'queued')::int,
         locked_by = NULL,
         locked_until = NULL,
         updated_at = now()
