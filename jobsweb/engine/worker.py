@@ -32,6 +32,7 @@ log = logging.getLogger("jobsweb.worker")
 
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
+LAST_WRITES_SECONDS = 3.0  # a stopping worker's time to record what it can after its deadline
 # Outcomes this many or more go out on a lane of their own, while the claim goes on the other:
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
 # with the claim, in its one commit: a quiet worker uses one connection.
@@ -117,6 +118,7 @@ class Worker(LeaseHolder, TripKeeper):
                 if self.stop_requested and drain_until is None:
                     drain_until = now + self.shutdown_timeout
                     self._cancel_held("worker is shutting down")
+                    self._last_writes_until(drain_until + LAST_WRITES_SECONDS)
                 if self.stop_requested > 1:  # a second signal: stop waiting for handlers
                     drain_until = now
                 out_of_time = self.max_runtime is not None and now - started >= self.max_runtime
@@ -361,6 +363,7 @@ class Worker(LeaseHolder, TripKeeper):
     def _shut_down(self):
         if self.listener is not None:
             self.listener.stop()
+        self._last_writes_until(time.monotonic() + LAST_WRITES_SECONDS)
         try:
             self._settle(start=False)
         except DatabaseUnavailable:
@@ -385,6 +388,14 @@ class Worker(LeaseHolder, TripKeeper):
         for duty in self.duties:
             duty.stop()
         log.info("worker %s stopped", self.id)
+
+    def _last_writes_until(self, deadline):
+        """No round trip lasts past `deadline`: a stopping worker exits on time whatever the path
+        to the database does (a trip lost in a blackhole is cut then), and what it could not
+        write is left to lease recovery."""
+        for lane in self.lanes:
+            cut_at = lane.link.cut_at
+            lane.link.cut_at = deadline if cut_at is None else min(cut_at, deadline)
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():

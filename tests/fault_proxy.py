@@ -1,0 +1,135 @@
+"""A TCP proxy on 127.0.0.1 in front of a test server, with the faults of a real network.
+
+    proxy = FaultProxy(("127.0.0.1", 5432))      # listens on proxy.port
+    proxy.latency = 0.2      # each chunk, either way, arrives 0.2 s late (a slow link)
+    proxy.reset()            # every open connection is reset (RST), as a server crash does
+    proxy.refuse = True      # new connections are reset at once (down, or out of slots)
+    proxy.blackhole = True   # connections are accepted and nothing is forwarded either way:
+                             # what a failover or a dropped NAT entry looks like (no error
+                             # until some timeout of the client's own)
+    proxy.blackhole = False  # the path is back; connections held in the hole are reset,
+                             # as a peer that lost their state answers them
+    proxy.close()
+
+Only ever a loopback address: the tests start it in front of their own server.
+"""
+
+import select
+import socket
+import struct
+import threading
+import time
+
+CHUNK = 65536
+
+
+class FaultProxy:
+    def __init__(self, target):
+        self.target = target  # (host, port), or the path of a Unix socket
+        self.latency = 0.0  # seconds added to each chunk, either way
+        self.refuse = False
+        self._blackhole = False
+        self.lock = threading.Lock()
+        self.pairs = set()  # (client socket, server socket) of each open connection
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
+
+    def url(self, url):
+        """`url` (a libpq URL to the target) made to go through this proxy."""
+        from sqlalchemy.engine import make_url
+
+        direct = make_url(url).difference_update_query(["host", "port"])  # a socket folder, for one
+        return direct.set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
+
+    @property
+    def blackhole(self):
+        return self._blackhole
+
+    @blackhole.setter
+    def blackhole(self, on):
+        with self.lock:
+            was, self._blackhole = self._blackhole, on
+        if was and not on:
+            self.reset()
+
+    def reset(self):
+        """Reset every open connection (RST to the client, close to the server)."""
+        with self.lock:
+            pairs, self.pairs = list(self.pairs), set()
+        for pair in pairs:
+            for sock in pair:
+                _reset(sock)
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        self.reset()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refuse:
+                _reset(client)
+                continue
+            if self._blackhole:  # accepted, never answered; reset when the path is back
+                with self.lock:
+                    self.pairs.add((client,))
+                continue
+            try:
+                server = _connect(self.target)
+            except OSError:
+                _reset(client)
+                continue
+            pair = (client, server)
+            with self.lock:
+                self.pairs.add(pair)
+            threading.Thread(target=self._pump, args=(client, server, pair), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, pair), daemon=True).start()
+
+    def _pump(self, source, sink, pair):
+        try:
+            while not self.closed:
+                readable, _, _ = select.select([source], [], [], 0.1)
+                if not readable:
+                    continue
+                if self._blackhole:  # read nothing: the client's data waits, unanswered
+                    time.sleep(0.05)
+                    continue
+                data = source.recv(CHUNK)
+                if not data:
+                    break
+                if self.latency:
+                    time.sleep(self.latency)
+                if self._blackhole:
+                    continue  # lost in the hole
+                sink.sendall(data)
+        except (OSError, ValueError):  # reset meanwhile: the socket is closed
+            pass
+        finally:
+            with self.lock:
+                self.pairs.discard(pair)
+            for sock in pair:
+                _reset(sock)
+
+
+def _connect(target):
+    """A connection to (host, port), or to a Unix socket's path (the embedded server's)."""
+    if isinstance(target, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(target)
+        return sock
+    return socket.create_connection(target, timeout=5)
+
+
+def _reset(sock):
+    """Close with RST (SO_LINGER 0), as a crashed peer's kernel answers."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    except OSError:
+        pass

@@ -1,0 +1,161 @@
+"""Workers on a network that fails: reset connections, a slow link, a blackhole (a path that
+goes silent, as in a failover). Real `flask run-jobs` processes reach the database through
+tests/fault_proxy.py; each server kind has one of its own (tests/servers.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from jobsweb import create_app
+from jobsweb.core.database import database_url, libpq_url
+from tests import servers
+from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.fault_proxy import FaultProxy
+
+SHUTDOWN_TIMEOUT = 2  # seconds: --shutdown-timeout
+STOP_BOUND = SHUTDOWN_TIMEOUT + 5  # what the README promises a stopping worker
+
+
+@pytest.fixture(scope="module", params=servers.KINDS)
+def server_url(request):
+    server = servers.start(request.param, {"fsync": "off"})
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE faults")
+    url = database_url(server.get_uri("faults"))
+    with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": SECRET_KEY}).app_context():
+        from flask_migrate import upgrade
+
+        upgrade()
+    yield libpq_url(url)
+    server.cleanup()
+
+
+@pytest.fixture
+def db(server_url):
+    """Run SQL on the test's server, directly (never through the proxy); tables emptied first."""
+    conn = psycopg.connect(server_url, autocommit=True)
+    conn.execute("TRUNCATE job_attempts, job_runs, job_workers RESTART IDENTITY CASCADE")
+
+    def run(statement, params=None):
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description else None
+
+    yield run
+    conn.close()
+
+
+@pytest.fixture
+def proxy(server_url):
+    host = psycopg.conninfo.conninfo_to_dict(server_url)
+    if "port" not in host or host.get("host", "").startswith("/"):  # the embedded server: a socket
+        socket_dir, port = host["host"], host.get("port", "5432")
+        target = os.path.join(socket_dir, f".s.PGSQL.{port}")
+    else:
+        target = (host["host"], int(host["port"]))
+    p = FaultProxy(target)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def workers(server_url, proxy):
+    """start(*args, **settings): `flask run-jobs` through the proxy; killed at teardown."""
+    started = []
+
+    def start(*args, **settings):
+        env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": proxy.url(server_url), "SECRET_KEY": SECRET_KEY,
+               **{k: str(v) for k, v in settings.items()}}
+        proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def add(db, count, job_type="jobsweb.sleep", payload='{"seconds": 1}'):
+    db("INSERT INTO job_runs (job_type, payload, run_at) SELECT %s, %s::jsonb, now() FROM generate_series(1, %s)",
+       [job_type, payload, count])
+
+
+def statuses(db):
+    return dict(db("SELECT status, count(*) FROM job_runs GROUP BY status"))
+
+
+def stop_in_time(proc):
+    """SIGTERM, then the exit within the promised bound; (seconds it took, its output)."""
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=STOP_BOUND)
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output
+    return time.monotonic() - began, output
+
+
+def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, workers):
+    add(db, 8)
+    proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05",
+                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
+    wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
+
+    proxy.blackhole = True
+    _, output = stop_in_time(proc)
+    assert output.count("database unavailable") <= 3
+    assert "could not record the last" in output
+
+
+def test_sigterm_on_a_slow_link_records_every_outcome_before_the_deadline(db, proxy, workers):
+    add(db, 8, payload='{"seconds": 0.5}')
+    proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05",
+                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
+    wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
+
+    proxy.latency = 0.2  # each chunk, either way: every statement is under way for 0.4 s or more
+    _, output = stop_in_time(proc)
+    assert "database unavailable" not in output
+    # Nothing lost: what finished was written; what was released went back to the queue.
+    assert db("SELECT count(*) FROM job_runs WHERE status = 'running'") == [(0,)]
+
+
+def test_a_forever_worker_notices_a_blackhole_comes_back_and_keeps_its_leases(db, proxy, workers):
+    # One long run that must outlive the blackhole without being taken over (heartbeats resume
+    # before its lease ends), and short ones that complete once the path is back.
+    db("INSERT INTO job_runs (job_type, payload, run_at) VALUES ('jobsweb.sleep', '{\"seconds\": 30}', now())")
+    proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.2", JOBSWEB_LEASE_SECONDS=45)
+    wait_for(lambda: statuses(db).get("running") == 1, message="the long run running")
+
+    proxy.blackhole = True
+    add(db, 5, payload='{"seconds": 0}')  # written directly: the worker would claim them now
+    began = time.monotonic()
+    line = proc.stdout.readline()
+    while "database unavailable" not in line:
+        assert line, "the worker exited"
+        line = proc.stdout.readline()
+    assert time.monotonic() - began <= 30, "noticed within 30 s"
+    proxy.blackhole = False
+
+    wait_for(lambda: statuses(db) == {"succeeded": 6}, timeout=90, message="every run succeeded")
+    assert db("SELECT max(attempt), count(*) FROM job_attempts") == [(1, 6)]
+    stop_in_time(proc)
+
+
+def test_connections_reset_under_load_lose_nothing_and_run_nothing_twice(db, proxy, workers):
+    add(db, 300, "jobsweb.noop", "{}")
+    procs = [workers("--forever", "--concurrency", "4", "--poll-interval", "0.05") for _ in range(2)]
+    for _ in range(3):  # resets while claims and finishes are under way
+        wait_for(lambda: db("SELECT count(*) FROM job_attempts")[0][0] > 0, message="work under way")
+        proxy.reset()
+        time.sleep(0.3)  # spacing between resets, not a wait for an outcome
+    wait_for(lambda: statuses(db) == {"succeeded": 300}, timeout=90, message="every run succeeded")
+    assert db("SELECT count(*) FROM job_attempts WHERE outcome = 'succeeded'") == [(300,)]
+    for proc in procs:
+        stop_in_time(proc)
