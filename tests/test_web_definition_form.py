@@ -177,3 +177,24 @@ def test_the_form_sets_a_max_duration_shows_it_when_editing_and_refuses_a_bad_on
     response = client.post(f"/definitions/{definition_id}/edit", data={**FORM, "max_duration": "0", "csrf_token": token})
     assert response.status_code == 422 and "Number must be between 1 and 604800" in response.get_data(as_text=True)
     assert sql("SELECT max_duration_seconds FROM job_definitions") == [(900,)]
+
+
+@pytest.mark.parametrize("field", ["grace_seconds", "alert_after_failures", "max_duration", "max_attempts"])
+def test_a_400_digit_number_is_refused_in_place_naming_its_field(sign_in, sql, field):
+    client = sign_in("admin")
+    response = client.post("/definitions/new", headers={"HX-Request": "true"},
+                           data={**FORM, field: "9" * 400, "csrf_token": csrf_token(client, "/")})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422 and "Number must be between" in html
+    assert re.search(rf'id="{field}"[^>]*aria-invalid="true"|{field}-error', html) or "field-error" in html
+    assert sql("SELECT count(*) FROM job_definitions") == [(0,)]
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1]:99999999/x", "https://[nope]/"])
+def test_a_malformed_webhook_url_is_refused_in_place_naming_the_field(sign_in, sql, url):
+    client = sign_in("admin")
+    response = client.post("/definitions/new", headers={"HX-Request": "true"},
+                           data={**FORM, "alert_webhook_url": url, "csrf_token": csrf_token(client, "/")})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422 and "must be an http:// or https:// URL" in html
+    assert sql("SELECT count(*) FROM job_definitions") == [(0,)]

@@ -237,3 +237,12 @@ def test_the_favicon_is_served_and_linked_from_every_page(sign_in, client):
     html = sign_in("viewer").get("/").get_data(as_text=True)
     assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in html
     assert client.get("/static/favicon.svg").status_code == 200
+
+
+def test_a_400_digit_max_attempts_on_enqueue_is_a_422_naming_the_field(sign_in, sql):
+    client = sign_in("operator")
+    response = client.post("/enqueue", headers={"HX-Request": "true"}, data={
+        "csrf_token": csrf_token(client, "/"), "job_type": "jobsweb.noop", "payload": "{}", "max_attempts": "9" * 400})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422 and 'id="max_attempts"' in html and "Number must be between 1 and 1000" in html
+    assert sql("SELECT count(*) FROM job_runs") == [(0,)]
