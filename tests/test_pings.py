@@ -139,7 +139,7 @@ def test_the_definition_page_shows_the_ping_urls_and_an_admin_can_regenerate_the
     assert new_token != token and len(new_token) >= 32
     assert client.get(f"/ping/{token}").status_code == 404
     assert client.get(f"/ping/{new_token}").status_code == 200
-    assert sql("SELECT action FROM jobsweb_audit_log") == [("regenerate_ping_token",)]
+    assert sql("SELECT action FROM jobsweb_audit_log WHERE action <> 'sign_in'") == [("regenerate_ping_token",)]
 
 
 def test_regenerating_needs_an_admin_and_the_csrf_token(sign_in, token, sql):
@@ -253,7 +253,7 @@ def test_viewers_and_operators_cannot_give_a_definition_a_new_ping_url(sign_in, 
                            data={"csrf_token": csrf_token(client, "/")}).status_code == 403
         client.post("/sign-out", data={"csrf_token": csrf_token(client, "/")})
     assert sql("SELECT ping_token FROM job_definitions") == [(token,)]
-    assert sql("SELECT count(*) FROM jobsweb_audit_log") == [(0,)]
+    assert sql("SELECT count(*) FROM jobsweb_audit_log WHERE action <> 'sign_in'") == [(0,)]
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
