@@ -84,6 +84,13 @@ def test_throttling_holds_across_processes_and_cools_down(app, client, make_user
     assert attempt(client, email).status_code == 302
 
 
+def test_failures_past_the_window_are_deleted_by_the_next_attempt(client, sql):
+    sql("INSERT INTO jobsweb_sign_in_failures (email, address, at) SELECT 'x@example.com', '10.0.0.' || n, "
+        "now() - interval '16 minutes' FROM generate_series(1, 3) n")
+    attempt(client, "someone@example.com", WRONG)
+    assert sql("SELECT email FROM jobsweb_sign_in_failures") == [("someone@example.com",)]
+
+
 def test_sign_ins_wrong_passwords_and_limits_reached_are_audited(app, make_user, sql):
     victim = make_user("viewer", "victim@example.com")
     [(victim_id,)] = sql("SELECT id FROM jobsweb_users")

@@ -56,8 +56,15 @@ INSERT INTO jobsweb_sign_in_failures (email, address) VALUES (%(email)s, %(addre
 FORGET_RESERVED = """
 DELETE FROM jobsweb_sign_in_failures WHERE id = %(id)s OR (email = %(email)s AND address = %(address)s)
 """
-# Rows past the window count for nothing (index jobsweb_sign_in_failures_at).
-FORGET_OLD_FAILURES = "DELETE FROM jobsweb_sign_in_failures WHERE at < now() - make_interval(secs => %(window)s)"
+# Rows past the window count for nothing (index jobsweb_sign_in_failures_at). SKIP LOCKED: two
+# attempts deleting the same old rows would otherwise wait for each other while holding their
+# advisory locks (or deadlock, meeting the rows in different orders); a batch at a time, so that
+# the attempt after a burst of guesses does not delete them all.
+FORGET_OLD_FAILURES = """
+DELETE FROM jobsweb_sign_in_failures WHERE id IN (
+    SELECT id FROM jobsweb_sign_in_failures WHERE at < now() - make_interval(secs => %(window)s)
+    LIMIT 1000 FOR UPDATE SKIP LOCKED)
+"""
 # flask users unlock: an account's failures, an address's, or both.
 FORGET = """
 DELETE FROM jobsweb_sign_in_failures
