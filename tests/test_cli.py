@@ -70,3 +70,42 @@ def test_run_jobs_says_when_the_schema_is_missing(database_url_for_tests):
     result = app.test_cli_runner().invoke(args=["run-jobs"])
     assert result.exit_code == 1
     assert "run `flask jobs migrate` first" in result.output
+
+
+@pytest.mark.parametrize("value", ["nan", "-NaN", "inf", "infinity", "-inf", "1e400"])
+def test_a_finite_float_option_refuses_nan_and_infinity_with_a_message(value):
+    import click
+    from click.testing import CliRunner
+
+    from jobsweb.commands.finite_floats import FiniteFloatRange
+
+    @click.command()
+    @click.option("--max-runtime", type=FiniteFloatRange(min=0, min_open=True))
+    def command(max_runtime):
+        click.echo(repr(max_runtime))
+
+    result = CliRunner().invoke(command, ["--max-runtime", value])
+    assert result.exit_code == 2, result.output
+    assert "--max-runtime" in result.output and "is not a finite number" in result.output
+    assert CliRunner().invoke(command, ["--max-runtime", "2.5"]).output == "2.5\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["queue", "q", "--limit", "99999999999999999999"], "limit: must be a whole number from 1 to 2147483647"),
+    (["queue", "q", "--limit", "2147483648"], "limit: must be a whole number from 1 to 2147483647"),
+    (["pause-type", "t" * 8200], "job_type: must be at most"),
+    (["resume-type", "t" * 8200], "job_type: must be at most"),
+    (["define", "d", "--type", "jobsweb.noop", "--schedule", "@daily", "--max-attempts", "9" * 400], "max_attempts"),
+    (["define", "d", "--type", "jobsweb.noop", "--schedule", "@daily", "--grace", "9" * 400], "grace"),
+    (["define", "d", "--type", "jobsweb.noop", "--schedule", "@daily", "--alert-after", "9" * 400], "alert"),
+    (["define", "d", "--type", "jobsweb.noop", "--schedule", "@daily", "--max-duration", "9" * 400], "max_duration"),
+    (["define", "d", "--type", "jobsweb.noop", "--schedule", "@daily", "--alert-webhook", "http://[::1"],
+     "alert_webhook_url: must be an http:// or https:// URL"),
+    (["enqueue", "jobsweb.noop", "--max-attempts", "9" * 400], "max_attempts: must be a whole number"),
+])
+def test_numbers_too_big_for_their_column_and_bad_urls_are_cli_errors_naming_the_field(runner, sql, args, message):
+    result = runner.invoke(args=["jobs", *args])
+    assert result.exit_code in (1, 2), result.output
+    assert message in result.output and "Traceback" not in result.output and result.exception.__class__ is SystemExit
+    assert sql("SELECT (SELECT count(*) FROM job_queues WHERE name = 'q') + (SELECT count(*) FROM job_paused_types)"
+               " + (SELECT count(*) FROM job_definitions) + (SELECT count(*) FROM job_runs)") == [(0,)]

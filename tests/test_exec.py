@@ -215,3 +215,12 @@ def test_an_operator_cancelling_the_run_stops_the_command_at_the_next_heartbeat(
     assert (status, error_type, outcome) == ("cancelled", "cancelled", "cancelled")
     assert error.startswith("cancelled by an operator: stopped with SIGTERM")
     assert sql("SELECT last_status, failure_count FROM job_definitions") == [(None, 0)]
+
+
+@pytest.mark.parametrize("option, value", [("--timeout", "nan"), ("--timeout", "NaN"), ("--timeout", "inf"),
+                                           ("--kill-after", "nan"), ("--kill-after", "-inf")])
+def test_a_timeout_or_kill_after_of_nan_or_infinity_is_refused_naming_the_option(
+        backup, runner, sql, option, value):
+    result = runner.invoke(args=["jobs", "exec", backup, option, value, "--", "true"])
+    assert result.exit_code == 2 and option in result.output and "Traceback" not in result.output
+    assert sql("SELECT count(*) FROM job_runs") == [(0,)]

@@ -152,3 +152,11 @@ def test_more_secret_looking_keys_are_masked_by_default(app, key):
     from jobsweb.web.rendering import MASK, mask_secrets
 
     assert mask_secrets({key: "s3cret"}, app.config["JOBSWEB_MASK_KEYS"]) == {key: MASK}
+
+
+@pytest.mark.parametrize("key", ["passphrase", "aws_access_key", "AccessKeyId", "auth", "basic_auth", "bearer",
+                                 "BearerToken", "signature", "webhook_signature"])
+def test_passphrases_access_keys_auth_bearer_and_signatures_are_masked_by_default(app, key):
+    from jobsweb.web.rendering import MASK, mask_secrets
+
+    assert mask_secrets({key: "s3cret"}, app.config["JOBSWEB_MASK_KEYS"]) == {key: MASK}

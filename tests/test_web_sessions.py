@@ -1,5 +1,6 @@
 """Issue 16, accounts: rotated sessions that sign-out, a password reset and deactivation end
-everywhere, an idle timeout, throttled sign-in, and passwords that are not common."""
+everywhere, an idle timeout, and passwords that are not common (sign-in limits:
+test_web_throttle.py)."""
 
 import time
 
@@ -101,7 +102,7 @@ def test_admins_deactivate_reactivate_and_reset_passwords_on_the_users_page(app,
     assert sign_in_as(other, email, "another fine passphrase").status_code == 302
     me = sql("SELECT id FROM jobsweb_users WHERE role = 'admin'")[0][0]
     assert admin.post(f"/users/{me}/deactivate", data={"csrf_token": token}).status_code == 400
-    actions = [a for (a,) in sql("SELECT action FROM jobsweb_audit_log ORDER BY id")]
+    actions = [a for (a,) in sql("SELECT action FROM jobsweb_audit_log WHERE action <> 'sign_in' ORDER BY id")]
     assert actions == ["deactivate_user", "reactivate_user", "reset_password"]
 
 
@@ -121,32 +122,6 @@ def test_a_session_in_use_stays(app, client, make_user):
     assert client.get("/runs").status_code == 200
     with client.session_transaction() as session:
         assert session[SEEN_KEY] >= int(time.time()) - 5  # the request moved the idle clock
-
-
-def test_ten_wrong_passwords_for_an_account_throttle_it_with_retry_after(client, make_user):
-    email = make_user("viewer")
-    for _ in range(10):
-        assert sign_in_as(client, email, "wrong password!").status_code == 401
-    refused = sign_in_as(client, email)  # even the right password waits
-    assert refused.status_code == 429
-    assert 0 < int(refused.headers["Retry-After"]) <= 15 * 60
-
-
-def test_ten_wrong_passwords_from_one_address_throttle_it_across_accounts(client, make_user):
-    email = make_user("viewer")
-    for n in range(10):
-        sign_in_as(client, f"guess{n}@example.com", "wrong password!")
-    assert sign_in_as(client, email).status_code == 429
-
-
-def test_throttling_holds_across_processes_and_cools_down(app, client, make_user, sql):
-    email = make_user("viewer")
-    # Failures another web process recorded count here too; 16 minutes later they count no more.
-    sql("INSERT INTO jobsweb_sign_in_failures (email, address, at) SELECT %s, '10.0.0.9', now() "
-        "FROM generate_series(1, 10)", [email])
-    assert sign_in_as(client, email).status_code == 429
-    sql("UPDATE jobsweb_sign_in_failures SET at = now() - interval '16 minutes'")
-    assert sign_in_as(client, email).status_code == 302
 
 
 @pytest.mark.parametrize("password", ["password", "12345678", "password1234", "P@ssw0rd2024!", "qwerty123456",

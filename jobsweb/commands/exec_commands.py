@@ -8,6 +8,7 @@ from flask import current_app
 
 from ..core.errors import InvalidInput
 from ..ops import command_runs
+from .finite_floats import FiniteFloatRange
 from .groups import jobs, plain_errors
 
 
@@ -20,9 +21,9 @@ class BadExec(click.ClickException):
 
 @jobs.command("exec", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=7 * 86400),
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True, max=7 * 86400),
               help="Seconds the command may run; then SIGTERM, and SIGKILL --kill-after seconds later.")
-@click.option("--kill-after", type=click.FloatRange(min=0, max=3600), default=10.0, show_default=True,
+@click.option("--kill-after", type=FiniteFloatRange(min=0, max=3600), default=10.0, show_default=True,
               help="Seconds between a timeout's SIGTERM and its SIGKILL.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def exec_command(name, timeout, kill_after, command):

@@ -5,7 +5,7 @@ import click
 from flask import current_app, url_for
 
 from ..core.database import db
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, check_job_type_name, fits_integer
 from ..engine import flow
 from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
@@ -110,7 +110,8 @@ def queue_command(name, limit, no_limit, rate, no_rate, pause):
         if limit is not None and no_limit or rate is not None and no_rate:
             raise InvalidInput("limit" if no_limit and limit is not None else "rate",
                                "give a value or --no-..., not both")
-        row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else limit,
+        row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else
+                                   fits_integer("limit", limit),
                                    rate=None if no_rate else flow.UNSET if rate is None else rate,
                                    paused=pause)
         db.session.commit()
@@ -123,7 +124,7 @@ def queue_command(name, limit, no_limit, rate, no_rate, pause):
 @click.argument("job_type")
 def pause_type_command(job_type):
     """Leave every run of JOB_TYPE queued until resume-type (runs already running finish)."""
-    committed(flow.pause_type, job_type)
+    committed(_pause_type, job_type, True)
     click.echo(f"{job_type}: paused")
 
 
@@ -131,8 +132,12 @@ def pause_type_command(job_type):
 @click.argument("job_type")
 def resume_type_command(job_type):
     """Claim runs of JOB_TYPE again."""
-    committed(flow.pause_type, job_type, paused=False)
+    committed(_pause_type, job_type, False)
     click.echo(f"{job_type}: resumed")
+
+
+def _pause_type(job_type, paused):
+    flow.pause_type(check_job_type_name("job_type", job_type), paused)
 
 
 @jobs.command("run-now")

@@ -3,6 +3,8 @@
 import click
 
 from ..core.models import ROLES
+from ..core.errors import InvalidInput
+from ..web import throttle
 from ..web.accounts import create_user, reset_password, set_active, user_by_email
 from .groups import committed, users
 
@@ -40,6 +42,23 @@ def reset_password_command(email, password):
     """Give EMAIL a new password; every session they have ends."""
     user = committed(_change_user, email, reset_password, password)
     click.echo(f"new password set for {user.email}; their sessions have ended")
+
+
+@users.command("unlock")
+@click.argument("email", required=False)
+@click.option("--address", help="Forget this client address's wrong passwords (for every account).")
+def unlock_command(email, address):
+    """Forget the wrong passwords of EMAIL (from every address), of an --address, or both, so
+    that the sign-in limits start again from nothing. EMAIL need not be a user's."""
+    count = committed(_unlock, email, address)
+    who = " and ".join(filter(None, [email, address and f"address {address}"]))
+    click.echo(f"forgot {count} wrong password{'s' * (count != 1)} of {who}")
+
+
+def _unlock(email, address):
+    if not email and not address:
+        raise InvalidInput("email", "give an EMAIL, an --address, or both")
+    return throttle.forget(email=email, address=address)
 
 
 def _change_user(email, change, *args):

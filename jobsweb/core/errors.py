@@ -1,11 +1,17 @@
 """Errors a person can act on, and the checks that raise them: each names the field that is wrong."""
 
+from ipaddress import ip_address
 from urllib.parse import urlsplit
 
 import click
 
 EMAIL_MAX_CHARS = 254
 BIGINT_MAX = 2**63 - 1  # ids are PostgreSQL bigints: a larger number can name no row
+INT_MAX = 2**31 - 1  # a PostgreSQL integer column: a larger value is an error there (a 500)
+# A job type name is a key of btree indexes (job_paused_types' primary key among them), whose
+# entries can be at most ~2,700 bytes: 500 characters of up to 4 bytes each fit, and no real
+# job type comes near.
+JOB_TYPE_MAX_CHARS = 500
 # Control characters other than tab, newline and carriage return: PostgreSQL text cannot hold
 # NUL, and the others forge log lines or hide text on a page.
 _CONTROL = {chr(c) for c in range(32)} - {"\t", "\n", "\r"} | {"\x7f"}
@@ -48,6 +54,24 @@ def whole_number(field, raw, maximum=BIGINT_MAX):
     return int(raw)
 
 
+def fits_integer(field, raw):
+    """`raw` (text or int) unchanged, or InvalidInput naming `field` if it is a whole number past
+    INT_MAX (what else is wrong with it is for the field's own check to say)."""
+    digits = str(raw).strip().lstrip("+")
+    if digits.isascii() and digits.isdigit() and (len(digits) > 10 or int(digits) > INT_MAX):
+        shown = digits if len(digits) <= 20 else f"{digits[:20]}… ({len(digits)} digits)"
+        raise InvalidInput(field, f"must be a whole number from 1 to {INT_MAX}, got {shown}")
+    return raw
+
+
+def check_job_type_name(field, name):
+    """A job type's name as typed (pause-type, the Queues page), or InvalidInput naming `field`
+    when it is longer than any index holds: PostgreSQL refused an 8 KB one with an error, a 500."""
+    if isinstance(name, str) and len(name) > JOB_TYPE_MAX_CHARS:
+        raise InvalidInput(field, f"must be at most {JOB_TYPE_MAX_CHARS} characters, got {len(name)}")
+    return name
+
+
 def has_nul(value):
     """True if a JSON-able value holds U+0000 anywhere: PostgreSQL text and jsonb cannot store it."""
     if isinstance(value, str):
@@ -64,8 +88,17 @@ def check_url(field, raw):
     if raw == "":
         return None
     clean_text(field, raw)
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in raw):
+    try:
+        # urlsplit raises ValueError for an unclosed [IPv6] host ("http://[::1"), .port for a
+        # port past 65535, ip_address for a bracketed host that is no address ("[nope]"): each
+        # was a 500 on the definition form, or later in the webhook sender.
+        parts = urlsplit(raw)
+        hostname, _ = parts.hostname, parts.port
+        if "[" in parts.netloc:
+            ip_address(hostname or "")
+    except ValueError:
+        parts = hostname = None
+    if parts is None or parts.scheme not in ("http", "https") or not hostname or any(c.isspace() for c in raw):
         raise InvalidInput(field, f"must be an http:// or https:// URL, got {raw!r}")
     return raw
 

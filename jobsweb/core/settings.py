@@ -170,9 +170,12 @@ SETTINGS = {
     "JOBSWEB_STACK_MAX_CHARS": (20000, _positive_int),
     # Runs per transaction when the admin retries or cancels everything matching a filter.
     "JOBSWEB_BULK_BATCH": (1000, _positive_int),
-    # Payload keys containing any of these words are masked on every admin page.
-    "JOBSWEB_MASK_KEYS": (["password", "passwd", "pwd", "token", "secret", "api_key", "apikey", "authorization",
-                           "credential", "private_key", "dsn", "cookie", "session"], _word_list),
+    # Payload keys containing any of these words are masked on every admin page. A substring
+    # match on purpose: "auth" also masks "author", and showing a secret costs more than hiding
+    # a name.
+    "JOBSWEB_MASK_KEYS": (["password", "passwd", "passphrase", "pwd", "token", "secret", "api_key", "apikey",
+                           "access_key", "accesskey", "auth", "bearer", "signature", "credential", "private_key",
+                           "dsn", "cookie", "session"], _word_list),
     # GET /metrics answers only with `Authorization: Bearer <this>`; unset, /metrics is a 404.
     "JOBSWEB_METRICS_TOKEN": (None, _token),
     # text: one readable line per event; json: one JSON object per line, for log pipelines.

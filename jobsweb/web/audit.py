@@ -10,7 +10,13 @@ from .access import viewer
 def record(action, target_type, target_id=None, **detail):
     """Add an entry for the viewer to the current transaction (the caller commits). A host's
     viewer is recorded by the identity its `authorize` gave."""
-    db.session.add(AuditEntry(user_id=viewer().user_id, user_email=viewer().identity, action=action,
+    record_for(viewer().user_id, viewer().identity, action, target_type, target_id, **detail)
+
+
+def record_for(user_id, identity, action, target_type, target_id=None, **detail):
+    """Add an entry for someone who is not (yet) the viewer: a person signing in, with the
+    email they typed (the caller commits)."""
+    db.session.add(AuditEntry(user_id=user_id, user_email=identity, action=action,
                               target_type=target_type, target_id=target_id, detail=detail))
 
 

@@ -18,6 +18,18 @@ from ..core.passwords import PASSWORD_MIN_CHARS
 _finite = NumberRange(min=0.001, max=MAX_SECONDS)
 
 
+class WholeNumberField(IntegerField):
+    """IntegerField that refuses a number of more than 18 digits as it reads it: wtforms'
+    NumberRange calls math.isnan() on it, which raises OverflowError (a 500) for an int past a
+    float's range (a 400-digit max_attempts). Every bound here is far below 18 digits."""
+
+    def process_formdata(self, valuelist):
+        if valuelist and len(str(valuelist[0]).strip().lstrip("+-")) > 18:
+            self.data = None
+            raise ValueError(self.gettext("Not a valid integer value."))
+        super().process_formdata(valuelist)
+
+
 def job_type_choices():
     """The job type select's options: a blank "choose" first, so that no type (the first in
     alphabetical order was jobsweb.fail) is picked for someone who did not choose one."""
@@ -61,7 +73,7 @@ class EnqueueForm(Form):
     tz = HiddenField(validators=[Optional(), Length(max=64)])
     idempotency_key = StringField("Idempotency key", validators=[Optional(), Length(max=200)],
                                   description="Optional: at most one run is created per key.")
-    max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
+    max_attempts = WholeNumberField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
                                 description="Empty: the job type's default.")
 
 
@@ -89,7 +101,7 @@ class DefinitionForm(Form):
                            description="Cron (0 6 * * 1-5), a macro (@daily, @hourly) or @every 10m")
     timezone = SelectField("Timezone", default="UTC")
     payload = TextAreaField("Payload (JSON object)", default="{}", validators=[Length(max=200_000)])
-    max_attempts = IntegerField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
+    max_attempts = WholeNumberField("Max attempts", validators=[Optional(), NumberRange(min=1, max=1000)],
                                 description="Empty: the job type's default.")
     queue = StringField("Queue", validators=[Optional(), Length(max=100)],
                         description="Empty: the job type's queue, or default. Created on first use.")
@@ -103,12 +115,12 @@ class DefinitionForm(Form):
                           description="skip this slot · queue it after · allow both")
     misfire = SelectField("After downtime", default="latest", choices=list(MISFIRE_POLICIES),
                           description="run the latest missed slot · run all · skip them")
-    grace_seconds = IntegerField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0, max=MAX_GRACE)],
+    grace_seconds = WholeNumberField("Grace (s)", default=DEFAULT_GRACE, validators=[Optional(), NumberRange(min=0, max=MAX_GRACE)],
                                  description="How late a slot may be before it counts as overdue.")
-    alert_after_failures = IntegerField("Alert after (dead runs)", default=FAILING_AFTER,
+    alert_after_failures = WholeNumberField("Alert after (dead runs)", default=FAILING_AFTER,
                                         validators=[Optional(), NumberRange(min=1, max=1000)],
                                         description="1: alert on every dead run.")
-    max_duration = IntegerField("Max duration (s)", validators=[Optional(), NumberRange(min=1, max=7 * 86400)],
+    max_duration = WholeNumberField("Max duration (s)", validators=[Optional(), NumberRange(min=1, max=7 * 86400)],
                                 description="Longer opens a 'slow' incident. Empty: 3× the p95 of its last 20 "
                                             "successful runs, at least 60 s.")
     alert_webhook_url = StringField("Alert webhook URL", validators=[Optional(), Length(max=2000)],

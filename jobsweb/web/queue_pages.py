@@ -5,7 +5,7 @@ from flask import Blueprint, abort, flash, request, url_for
 
 from . import audit
 from ..core.database import db
-from ..core.errors import InvalidInput
+from ..core.errors import InvalidInput, check_job_type_name, fits_integer
 from ..engine import flow, registry
 from ..ops import queue_stats
 from .access import role_required
@@ -63,7 +63,7 @@ def limits():
     name = _queue_name()
     limit, rate = request.form.get("limit", "").strip(), request.form.get("rate", "").strip()
     try:
-        flow.configure_queue(name, limit=limit or None, rate=rate or None)
+        flow.configure_queue(name, limit=fits_integer("limit", limit) or None, rate=rate or None)
     except InvalidInput as exc:
         db.session.rollback()
         return _page(422, error=f"Queue {name}: {exc}", form={"queue": name, "limit": limit, "rate": rate})
@@ -90,7 +90,7 @@ def resume_type():
 def _set_type_paused(paused):
     job_type = request.form.get("job_type", "")
     try:
-        flow.pause_type(job_type, paused)
+        flow.pause_type(check_job_type_name("job_type", job_type), paused)
     except InvalidInput as exc:
         abort(400, str(exc))
     audit.record("pause_type" if paused else "resume_type", "job_type", job_type=job_type)

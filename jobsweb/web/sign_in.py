@@ -4,13 +4,14 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, redirect, request, url_for
 
+from . import audit
 from ..core.database import db
 from ..core.models import User
 from .access import access, forget_session, start_session, viewer
-from .accounts import check_credentials, end_sessions
+from .accounts import check_credentials, end_sessions, find_user
 from .forms import SignInForm
 from .rendering import render_template
-from .throttle import Attempt
+from .throttle import WINDOW, Attempt
 
 bp = Blueprint("auth", __name__)
 
@@ -36,23 +37,33 @@ def only_without_host_sign_in():
 
 @bp.route("/sign-in", methods=["GET", "POST"])
 def sign_in():
-    """The sign-in form; a wrong email or password gets one message for both."""
+    """The sign-in form; a wrong email or password gets one message for both. Each sign-in,
+    wrong password and limit reached is audited (throttle.py says what the limits are)."""
     form = SignInForm()
     error = None
     if form.validate_on_submit():
         attempt = Attempt.of(form.email.data, request.remote_addr)
-        wait = attempt.retry_after()
-        if wait:
-            message = (f"Too many wrong passwords for this account or from this address: try again in "
+        verdict = attempt.reserve()
+        if verdict.wait:
+            wait = verdict.wait
+            message = (f"Too many wrong passwords from this address: try again in "
                        f"{(wait + 59) // 60} minute{'s' * (wait > 60)}.")
             return render_template("sign_in.html", form=form, error=message), 429, {"Retry-After": str(wait)}
         user = check_credentials(form.email.data, form.password.data)
         if user is not None:
+            attempt.succeeded(verdict)
             start_session(user)
             user.last_sign_in_at = db.func.now()
+            audit.record_for(user.id, user.email, "sign_in", "user", user.id, address=attempt.address)
             db.session.commit()
             return redirect(_safe_next(request.args.get("next")) or url_for("jobsweb.dashboard.index"))
-        attempt.failed()
+        # The failure was recorded by reserve(); what is left is to say who tried.
+        known = find_user(attempt.email)
+        target = known.id if known is not None else None
+        audit.record_for(None, attempt.email, "sign_in_failed", "user", target, address=attempt.address)
+        for limit in verdict.reaches:
+            audit.record_for(None, attempt.email, "sign_in_limited", "user", target, address=attempt.address,
+                             limit=limit, minutes=WINDOW // 60)
         db.session.commit()
         error = "That email and password do not match an account."
     status = 401 if error else 422 if form.errors else 200

@@ -1,35 +1,84 @@
-"""Sign-in throttling: after FAILURES_ALLOWED wrong passwords for one account, or from one
-address, within WINDOW, sign-in answers 429 with Retry-After until the oldest of them ages out.
+"""Sign-in limits that slow guessing without letting anyone lock a person out, as OWASP's
+authentication cheat sheet, django-axes (account and address together) and Entra's smart
+lockout (familiar and unfamiliar locations) do it. Within WINDOW:
 
-Failures are rows in the database, so the limit holds across every gunicorn worker and restart;
-a throttled attempt is refused before its password is hashed (each check costs ~100 ms of CPU).
+- an address with FAILURES_ALLOWED wrong passwords, for any accounts, may not try again until
+  the oldest of them ages out (429 with Retry-After);
+- an account with FAILURES_ALLOWED wrong passwords, from anywhere, may then be tried only from
+  an address that has not failed for it. Guessing spread over many addresses gets one guess per
+  address, while the account's owner, from an address that has not been failing, still signs in.
+
+A limit used to block the account itself: ten wrong passwords every 15 minutes from anywhere
+kept a known account locked for good. The address is request.remote_addr, the client's once
+JOBSWEB_PROXY_HOPS says which proxies to trust (otherwise everyone behind a proxy shares one).
+
+Failures are rows in the database, so the limits hold across every gunicorn worker and restart.
+`flask users unlock` forgets them (forget()).
 """
 
+import math
 from dataclasses import dataclass
 
-from ..core.database import execute
+from ..core.database import db, execute
 
 FAILURES_ALLOWED = 10
 WINDOW = 15 * 60  # seconds
 
-# The newest FAILURES_ALLOWED failures of the account (index jobsweb_sign_in_failures_email);
-# the last row's age says when the count falls below the limit.
-RECENT_FAILURES_BY_EMAIL = """
-SELECT at FROM jobsweb_sign_in_failures
-WHERE email = %(email)s AND at > now() - make_interval(secs => %(window)s)
-ORDER BY at DESC LIMIT %(limit)s
+# Attempts for one address, and for one account, take their turn: RESERVE is then the only
+# writer of the rows LIMITS reads. Without it, 40 wrong passwords sent at once were 17 password
+# checks against a limit of 10 (each read the count before any had written its failure).
+# The address's lock is always taken before the account's, so two attempts never wait for each
+# other's second lock. Transaction-scoped: the commit after RESERVE releases both.
+LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
+# In its own statement after LOCK (under READ COMMITTED each statement reads a new snapshot, so
+# it sees the failures the attempts before it committed): the newest FAILURES_ALLOWED failures
+# of the address (index jobsweb_sign_in_failures_address) and of the account (index
+# jobsweb_sign_in_failures_email), and the newest failure of this address for this account
+# (the address's rows: at most FAILURES_ALLOWED of them are recent).
+LIMITS = """
+SELECT now(),
+       array(SELECT at FROM jobsweb_sign_in_failures
+             WHERE address = %(address)s AND at > now() - make_interval(secs => %(window)s)
+             ORDER BY at DESC LIMIT %(limit)s),
+       array(SELECT at FROM jobsweb_sign_in_failures
+             WHERE email = %(email)s AND at > now() - make_interval(secs => %(window)s)
+             ORDER BY at DESC LIMIT %(limit)s),
+       (SELECT max(at) FROM jobsweb_sign_in_failures
+        WHERE address = %(address)s AND email = %(email)s AND at > now() - make_interval(secs => %(window)s))
 """
-# The same for one client address (index jobsweb_sign_in_failures_address).
-RECENT_FAILURES_BY_ADDRESS = """
-SELECT at FROM jobsweb_sign_in_failures
-WHERE address = %(address)s AND at > now() - make_interval(secs => %(window)s)
-ORDER BY at DESC LIMIT %(limit)s
+# The attempt counts as a failure from before its password is checked until it proves right
+# (FORGET_RESERVED): a web process that dies while checking leaves a failure, not a free guess.
+RESERVE = """
+INSERT INTO jobsweb_sign_in_failures (email, address) VALUES (%(email)s, %(address)s) RETURNING id
 """
-# Seconds until a failure at %(at)s leaves the window.
-SECONDS_LEFT = "SELECT ceil(extract(epoch FROM %(at)s + make_interval(secs => %(window)s) - now()))"
-RECORD_FAILURE = "INSERT INTO jobsweb_sign_in_failures (email, address) VALUES (%(email)s, %(address)s)"
-# Rows past the window count for nothing (index jobsweb_sign_in_failures_at).
-FORGET_OLD_FAILURES = "DELETE FROM jobsweb_sign_in_failures WHERE at < now() - make_interval(secs => %(window)s)"
+# A right password: this attempt, and this address's earlier failures for the account (its
+# owner's typos), count no more. Other addresses' failures stay.
+FORGET_RESERVED = """
+DELETE FROM jobsweb_sign_in_failures WHERE id = %(id)s OR (email = %(email)s AND address = %(address)s)
+"""
+# Rows past the window count for nothing (index jobsweb_sign_in_failures_at). SKIP LOCKED: two
+# attempts deleting the same old rows would otherwise wait for each other while holding their
+# advisory locks (or deadlock, meeting the rows in different orders); a batch at a time, so that
+# the attempt after a burst of guesses does not delete them all.
+FORGET_OLD_FAILURES = """
+DELETE FROM jobsweb_sign_in_failures WHERE id IN (
+    SELECT id FROM jobsweb_sign_in_failures WHERE at < now() - make_interval(secs => %(window)s)
+    LIMIT 1000 FOR UPDATE SKIP LOCKED)
+"""
+# flask users unlock: an account's failures, an address's, or both.
+FORGET = """
+DELETE FROM jobsweb_sign_in_failures
+WHERE (%(email)s::text IS NOT NULL AND email = %(email)s) OR (%(address)s::text IS NOT NULL AND address = %(address)s)
+"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the limits said about one attempt."""
+
+    wait: int  # seconds before this address may try this account; 0: it may now
+    failure_id: int | None = None  # the failure recorded for it, while its password is checked
+    reaches: tuple = ()  # the limits a wrong password now reaches: "address", "account"
 
 
 @dataclass(frozen=True)
@@ -39,20 +88,46 @@ class Attempt:
 
     @classmethod
     def of(cls, email, address):
-        return cls((email or "").strip().lower()[:254], address or "unknown")
+        return cls(normal_email(email), address or "unknown")
 
-    def retry_after(self):
-        """Seconds to wait before this account or address may try again; 0 if it may now."""
-        waits = [0]
+    def reserve(self):
+        """The verdict on this attempt. When it may go on, it is recorded as a failure and
+        committed (the locks released) before the caller checks its password (~100 ms of CPU,
+        never spent on an attempt past a limit)."""
         params = {"email": self.email, "address": self.address, "window": WINDOW, "limit": FAILURES_ALLOWED}
-        for statement in (RECENT_FAILURES_BY_EMAIL, RECENT_FAILURES_BY_ADDRESS):
-            rows = execute(statement, params).fetchall()
-            if len(rows) >= FAILURES_ALLOWED:
-                seconds = execute(SECONDS_LEFT, {"at": rows[-1][0], "window": WINDOW}).scalar()
-                waits.append(max(1, int(seconds)))
-        return max(waits)
-
-    def failed(self):
-        """Record a wrong password (the caller commits)."""
+        execute(LOCK, {"key": f"sign-in address {self.address}"})
+        execute(LOCK, {"key": f"sign-in account {self.email}"})
+        now, by_address, by_account, last_here = execute(LIMITS, params).one()
+        waits = []
+        if len(by_address) >= FAILURES_ALLOWED:
+            waits.append(by_address[-1])  # the address may try when its oldest counted failure ages out
+        if len(by_account) >= FAILURES_ALLOWED and last_here is not None:
+            # ...and this address may try the account again when it has not failed for it within
+            # the window, or when the account is under its limit, whichever comes first.
+            waits.append(min(last_here, by_account[-1]))
+        if waits:
+            db.session.commit()
+            return Verdict(max(1, math.ceil((max(waits) - now).total_seconds() + WINDOW)))
         execute(FORGET_OLD_FAILURES, {"window": WINDOW})
-        execute(RECORD_FAILURE, {"email": self.email, "address": self.address})
+        failure_id = execute(RESERVE, params).scalar()
+        db.session.commit()
+        reaches = (("address",) * (len(by_address) + 1 == FAILURES_ALLOWED)
+                   + ("account",) * (len(by_account) + 1 == FAILURES_ALLOWED))
+        return Verdict(0, failure_id, reaches)
+
+    def succeeded(self, verdict):
+        """The password was right: its reserved failure, and this address's earlier ones for the
+        account, count no more (the caller commits)."""
+        execute(FORGET_RESERVED, {"id": verdict.failure_id, "email": self.email, "address": self.address})
+
+
+def normal_email(email):
+    """An email as the limits count it: trimmed, lower case, at most 254 characters."""
+    return (email or "").strip().lower()[:254]
+
+
+def forget(email=None, address=None):
+    """Forget the failures of an account, of an address, or of both, as if the window had passed
+    (`flask users unlock`); how many. The caller commits."""
+    params = {"email": normal_email(email) if email else None, "address": address or None}
+    return execute(FORGET, params).rowcount
