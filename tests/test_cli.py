@@ -72,22 +72,14 @@ def test_run_jobs_says_when_the_schema_is_missing(database_url_for_tests):
     assert "run `flask jobs migrate` first" in result.output
 
 
+@pytest.mark.parametrize("option", ["--max-runtime", "--poll-interval", "--shutdown-timeout"])
 @pytest.mark.parametrize("value", ["nan", "-NaN", "inf", "infinity", "-inf", "1e400"])
-def test_a_finite_float_option_refuses_nan_and_infinity_with_a_message(value):
-    import click
-    from click.testing import CliRunner
-
-    from jobsweb.commands.finite_floats import FiniteFloatRange
-
-    @click.command()
-    @click.option("--max-runtime", type=FiniteFloatRange(min=0, min_open=True))
-    def command(max_runtime):
-        click.echo(repr(max_runtime))
-
-    result = CliRunner().invoke(command, ["--max-runtime", value])
+def test_run_jobs_refuses_nan_and_infinity_in_its_seconds_options_naming_the_option(runner, sql, option, value):
+    sql("INSERT INTO job_runs (job_type, payload, run_at) VALUES ('jobsweb.noop', '{}', now())")
+    result = runner.invoke(args=["run-jobs", option, value])
     assert result.exit_code == 2, result.output
-    assert "--max-runtime" in result.output and "is not a finite number" in result.output
-    assert CliRunner().invoke(command, ["--max-runtime", "2.5"]).output == "2.5\n"
+    assert option in result.output and "is not a finite number" in result.output
+    assert sql("SELECT status FROM job_runs") == [("queued",)]  # refused before any work
 
 
 @pytest.mark.parametrize("args, message", [

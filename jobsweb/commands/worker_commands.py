@@ -24,6 +24,7 @@ from ..engine.worker import Worker
 from ..ops import alerts
 from ..scheduling import materialise
 from ..web.accounts import DEMO_EMAIL, check_credentials, ensure_demo_admin
+from .finite_floats import FiniteFloatRange
 from .groups import jobs, plain_errors, setup_logging
 
 
@@ -40,11 +41,11 @@ def build_worker(app, **options):
 @click.command("run-jobs")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Jobs run at once [JOBSWEB_CONCURRENCY, 4].")
 @click.option("--forever", is_flag=True, help="Keep polling instead of exiting when nothing is due.")
-@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True),
+@click.option("--poll-interval", type=FiniteFloatRange(min=0, min_open=True),
               help="Seconds between polls when idle [JOBSWEB_POLL_INTERVAL, 5].")
-@click.option("--max-runtime", type=click.FloatRange(min=0, min_open=True),
+@click.option("--max-runtime", type=FiniteFloatRange(min=0, min_open=True),
               help="Stop claiming after this many seconds and exit once held runs finish.")
-@click.option("--shutdown-timeout", type=click.FloatRange(min=0),
+@click.option("--shutdown-timeout", type=FiniteFloatRange(min=0),
               help="Seconds to let running jobs finish after SIGTERM [JOBSWEB_SHUTDOWN_TIMEOUT, 10].")
 @click.option("--queues", help="Comma-separated queues this worker takes runs from [all].")
 @with_appcontext
