@@ -5,7 +5,7 @@ import click
 from flask import current_app, url_for
 
 from ..core.database import db
-from ..core.errors import InvalidInput, check_job_type_name, fits_integer
+from ..core.errors import InvalidInput, check_job_type_name
 from ..engine import flow
 from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
@@ -110,8 +110,7 @@ def queue_command(name, limit, no_limit, rate, no_rate, pause):
         if limit is not None and no_limit or rate is not None and no_rate:
             raise InvalidInput("limit" if no_limit and limit is not None else "rate",
                                "give a value or --no-..., not both")
-        row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else
-                                   fits_integer("limit", limit),
+        row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else limit,
                                    rate=None if no_rate else flow.UNSET if rate is None else rate,
                                    paused=pause)
         db.session.commit()

@@ -7,7 +7,7 @@ A queue gets its job_queues row on first use; a queue without one is unlimited a
 import re
 
 from ..core.database import execute
-from ..core.errors import InvalidInput, has_nul
+from ..core.errors import InvalidInput, fits_integer, has_nul
 
 DEFAULT_QUEUE = "default"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
@@ -84,6 +84,7 @@ def check_limit(value):
         limit = None
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InvalidInput("limit", f"must be a whole number of at least 1, got {value!r}")
+    fits_integer("limit", limit)  # job_queues.concurrency_limit is an integer column
     return limit
 
 

@@ -5,7 +5,7 @@ from flask import Blueprint, abort, flash, request, url_for
 
 from . import audit
 from ..core.database import db
-from ..core.errors import InvalidInput, check_job_type_name, fits_integer
+from ..core.errors import InvalidInput, check_job_type_name
 from ..engine import flow, registry
 from ..ops import queue_stats
 from .access import role_required
@@ -63,7 +63,7 @@ def limits():
     name = _queue_name()
     limit, rate = request.form.get("limit", "").strip(), request.form.get("rate", "").strip()
     try:
-        flow.configure_queue(name, limit=fits_integer("limit", limit) or None, rate=rate or None)
+        flow.configure_queue(name, limit=limit or None, rate=rate or None)
     except InvalidInput as exc:
         db.session.rollback()
         return _page(422, error=f"Queue {name}: {exc}", form={"queue": name, "limit": limit, "rate": rate})
