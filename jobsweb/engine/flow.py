@@ -4,6 +4,7 @@ The claim (statements.CLAIM_RUNS) enforces what is stored here, for every worker
 A queue gets its job_queues row on first use; a queue without one is unlimited and unpaused.
 """
 
+import logging
 import re
 
 from ..core.database import execute
@@ -14,6 +15,8 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 PRIORITY_RANGE = (-1000, 1000)  # smaller runs first
 UNIQUE_KEY_MAX_CHARS = 200
 UNSET = object()  # a setting left as it is
+
+log = logging.getLogger("jobsweb.worker")
 
 # Create the queue or change the settings given; NULL parameters with their `set_` flag off
 # leave a setting alone. The claim reads rate_starts only inside the current window, so a new
@@ -132,3 +135,51 @@ def pause_type(job_type, paused=True):
 def paused_types():
     """(job_type, paused_at) of every paused job type."""
     return execute(PAUSED_TYPES).all()
+
+# Before a one-shot worker (a cron tick) exits with nothing claimed: the limited queues that
+# hold due runs it could take, and in how many seconds each frees a start (0: a concurrency
+# slot, which frees whenever a run ends, so the worker polls; else when the oldest start in a
+# full rate window leaves it). A limit only delays its runs, so the tick waits for them (up to
+# --max-runtime); a paused queue or job type waits for a person, so it is not listed.
+# Serves LimitWait; each EXISTS reads job_runs_queue_claimable.
+LIMITED_DUE = """
+SELECT q.name, greatest(coalesce(extract(epoch FROM (
+           SELECT min(t) + make_interval(secs => q.rate_seconds) - clock_timestamp()
+           FROM unnest(q.rate_starts) t
+           WHERE t > clock_timestamp() - make_interval(secs => q.rate_seconds)
+           HAVING count(*) >= q.rate_limit)), 0), 0)::float8 AS seconds
+FROM job_queues q
+WHERE NOT q.paused AND coalesce(q.concurrency_limit, q.rate_limit) IS NOT NULL
+  AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
+  AND EXISTS (SELECT 1 FROM job_runs r
+              WHERE r.queue = q.name AND r.status IN ('queued', 'failed') AND r.run_at <= now()
+                AND r.job_type = ANY(%(job_types)s::text[])
+                AND NOT EXISTS (SELECT 1 FROM job_paused_types p WHERE p.job_type = r.job_type))
+ORDER BY q.name
+"""
+
+
+class LimitWait:
+    """What a one-shot worker (a cron tick) that found nothing to claim waits for: the limits
+    that only delay due runs it could take. Says so in the log once a wait."""
+
+    def __init__(self, queues, max_runtime, poll_interval):
+        self.queues = queues
+        self.max_runtime = max_runtime
+        self.poll_interval = poll_interval
+        self.waiting = False
+
+    def seconds(self, link, job_types):
+        """None when no such run waits; else how long to wait before claiming again."""
+        queues = link.fetch(LIMITED_DUE, {"queues": self.queues, "job_types": job_types})
+        if not queues:
+            self.waiting = False
+            return None
+        if not self.waiting:
+            self.waiting = True
+            log.info("due runs wait for a limit of queue%s %s; waiting for it%s", "s" if len(queues) > 1 else "",
+                     ", ".join(name for name, _ in queues),
+                     f" (at most until --max-runtime {self.max_runtime:g}s)" if self.max_runtime else "")
+        # A full rate window frees a start at a known time; a concurrency slot whenever some run
+        # ends, which only a poll sees.
+        return min([seconds for _, seconds in queues if seconds > 0] + [self.poll_interval])

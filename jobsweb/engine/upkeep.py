@@ -63,25 +63,3 @@ WORKER_STOPPED = """
 UPDATE job_workers SET last_seen_at = now(), stopped_at = now(), runs_done = runs_done + %(done)s
 WHERE id = %(worker)s
 """
-
-# Before a one-shot worker (a cron tick) exits with nothing claimed: the limited queues that
-# hold due runs it could take, and in how many seconds each frees a start (0: a concurrency
-# slot, which frees whenever a run ends, so the worker polls; else when the oldest start in a
-# full rate window leaves it). A limit only delays its runs, so the tick waits for them (up to
-# --max-runtime); a paused queue or job type waits for a person, so it is not listed.
-# Serves Worker._delayed_by_limits; each EXISTS reads job_runs_queue_claimable.
-LIMITED_DUE = """
-SELECT q.name, greatest(coalesce(extract(epoch FROM (
-           SELECT min(t) + make_interval(secs => q.rate_seconds) - clock_timestamp()
-           FROM unnest(q.rate_starts) t
-           WHERE t > clock_timestamp() - make_interval(secs => q.rate_seconds)
-           HAVING count(*) >= q.rate_limit)), 0), 0)::float8 AS seconds
-FROM job_queues q
-WHERE NOT q.paused AND coalesce(q.concurrency_limit, q.rate_limit) IS NOT NULL
-  AND (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
-  AND EXISTS (SELECT 1 FROM job_runs r
-              WHERE r.queue = q.name AND r.status IN ('queued', 'failed') AND r.run_at <= now()
-                AND r.job_type = ANY(%(job_types)s::text[])
-                AND NOT EXISTS (SELECT 1 FROM job_paused_types p WHERE p.job_type = r.job_type))
-ORDER BY q.name
-"""

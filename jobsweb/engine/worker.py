@@ -22,6 +22,7 @@ from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
 from .execution import Deadlines, Failures, Held, Outcome, Pool, interrupted, log_finished
+from .flow import LimitWait
 from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
 from .registry import JobContext
@@ -76,7 +77,7 @@ class Worker(LeaseHolder, TripKeeper):
         self.done = 0  # runs written since job_workers.runs_done was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
-        self.waiting_for_limits = False  # a one-shot worker waits for a queue's limit (logged once)
+        self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
         self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
@@ -144,7 +145,7 @@ class Worker(LeaseHolder, TripKeeper):
                 wait = self._wait_seconds(now, next_beat, drain_until, claiming)
                 if not self.held and (not claiming or (not found and not self.forever)):
                     try:
-                        delay = self._delayed_by_limits() if claiming else None
+                        delay = self.limit_wait.seconds(self.link, registry.names()) if claiming else None
                     except DatabaseUnavailable as exc:
                         self._wait_for_database(exc)
                         continue
@@ -215,22 +216,6 @@ class Worker(LeaseHolder, TripKeeper):
         for trip in trips:
             self._land(trip)
         return did_work or bool(claimed) or self._under_way() > 0
-
-    def _delayed_by_limits(self):
-        """For a one-shot worker that found nothing: None if no due run it could take waits
-        for a queue's limit; else how long to wait before claiming again. Logged once a wait."""
-        queues = self.link.fetch(upkeep.LIMITED_DUE, {"queues": self.queues, "job_types": registry.names()})
-        if not queues:
-            self.waiting_for_limits = False
-            return None
-        if not self.waiting_for_limits:
-            self.waiting_for_limits = True
-            log.info("due runs wait for a limit of queue%s %s; waiting for it%s", "s" if len(queues) > 1 else "",
-                     ", ".join(name for name, _ in queues),
-                     f" (at most until --max-runtime {self.max_runtime:g}s)" if self.max_runtime else "")
-        # A full rate window frees a start at a known time; a concurrency slot whenever some run
-        # ends, which only a poll sees.
-        return min([seconds for _, seconds in queues if seconds > 0] + [self.poll_interval])
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
