@@ -1,0 +1,164 @@
+"""The settings hosted PostgreSQL servers impose, each on a server of its own with jobsweb's real
+processes (gunicorn with its alert thread, a --forever worker, the CLI) on the app's own role:
+timeouts set on the role, SSL required, and a connection limit that leaves the app 20."""
+
+import os
+import pwd
+import re
+import subprocess
+
+import psycopg
+import pytest
+
+from tests import servers
+from tests.conftest import wait_for
+from tests.hosted import APP_DATABASE, ConnectionCensus, Processes, app_database, flask, log_of, prepare
+
+ROLE_TIMEOUTS = {"statement_timeout": "5s", "idle_in_transaction_session_timeout": "10s"}
+LONG_JOB = 12  # seconds: longer than both timeouts
+# What the server logs when a timeout ends a statement or a session, and when it refuses a connection.
+KILLED = re.compile(r"statement timeout|idle-in-transaction timeout|too many clients|connection slots are reserved")
+# What jobsweb's processes log when something went wrong.
+TROUBLE = re.compile(r"Traceback|ERROR|WARNING|too many clients|timeout", re.IGNORECASE)
+
+
+# A throwaway server: durability costs only time here, and is not what these tests are about.
+FAST = {"fsync": "off", "synchronous_commit": "off"}
+
+
+def server_log(server):
+    return (server.root / "server.log").read_text()
+
+
+def sql(url, statement, params=None):
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description else None
+
+
+def runs_by_status(url):
+    return dict(sql(url, "SELECT status, count(*) FROM job_runs GROUP BY status"))
+
+
+def enqueue(url, job_type, payload, count):
+    """`count` runs due now, inserted in one statement as another program would."""
+    sql(url, "INSERT INTO job_runs (job_type, payload, run_at) "
+             "SELECT %s, %s::jsonb, now() FROM generate_series(1, %s)", [job_type, payload, count])
+
+
+@pytest.fixture
+def processes(tmp_path):
+    running = Processes(tmp_path)
+    yield running
+    running.stop()
+
+
+# -- timeouts on the role ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def role_timeouts():
+    """(server, the app's URL): the app's role has a 5 s statement_timeout and a 10 s
+    idle_in_transaction_session_timeout, as hosted plans and careful DBAs set them."""
+    server = servers.start("stock", FAST)
+    try:
+        yield server, app_database(server, ROLE_TIMEOUTS)
+    finally:
+        server.cleanup()
+
+
+def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer_than_both_succeed_and_nothing_is_killed(
+        role_timeouts, processes):
+    server, url = role_timeouts
+    assert sql(url, "SELECT current_setting('statement_timeout'), "
+                    "current_setting('idle_in_transaction_session_timeout')") == [("5s", "10s")]
+    prepare(url)  # the whole migration history, under both timeouts
+    enqueue(url, "test.record", f'{{"seconds": {LONG_JOB}}}', 2)
+    enqueue(url, "test.record", "{}", 50)
+    # A 6 s lease: the long runs' leases are extended every 2 s while their handlers sleep.
+    worker = processes.worker(url, "--forever", "--concurrency", "4", "--poll-interval", "0.5",
+                              JOBSWEB_LEASE_SECONDS=6)
+    web, base = processes.gunicorn(url, JOBSWEB_ALERT_INTERVAL=1)
+    load = processes.load(base, clients=2)
+    wait_for(lambda: sql(url, "SELECT count(*) FROM job_runs WHERE status = 'running' AND payload ? 'seconds'")
+             == [(2,)], timeout=30, message="the two long runs to start")
+    # While they run: more runs from the CLI, a release-phase migrate, and the pages, well past
+    # the 10 s after which an open transaction would have been ended.
+    code, output = flask(url, "jobs", "enqueue", "test.record")
+    assert code == 0, output
+    code, output = flask(url, "jobs", "migrate")
+    assert code == 0, output
+    wait_for(lambda: runs_by_status(url) == {"succeeded": 53}, timeout=LONG_JOB + 30,
+             message="every run to succeed")
+    loaded = load.stop()
+
+    assert load.failures == [] and loaded > 20
+    # One attempt each: no heartbeat was cancelled, so no lease ran out and no run was retried.
+    assert sql(url, "SELECT max(attempts), count(*) FROM job_runs") == [(1, 53)]
+    assert sql(url, "SELECT count(*), count(DISTINCT run_id) FROM test_executions") == [(53, 53)]
+    processes.stop()
+    assert not KILLED.findall(server_log(server)), server_log(server)
+    for proc in (worker, web):
+        assert not TROUBLE.findall(log_of(proc)), log_of(proc)
+
+
+# -- SSL required ----------------------------------------------------------------------------
+
+SSL_MARK = "jobsweb-over-ssl"  # the application_name in DATABASE_URL: seen on a connection, the URL's parameters reached it
+
+
+@pytest.fixture(scope="module")
+def ssl_only():
+    """(server, the app's URL with sslmode=require): a stock server with a self-signed
+    certificate whose pg_hba.conf has hostssl lines only, so a connection without SSL is refused."""
+    server = servers.start("stock", FAST)
+    try:
+        owner = pwd.getpwnam(servers.STOCK_USER)
+        key, certificate = server.root / "server.key", server.root / "server.crt"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", certificate, "-days", "1", "-subj", "/CN=127.0.0.1"],
+                       check=True, capture_output=True)
+        for path in (key, certificate):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+        key.chmod(0o600)  # the server refuses a key others may read
+        (server.pgdata / "pg_hba.conf").write_text("local all all scram-sha-256\n"
+                                                    "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            for name, value in {"ssl": "on", "ssl_cert_file": certificate, "ssl_key_file": key}.items():
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+            conn.execute("SELECT pg_reload_conf()")  # ssl and pg_hba.conf both take effect on reload
+        yield server, app_database(server, query={"sslmode": "require", "application_name": SSL_MARK})
+    finally:
+        server.cleanup()
+
+
+def test_with_ssl_required_the_worker_pages_migrate_and_enqueue_connect_over_ssl_with_the_urls_parameters(
+        ssl_only, processes):
+    server, url = ssl_only
+    with pytest.raises(psycopg.OperationalError, match="no encryption"):
+        psycopg.connect(url.replace("sslmode=require", "sslmode=disable"))
+    prepare(url)
+    census = ConnectionCensus(server.get_uri(APP_DATABASE))
+    try:
+        code, output = flask(url, "jobs", "enqueue", "test.record")
+        assert code == 0, output
+        enqueue(url, "test.record", "{}", 20)
+        worker = processes.worker(url, "--forever", "--concurrency", "4", "--poll-interval", "0.5")
+        census.watch("worker", worker.pid)
+        web, base = processes.gunicorn(url, JOBSWEB_ALERT_INTERVAL=1)
+        census.watch("gunicorn", web.pid)
+        load = processes.load(base, clients=2)
+        wait_for(lambda: runs_by_status(url) == {"succeeded": 21}, timeout=30, message="every run to succeed")
+        # The worker's own connection and its LISTEN; each gunicorn process's pool.
+        wait_for(lambda: len(census.seen.get("worker", ())) >= 2 and len(census.seen.get("gunicorn child 1", ())) >= 1
+                 and len(census.seen.get("gunicorn child 2", ())) >= 1, timeout=30,
+                 message="the worker's and both gunicorn processes' connections")
+        code, output = flask(url, "jobs", "migrate")
+        assert code == 0, output
+        load.stop()
+    finally:
+        census.stop()
+
+    assert load.failures == []
+    held = {label: set(connections.values()) for label, connections in census.seen.items()}
+    assert held == {label: {(True, SSL_MARK)} for label in held}, held
+    assert not TROUBLE.findall(log_of(worker)), log_of(worker)
