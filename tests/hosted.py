@@ -276,14 +276,18 @@ class ConnectionCensus:
                 pids[child] = f"{label} child {n}"
         return pids
 
+    def _owners(self):
+        """{local port: label} of the watched processes' TCP sockets."""
+        ports = _socket_ports()
+        return {port: label for pid, label in self._pids().items() for port in _ports_of(pid, ports)}
+
     def _watch(self):
         while not self.stopping.is_set():
+            # Who held which port, looked up before and after the query: a connection the query
+            # saw was open at one of the two moments, unless it lived less than the query took.
+            owner = self._owners()
             rows = self.conn.execute(self.QUERY, [self.role]).fetchall()
-            ports = _socket_ports()
-            owner = {}
-            for pid, label in self._pids().items():
-                for port in _ports_of(pid, ports):
-                    owner[port] = label
+            owner.update(self._owners())
             counts = {}
             for backend, client_port, ssl, application_name in rows:
                 label = owner.get(client_port, self.UNKNOWN)

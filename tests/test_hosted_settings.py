@@ -2,17 +2,20 @@
 processes (gunicorn with its alert thread, a --forever worker, the CLI) on the app's own role:
 timeouts set on the role, SSL required, and a connection limit that leaves the app 20."""
 
+import contextlib
 import os
 import pwd
 import re
 import subprocess
+import sys
 
 import psycopg
 import pytest
 
 from tests import servers
-from tests.conftest import wait_for
-from tests.hosted import APP_DATABASE, ConnectionCensus, Processes, app_database, flask, log_of, prepare
+from tests.conftest import ROOT, wait_for
+from tests.hosted import (APP_DATABASE, ConnectionCensus, Processes, app_database, environment, flask, log_of,
+                          prepare)
 
 ROLE_TIMEOUTS = {"statement_timeout": "5s", "idle_in_transaction_session_timeout": "10s"}
 LONG_JOB = 12  # seconds: longer than both timeouts
@@ -162,3 +165,78 @@ def test_with_ssl_required_the_worker_pages_migrate_and_enqueue_connect_over_ssl
     held = {label: set(connections.values()) for label, connections in census.seen.items()}
     assert held == {label: {(True, SSL_MARK)} for label in held}, held
     assert not TROUBLE.findall(log_of(worker)), log_of(worker)
+
+
+# -- 20 connections for the app ------------------------------------------------------------
+
+APP_CONNECTIONS = 20  # what the plan leaves the app
+RESERVED = 3  # superuser_reserved_connections, PostgreSQL's default
+OBSERVERS = 2  # the test's own superuser connections: the census, and the one that waits for the runs
+RUNS = 300
+CONCURRENCY = 8
+# What each process may hold (docs/DEPLOY.md, "Database connections"): a gunicorn process one
+# per thread and one for its alert thread; a worker its claims, its finishes, its LISTEN and
+# LISTEN's probe (at start), one per handler thread and one for its alert evaluation; migrate one.
+# At the default 4 threads that is 2 x 5 + 14 + 1 = 25: two threads each fit 20.
+WEB_THREADS = 2
+MOST = {"gunicorn child": WEB_THREADS + 1, "worker": 4 + CONCURRENCY + 1, "migrate": 1}
+
+
+@pytest.fixture(scope="module")
+def twenty_connections():
+    """(server, the app's URL): a stock server whose max_connections leaves the app's role
+    exactly APP_CONNECTIONS (the rest are for superusers: the reserved ones and the test's)."""
+    server = servers.start("stock", {**FAST, "max_connections": APP_CONNECTIONS + RESERVED + OBSERVERS})
+    try:
+        yield server, app_database(server)
+    finally:
+        server.cleanup()
+
+
+def test_two_gunicorn_processes_a_worker_at_concurrency_8_and_a_release_migrate_fit_in_20_connections(
+        twenty_connections, processes):
+    server, url = twenty_connections
+    prepare(url)
+    admin = server.get_uri(APP_DATABASE)
+    census = ConnectionCensus(admin)
+    try:
+        enqueue(admin, "test.record", "{}", RUNS)  # its handler writes through the app's own session
+        web, base = processes.gunicorn(url, WEB_THREADS=WEB_THREADS, JOBSWEB_ALERT_INTERVAL=1)  # 2 processes
+        census.watch("gunicorn", web.pid)
+        load = processes.load(base, clients=8)  # more than both processes' threads: all kept busy
+        worker = processes.worker(url, "--forever", "--concurrency", str(CONCURRENCY), "--poll-interval", "0.5")
+        census.watch("worker", worker.pid)
+        migrate = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "jobs", "migrate"], cwd=ROOT,
+                                   env=environment(url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        census.watch("migrate", migrate.pid)
+        output, _ = migrate.communicate(timeout=60)
+        assert migrate.returncode == 0, output
+        with psycopg.connect(admin, autocommit=True) as watching:
+            wait_for(lambda: watching.execute("SELECT count(*) FILTER (WHERE status = 'succeeded') = %s "
+                                              "FROM job_runs", [RUNS]).fetchone()[0],
+                     timeout=90, message="every run to succeed")
+        loaded = load.stop()
+    finally:
+        census.stop()
+
+    print(f"\npeak connections per process: {census.peaks}; all together {census.peak_total}; {loaded} pages")
+    assert load.failures == [] and loaded > 50
+    for label, most in MOST.items():
+        assert all(peak <= most for name, peak in census.peaks.items() if name.startswith(label)), census.peaks
+    assert census.peak_total <= APP_CONNECTIONS
+    assert sql(admin, "SELECT max(attempts) FROM job_runs") == [(1,)]
+    processes.stop()
+    assert not KILLED.findall(server_log(server)), server_log(server)
+    for proc in (worker, web):
+        assert not TROUBLE.findall(log_of(proc)), log_of(proc)
+
+
+def test_that_server_leaves_the_app_exactly_20_connections_beside_the_tests_own(twenty_connections):
+    server, url = twenty_connections
+    with contextlib.ExitStack() as held:
+        for _ in range(OBSERVERS):
+            held.enter_context(psycopg.connect(server.get_uri()))
+        for _ in range(APP_CONNECTIONS):
+            held.enter_context(psycopg.connect(url))
+        with pytest.raises(psycopg.OperationalError, match="reserved"):
+            psycopg.connect(url)
