@@ -8,6 +8,7 @@ import pwd
 import re
 import subprocess
 import sys
+import time
 
 import psycopg
 import pytest
@@ -17,12 +18,19 @@ from tests.conftest import ROOT, wait_for
 from tests.hosted import (APP_DATABASE, ConnectionCensus, Processes, app_database, environment, flask, log_of,
                           prepare)
 
-ROLE_TIMEOUTS = {"statement_timeout": "5s", "idle_in_transaction_session_timeout": "10s"}
+IDLE_IN_TRANSACTION = 10  # seconds
+ROLE_TIMEOUTS = {"statement_timeout": "5s", "idle_in_transaction_session_timeout": f"{IDLE_IN_TRANSACTION}s"}
 LONG_JOB = 12  # seconds: longer than both timeouts
 # What the server logs when a timeout ends a statement or a session, and when it refuses a connection.
 KILLED = re.compile(r"statement timeout|idle-in-transaction timeout|too many clients|connection slots are reserved")
 # What jobsweb's processes log when something went wrong.
 TROUBLE = re.compile(r"Traceback|ERROR|WARNING|too many clients|timeout", re.IGNORECASE)
+
+
+def trouble(log):
+    """The lines of a process's log that say something went wrong, but for the run of
+    jobsweb.fail a test made to die."""
+    return [line for line in log.splitlines() if TROUBLE.search(line) and "jobsweb.fail" not in line]
 
 
 # A throwaway server: durability costs only time here, and is not what these tests are about.
@@ -50,6 +58,15 @@ def enqueue(url, job_type, payload, count):
 
 
 @pytest.fixture
+def slow_receiver(receiver):
+    """The webhook receiver, not answering until the test sets `answering` (always set at the
+    end: closing it waits for the requests it holds)."""
+    receiver.answering.clear()
+    yield receiver
+    receiver.answering.set()
+
+
+@pytest.fixture
 def processes(tmp_path):
     running = Processes(tmp_path)
     yield running
@@ -70,38 +87,52 @@ def role_timeouts():
 
 
 def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer_than_both_succeed_and_nothing_is_killed(
-        role_timeouts, processes):
+        role_timeouts, processes, slow_receiver):
     server, url = role_timeouts
     assert sql(url, "SELECT current_setting('statement_timeout'), "
                     "current_setting('idle_in_transaction_session_timeout')") == [("5s", "10s")]
     prepare(url)  # the whole migration history, under both timeouts
     enqueue(url, "test.record", f'{{"seconds": {LONG_JOB}}}', 2)
     enqueue(url, "test.record", "{}", 50)
+    enqueue(url, "jobsweb.fail", '{"permanent": true}', 1)  # dies: an incident, and a webhook to send
+    receiver = slow_receiver  # its answer waits until the long runs are done
+    alerts = {"JOBSWEB_ALERT_WEBHOOK_URL": receiver.url, "JOBSWEB_ALERT_TIMEOUT": 3 * LONG_JOB,
+              "JOBSWEB_ALERT_INTERVAL": 1}
     # A 6 s lease: the long runs' leases are extended every 2 s while their handlers sleep.
     worker = processes.worker(url, "--forever", "--concurrency", "4", "--poll-interval", "0.5",
-                              JOBSWEB_LEASE_SECONDS=6)
-    web, base = processes.gunicorn(url, JOBSWEB_ALERT_INTERVAL=1)
+                              JOBSWEB_LEASE_SECONDS=6, **alerts)
+    web, base = processes.gunicorn(url, **alerts)
     load = processes.load(base, clients=2)
     wait_for(lambda: sql(url, "SELECT count(*) FROM job_runs WHERE status = 'running' AND payload ? 'seconds'")
              == [(2,)], timeout=30, message="the two long runs to start")
-    # While they run: more runs from the CLI, a release-phase migrate, and the pages, well past
-    # the 10 s after which an open transaction would have been ended.
+    # While they run: more runs from the CLI, a release-phase migrate, the pages and a webhook
+    # kept waiting, each well past the 10 s after which an open transaction would be ended.
     code, output = flask(url, "jobs", "enqueue", "test.record")
     assert code == 0, output
     code, output = flask(url, "jobs", "migrate")
     assert code == 0, output
-    wait_for(lambda: runs_by_status(url) == {"succeeded": 53}, timeout=LONG_JOB + 30,
-             message="every run to succeed")
+    wait_for(lambda: receiver.posts, timeout=30, message="the webhook to be sent")
+    sent_at = time.monotonic()
+    wait_for(lambda: runs_by_status(url) == {"succeeded": 53, "dead": 1}, timeout=LONG_JOB + 30,
+             message="every run to end")
+    # The sender keeps waiting for the answer longer than a transaction may stay idle: one left
+    # open across the send would be ended (the server would log it, and the delivery would not
+    # be recorded as sent).
+    wait_for(lambda: time.monotonic() - sent_at > IDLE_IN_TRANSACTION + 1, timeout=IDLE_IN_TRANSACTION + 2,
+             message="the webhook's sender to have waited out the idle-in-transaction timeout")
+    receiver.answering.set()
+    wait_for(lambda: sql(url, "SELECT status FROM jobsweb_alert_deliveries") == [("sent",)], timeout=30,
+             message="the webhook's delivery to be recorded")
     loaded = load.stop()
 
     assert load.failures == [] and loaded > 20
     # One attempt each: no heartbeat was cancelled, so no lease ran out and no run was retried.
-    assert sql(url, "SELECT max(attempts), count(*) FROM job_runs") == [(1, 53)]
+    assert sql(url, "SELECT max(attempts), count(*) FROM job_runs") == [(1, 54)]
     assert sql(url, "SELECT count(*), count(DISTINCT run_id) FROM test_executions") == [(53, 53)]
     processes.stop()
     assert not KILLED.findall(server_log(server)), server_log(server)
     for proc in (worker, web):
-        assert not TROUBLE.findall(log_of(proc)), log_of(proc)
+        assert trouble(log_of(proc)) == []
 
 
 # -- SSL required ----------------------------------------------------------------------------
@@ -164,7 +195,7 @@ def test_with_ssl_required_the_worker_pages_migrate_and_enqueue_connect_over_ssl
     assert load.failures == []
     held = {label: set(connections.values()) for label, connections in census.seen.items()}
     assert held == {label: {(True, SSL_MARK)} for label in held}, held
-    assert not TROUBLE.findall(log_of(worker)), log_of(worker)
+    assert trouble(log_of(worker)) == []
 
 
 # -- 20 connections for the app ------------------------------------------------------------
@@ -177,7 +208,7 @@ CONCURRENCY = 8
 # What each process may hold (docs/DEPLOY.md, "Database connections"): a gunicorn process one
 # per thread and one for its alert thread; a worker its claims, its finishes, its LISTEN and
 # LISTEN's probe (at start), one per handler thread and one for its alert evaluation; migrate one.
-# At the default 4 threads that is 2 x 5 + 14 + 1 = 25: two threads each fit 20.
+# At the default 4 threads that is 2 x 5 + 13 + 1 = 24: two threads each fit in 20.
 WEB_THREADS = 2
 MOST = {"gunicorn child": WEB_THREADS + 1, "worker": 4 + CONCURRENCY + 1, "migrate": 1}
 
@@ -228,7 +259,7 @@ def test_two_gunicorn_processes_a_worker_at_concurrency_8_and_a_release_migrate_
     processes.stop()
     assert not KILLED.findall(server_log(server)), server_log(server)
     for proc in (worker, web):
-        assert not TROUBLE.findall(log_of(proc)), log_of(proc)
+        assert trouble(log_of(proc)) == []
 
 
 def test_that_server_leaves_the_app_exactly_20_connections_beside_the_tests_own(twenty_connections):
