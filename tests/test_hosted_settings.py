@@ -15,7 +15,7 @@ import pytest
 
 from tests import servers
 from tests.conftest import ROOT, wait_for
-from tests.hosted import (APP_DATABASE, ConnectionCensus, Processes, app_database, environment, flask, log_of,
+from tests.hosted import (APP_DATABASE, APP_ROLE, ConnectionCensus, Processes, app_database, environment, flask, log_of,
                           prepare)
 
 IDLE_IN_TRANSACTION = 10  # seconds
@@ -140,6 +140,10 @@ def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer
 SSL_MARK = "jobsweb-over-ssl"  # the application_name in DATABASE_URL: seen on a connection, the URL's parameters reached it
 
 
+LISTENING = ("SELECT s.ssl, a.application_name FROM pg_stat_activity a JOIN pg_stat_ssl s ON s.pid = a.pid "
+             "WHERE a.usename = %s AND a.query LIKE 'LISTEN %%'")
+
+
 @pytest.fixture(scope="module")
 def ssl_only():
     """(server, the app's URL with sslmode=require): a stock server with a self-signed
@@ -186,12 +190,16 @@ def test_with_ssl_required_the_worker_pages_migrate_and_enqueue_connect_over_ssl
         wait_for(lambda: len(census.seen.get("worker", ())) >= 2 and len(census.seen.get("gunicorn child 1", ())) >= 1
                  and len(census.seen.get("gunicorn child 2", ())) >= 1, timeout=30,
                  message="the worker's and both gunicorn processes' connections")
+        # LISTEN, on a connection of its own: it too got the URL's parameters.
+        listen = wait_for(lambda: sql(server.get_uri(APP_DATABASE), LISTENING, [APP_ROLE]), timeout=30,
+                          message="the worker's LISTEN")
         code, output = flask(url, "jobs", "migrate")
         assert code == 0, output
         load.stop()
     finally:
         census.stop()
 
+    assert listen == [(True, SSL_MARK)]
     assert load.failures == []
     held = {label: set(connections.values()) for label, connections in census.seen.items()}
     assert held == {label: {(True, SSL_MARK)} for label in held}, held
