@@ -1,6 +1,11 @@
 """The settings hosted PostgreSQL servers impose, each on a server of its own with jobsweb's real
 processes (gunicorn with its alert thread, a --forever worker, the CLI) on the app's own role:
-timeouts set on the role, SSL required, and a connection limit that leaves the app 20."""
+timeouts set on the role, SSL required, and a connection limit that leaves the app 20.
+
+Each runs on a throwaway cluster of Debian's stock PostgreSQL 15 (tests/servers.py), the server
+hosted plans resemble (JIT on: a claim JIT-compiled on every call took seconds here and was
+cancelled by the 5 s statement_timeout, before migration 0017). The embedded server is left out:
+the timeouts test alone takes 20 s on each server."""
 
 import contextlib
 import os
