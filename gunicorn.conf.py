@@ -17,8 +17,8 @@ def _whole(name, default):
 
 # The PaaS router connects to $PORT on every interface; locally, 8000.
 bind = [f"0.0.0.0:{_whole('PORT', 8000)}"]
-# Processes serving requests. Each holds a small SQLAlchemy pool (5 connections at most), so
-# WEB_CONCURRENCY x 5 + workers x 1 must stay under the database's max_connections.
+# Processes serving requests. Each holds up to WEB_THREADS + 1 database connections (one per
+# thread, one for its alert thread); docs/DEPLOY.md ("Database connections") adds up the rest.
 workers = _whole("WEB_CONCURRENCY", 2)
 # Threaded workers: a slow client (or two) holds one thread, not a whole process; with sync
 # workers two slow anonymous connections stalled the site. Threads stay under the 5 pooled

@@ -7,11 +7,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Receiver:
     """A webhook endpoint on loopback that records each POST; it answers 500 to the first
-    `fail_first` requests."""
+    `fail_first` requests, and only once `answering` is set (clear it to keep a sender waiting)."""
 
     def __init__(self):
         self.posts = []
         self.fail_first = 0
+        self.answering = threading.Event()
+        self.answering.set()
         self.lock = threading.Lock()
         receiver = self
 
@@ -21,6 +23,7 @@ class Receiver:
                 with receiver.lock:
                     receiver.posts.append(body)
                     failing = len(receiver.posts) <= receiver.fail_first
+                receiver.answering.wait()
                 self.send_response(500 if failing else 200)
                 self.end_headers()
                 self.wfile.write(b"receiver is down" if failing else b"ok")
