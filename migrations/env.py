@@ -72,6 +72,10 @@ def run_migrations_online():
     with engine().connect() as connection:
         context.configure(connection=connection, target_metadata=Model.metadata, version_table=VERSION_TABLE)
         with context.begin_transaction():
+            # Hosted servers often set a statement_timeout on the app's role (5 s is common): waiting
+            # for another upgrader's lock, or a step on a large table, must not be cancelled by it
+            # halfway. LOCAL: this transaction only, and it ends with the migration.
+            connection.execute(text("SET LOCAL statement_timeout = 0"))
             # Taken before Alembic reads the current revision, so a second upgrader waits and
             # then finds the work done.
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})

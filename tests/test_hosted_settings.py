@@ -140,6 +140,26 @@ def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer
         assert trouble(log_of(proc)) == []
 
 
+def test_a_migrate_waiting_for_another_upgraders_lock_past_the_roles_statement_timeout_still_succeeds(role_timeouts):
+    _, url = role_timeouts
+    prepare(url)
+    # Another upgrader holds the migration lock (migrations/env.py MIGRATION_LOCK) for longer than
+    # the role's 5 s statement_timeout; before migrate set its own, it was cancelled after 5 s.
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(7146010)")
+        migrate = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "jobs", "migrate"], cwd=ROOT,
+                                   env=environment(url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        waiting = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7146010 AND NOT granted")
+        wait_for(lambda: sql(url, waiting) == [(1,)], message="migrate to wait for the lock")
+        began = time.monotonic()
+        wait_for(lambda: time.monotonic() - began > 6 or migrate.poll() is not None, timeout=10,
+                 message="the role's statement_timeout to have passed")
+        assert migrate.poll() is None, migrate.communicate()[0]
+        holder.execute("SELECT pg_advisory_unlock(7146010)")
+        output, _ = migrate.communicate(timeout=60)
+    assert migrate.returncode == 0, output
+
+
 # -- SSL required ----------------------------------------------------------------------------
 
 SSL_MARK = "jobsweb-over-ssl"  # the application_name in DATABASE_URL: seen on a connection, the URL's parameters reached it
