@@ -37,17 +37,27 @@ from sqlalchemy import event
 CONNECT_TIMEOUT = 3
 WATCH_EVERY = 0.1  # seconds between the watchdog's looks: a cut comes at most this late
 
-_limit = contextvars.ContextVar("jobsweb_round_trip_limit", default=None)
+_bound = contextvars.ContextVar("jobsweb_round_trip_bound", default=None)
+
+
+class Bound:
+    """The bound of one `bounded` block: its seconds, and whether a round trip was cut in it."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.cut = False
 
 
 @contextmanager
 def bounded(seconds):
-    """Within the block, in this thread, a round trip of jobsweb's engine lasts at most `seconds`."""
-    token = _limit.set(seconds)
+    """Within the block, in this thread, a round trip of jobsweb's engine lasts at most `seconds`;
+    once one was cut, the block opens no other connection (SQLAlchemy reconnects at once after
+    a failed pool pre-ping, and would wait CONNECT_TIMEOUT more on the same silent path)."""
+    token = _bound.set(Bound(seconds))
     try:
         yield
     finally:
-        _limit.reset(token)
+        _bound.reset(token)
 
 
 class BoundedConnection(psycopg.Connection):
@@ -62,16 +72,17 @@ class BoundedConnection(psycopg.Connection):
     _was_cut = False  # the watchdog shut the socket down: say why in the error
 
     def wait(self, *args, **kwargs):
-        limit = _limit.get()
-        if limit is None:
+        bound = _bound.get()
+        if bound is None:
             return super().wait(*args, **kwargs)
-        self._deadline = time.monotonic() + limit
+        self._deadline = time.monotonic() + bound.seconds
         _watchdog.watch(self)
         try:
             return super().wait(*args, **kwargs)
         except psycopg.OperationalError as exc:
             if self._was_cut:
-                raise psycopg.OperationalError(f"the database did not answer within {limit:g} s") from exc
+                bound.cut = True
+                raise psycopg.OperationalError(silent(bound)) from exc
             raise
         finally:
             self._deadline = None
@@ -91,6 +102,10 @@ class BoundedConnection(psycopg.Connection):
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def silent(bound):
+    return f"the database did not answer within {bound.seconds:g} s"
 
 
 class Watchdog:
@@ -133,5 +148,8 @@ def init_engine(engine):
 
     @event.listens_for(engine, "do_connect")
     def connect(dialect, record, cargs, cparams):
+        bound = _bound.get()
+        if bound is not None and bound.cut:
+            raise psycopg.OperationalError(silent(bound))
         cparams.setdefault("connect_timeout", CONNECT_TIMEOUT)
         return BoundedConnection.connect(*cargs, **cparams)
