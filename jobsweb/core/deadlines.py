@@ -18,7 +18,7 @@ The watchdog of engine/link.py, for the connections Flask-SQLAlchemy pools.
 
 Outside `bounded` nothing is cut: migrations and `flask jobs` commands may rightly wait minutes.
 Inside a team's app jobsweb uses the team's engine, which it never changes: what bounds that
-engine's waits is the team's to choose (README, "Inside your own Flask app").
+engine's waits is the team's to choose (README, "Add jobsweb to your Flask app").
 """
 
 import contextvars
