@@ -262,7 +262,9 @@ def _record_end(app, name, holder, lease, start, outcome, output, deadline):
 
 def _why(error):
     """Why the database could not record, in a few words."""
-    return outage(error) if isinstance(error, UNAVAILABLE) else str(error)
+    if isinstance(error, UNAVAILABLE):
+        return outage(error)
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def run(app, name, argv, timeout=None, kill_after=10.0):
@@ -308,10 +310,12 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
     report = InBackground(_record_end, app, name, holder, lease, start, outcome, tail.text(),
                           time.monotonic() + REPORT_WAIT)
     words = outcome.error or outcome.status
-    if not report.done.wait(REPORT_WAIT):
-        report.error = TimeoutError(f"database did not answer within {REPORT_WAIT:g} s")
-    if report.error is not None:
-        print(f"jobsweb: {name}: the run was NOT recorded ({words}): {_why(report.error)}; "
+    if report.done.wait(REPORT_WAIT):
+        error = report.error
+    else:  # the report thread is left behind; the process exits without it
+        error = TimeoutError(f"database did not answer within {REPORT_WAIT:g} s")
+    if error is not None:
+        print(f"jobsweb: {name}: the run was NOT recorded ({words}): {_why(error)}; "
               f"its slot shows as missed", file=sys.stderr)
     elif not report.value:
         started = start.started()
