@@ -16,6 +16,7 @@ from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import make_url
 
+from . import deadlines
 from .errors import ConfigError
 
 own_db = SQLAlchemy()
@@ -50,7 +51,12 @@ db = Database()
 # No statement prepared on the server (psycopg does after 5 runs on a connection): behind a
 # pooler in transaction mode the next transaction may be on a server connection without it.
 # (A team's own engine is its own to configure; README says what it needs behind a pooler.)
+# What bounds a wait on jobsweb's own engine (connect_timeout, and the round trips of a web
+# request) is set by deadlines.init_engine, whatever SQLALCHEMY_ENGINE_OPTIONS an app gives.
 ENGINE_OPTIONS = {"pool_pre_ping": True, "connect_args": {"prepare_threshold": None}}
+# SQLSTATE 53300 too_many_connections: "sorry, too many clients already" and "remaining
+# connection slots are reserved ..." (at connect time psycopg may give the text alone).
+TOO_MANY_CONNECTIONS = ("53300", "too many clients", "remaining connection slots are reserved")
 
 
 def init_app(app):
@@ -58,6 +64,22 @@ def init_app(app):
     if "sqlalchemy" not in app.extensions:
         app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", ENGINE_OPTIONS)
         own_db.init_app(app)
+        with app.app_context():
+            deadlines.init_engine(own_db.engine)
+
+
+def outage(exc):
+    """What a database error says of the database, in a few words for a page or a probe: it
+    has no free connection slot, did not answer in time, or cannot be reached."""
+    if isinstance(exc, sa.exc.TimeoutError):  # the pool's: every connection of this process is busy
+        return "database connections of this process are all busy"
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).lower()
+    if getattr(orig, "sqlstate", None) == TOO_MANY_CONNECTIONS[0] or any(w in text for w in TOO_MANY_CONNECTIONS[1:]):
+        return "database has no free connection slot"
+    if "did not answer within" in text or "timeout expired" in text:
+        return "database did not answer in time"
+    return "database unreachable"
 
 
 def database_url(raw):

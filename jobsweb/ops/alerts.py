@@ -32,6 +32,7 @@ from flask import current_app
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from . import notify, stalls
+from ..core import deadlines
 from ..core.database import db, execute
 from ..core.models import AlertDelivery, AlertIncident
 from ..engine.duties import Duty
@@ -49,6 +50,9 @@ DEAD_RUNS_PER_PASS = 1000
 # transaction began: FINISH_RUNS is one statement, so a minute is far more than it takes.
 COMMIT_MARGIN_SECONDS = 60
 ERROR_CHARS = 300  # of a run's error, quoted in a notification
+# Seconds one round trip of an evaluation may take (on jobsweb's own engine, core/deadlines.py):
+# its statements take milliseconds, the dead-run scan over a large table well under a second.
+ROUND_TRIP_LIMIT = 10.0
 LOCK_KEY = 0x6A6F6273  # pg advisory lock id of the alerts evaluation ('jobs')
 
 TAKE_TURN = "SELECT pg_try_advisory_xact_lock(%(key)s)"
@@ -336,21 +340,28 @@ class Alerter:
         """Evaluate, then start the sender if something is waiting to be sent; never raises.
 
         Runs in its own app context and session, not on the worker's connection (`link`)."""
+        unavailable = self.attempt()
+        if unavailable:
+            log.warning("alerts: database unavailable (%s); next try in %gs", unavailable, self.every)
+        return False
+
+    def attempt(self):
+        """Evaluate and start the sender if something is due; why the database could not be
+        used (down, silent, not migrated yet), or None. Logs only its own bugs."""
         try:
-            with self.app.app_context():
+            # Bounded: a silent database must not hold the web thread or the worker's duty.
+            with deadlines.bounded(ROUND_TRIP_LIMIT), self.app.app_context():
                 evaluate()
                 due = notify.any_due()
         except (OperationalError, ProgrammingError) as exc:  # down, or not migrated yet
-            log.warning("alerts: database unavailable (%s); next try in %gs",
-                        str(exc.orig).strip().splitlines()[0] if exc.orig else exc, self.every)
-            return False
+            return str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         except Exception:  # a bug here must not stop the worker from running jobs
             log.exception("alerts: evaluation failed; next try in %gs", self.every)
-            return False
+            return None
         if due and (self.sender is None or not self.sender.is_alive()):
             self.sender = threading.Thread(target=self._send, name="jobsweb-alerts", daemon=True)
             self.sender.start()
-        return False
+        return None
 
     def _send(self):
         try:

@@ -7,6 +7,15 @@ without a shell, in a process group of its own: a timeout, or a signal `exec` re
 every process it started. Its stdout and stderr go through to ours as they come, and their
 combined tail (JOBSWEB_OUTPUT_MAX_CHARS) is stored with the attempt.
 
+The database never delays nor prevents the command: a crontab's backup must run whether or not
+the database behind the admin screen is up. exec waits START_WAIT for the start to be recorded;
+a database down, silent or slow gets a warning on stderr and the command starts anyway (with no
+check for an overlapping run), while the start is still tried behind it. Once the command has
+ended, its report is tried once, for at most REPORT_WAIT; then exec exits all the same, saying
+on stderr that the run was not recorded (its slot then shows as missed). Every wait is bounded
+on jobsweb's own engine (core/deadlines.py): a silent database costs seconds, not a hung
+crontab line.
+
 Exit code: the command's own, or 128 + the signal that killed it, as a shell reports it; 127
 when it cannot be found and 126 when it cannot be started, as a shell does too.
 """
@@ -20,13 +29,28 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..core.database import db, execute
+import psycopg
+from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
+
+from ..core import deadlines
+from ..core.database import db, execute, outage
+from ..core.errors import InvalidInput
 from ..engine.upkeep import EXTEND_LEASES
 from ..engine.worker import worker_id
 from ..scheduling import reports
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 READ_BYTES = 65536
+# Seconds the command waits for its start to be recorded: a healthy database records it and
+# checks for an overlapping run in milliseconds; a down one fails at once; only a silent or
+# slow one costs this much, once.
+START_WAIT = 0.5
+# Seconds exec waits to record the command's end once it exited, before it exits all the same:
+# the start's try (a connection, CONNECT_TIMEOUT) and the end's, with room.
+REPORT_WAIT = 10.0
+# Seconds one round trip of exec's may take: its statements take milliseconds.
+ROUND_TRIP_LIMIT = 5.0
+UNAVAILABLE = (OperationalError, PoolTimeout, psycopg.OperationalError)
 
 
 @dataclass(frozen=True)
@@ -93,13 +117,40 @@ def _pump(source, sink, tail):
             pass  # our own stdout went away (a closed pipe): the command still runs and is recorded
 
 
-def _heartbeat(app, run_id, holder, lease, stop, on_cancel):
-    """Extend the run's lease every third of it until `stop` is set; a failed beat is retried
-    at the next one (the lease outlives two), and never stops the command. An operator's cancel
-    (REQUEST_CANCEL, seen here as on a worker's heartbeat) calls `on_cancel`."""
-    while not stop.wait(lease / 3):
+class InBackground:
+    """call(*args) on a daemon thread, for a wait of the caller's choosing: `done` is set once
+    it returned (`value`) or raised (`error`)."""
+
+    def __init__(self, call, *args):
+        self.done = threading.Event()
+        self.value = self.error = None
+        threading.Thread(target=self._run, args=(call, args), name="jobsweb-exec-db", daemon=True).start()
+
+    def _run(self, call, args):
         try:
-            with app.app_context():
+            self.value = call(*args)
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def started(self):
+        """The Started this start recorded (running or skipped), or None (not yet, or failed)."""
+        return self.value if self.done.is_set() and self.error is None else None
+
+
+def _heartbeat(app, start, holder, lease, stop, on_cancel):
+    """Extend the run's lease every third of it, once its start is recorded (`start`), until
+    `stop` is set; a failed beat is retried at the next one (the lease outlives two), and never
+    stops the command. An operator's cancel (REQUEST_CANCEL, seen here as on a worker's
+    heartbeat) calls `on_cancel`."""
+    while not stop.wait(lease / 3):
+        started = start.started()
+        if started is None or started.status != "running":
+            continue
+        run_id = started.run_id
+        try:
+            with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
                 rows = execute(EXTEND_LEASES, {"ids": [run_id], "attempts": [1], "leases": [lease],
                                                "worker": holder}).fetchall()
                 db.session.commit()
@@ -108,7 +159,8 @@ def _heartbeat(app, run_id, holder, lease, stop, on_cancel):
                   file=sys.stderr)
             continue
         if not rows:
-            print(f"jobsweb: run {run_id} is no longer held by this exec (its lease ran out)", file=sys.stderr)
+            if not stop.is_set():  # (once stopped, the end may have been recorded meanwhile)
+                print(f"jobsweb: run {run_id} is no longer held by this exec (its lease ran out)", file=sys.stderr)
         elif rows[0].cancel_requested:
             on_cancel()
 
@@ -182,18 +234,58 @@ def ended(returncode, timeout=None, stopped_with=None, why=None):
     return Ended(code, "dead", "signal" if returncode < 0 else "exit_code", words)
 
 
-def run(app, name, argv, timeout=None, kill_after=10.0):
-    """Record a run of definition `name`, run `argv` and record its outcome; the exit code to
-    pass on. InvalidInput (unknown definition) before anything starts."""
-    holder = f"exec:{worker_id()}"
-    lease = app.config["JOBSWEB_LEASE_SECONDS"]
-    with app.app_context():
+def _record_start(app, name, holder, lease):
+    with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
         started = reports.start_exec(name, holder, lease)
         db.session.commit()
-    if started.status == "skipped":
-        print(f"jobsweb: {name}: run {started.run_id} skipped, the command was not started: {started.reason}",
+        return started
+
+
+def _record_end(app, name, holder, lease, start, outcome, output, deadline):
+    """Record how the command ended, once its start was recorded or failed (by `deadline`,
+    time.monotonic()); whether the run was still held by this exec (False: lease recovery had
+    ended it). One try: a database that is down says so at once, and cron should not wait."""
+    start.done.wait(max(0.0, deadline - time.monotonic()))
+    with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
+        started = start.started()
+        if started is None or started.status != "running":
+            # Its start was never recorded (or came back 'skipped' after the command had started
+            # anyway): record the run that did happen, overlapping or not.
+            d = reports.lock(name=name)
+            if d is None:
+                raise InvalidInput("name", f"no job definition is called {name!r}")
+            started = reports.start(d, holder, lease, skip_if_running=False)
+        recorded = reports.finish(started.run_id, holder, outcome.status, outcome.error_type, outcome.error, output)
+        db.session.commit()
+        return recorded
+
+
+def _why(error):
+    """Why the database could not record, in a few words."""
+    if isinstance(error, UNAVAILABLE):
+        return outage(error)
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def run(app, name, argv, timeout=None, kill_after=10.0):
+    """Record a run of definition `name`, run `argv` and record its outcome; the exit code to
+    pass on. InvalidInput (unknown definition) before anything starts, when the database
+    answers within START_WAIT."""
+    holder = f"exec:{worker_id()}"
+    lease = app.config["JOBSWEB_LEASE_SECONDS"]
+    start = InBackground(_record_start, app, name, holder, lease)
+    if start.done.wait(START_WAIT) and not isinstance(start.error, UNAVAILABLE):
+        if start.error is not None:
+            raise start.error  # an unknown definition, a database never migrated
+        if start.value.status == "skipped":
+            print(f"jobsweb: {name}: run {start.value.run_id} skipped, the command was not started: "
+                  f"{start.value.reason}", file=sys.stderr)
+            return 0
+    else:
+        why = _why(start.error) if start.done.is_set() else f"database did not answer within {START_WAIT:g} s"
+        print(f"jobsweb: {name}: its start is not recorded ({why}); the command runs now, without the "
+              f"check for an overlapping run, and its run is recorded if the database answers by its end",
               file=sys.stderr)
-        return 0
     tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
     try:
         # Its own session (process group), so that a timeout's signal reaches what it started.
@@ -207,21 +299,28 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
     else:
         command = Command(proc, kill_after)
         stop = threading.Event()
-        beat = threading.Thread(target=_heartbeat, args=(app, started.run_id, holder, lease, stop, command.cancel),
+        beat = threading.Thread(target=_heartbeat, args=(app, start, holder, lease, stop, command.cancel),
                                 name="jobsweb-exec-heartbeat", daemon=True)
         beat.start()
         try:
             outcome = _follow(command, tail, timeout)
         finally:
             stop.set()
-            beat.join()
-    with app.app_context():
-        recorded = reports.finish(started.run_id, holder, outcome.status, outcome.error_type,
-                                  outcome.error, tail.text())
-        db.session.commit()
-    if not recorded:
-        print(f"jobsweb: run {started.run_id} had already ended (its lease ran out); this outcome "
-              f"was not recorded: {outcome.error or outcome.status}", file=sys.stderr)
+            beat.join(1.0)  # a beat under way finishes before the end is recorded, unless the database hangs
+    report = InBackground(_record_end, app, name, holder, lease, start, outcome, tail.text(),
+                          time.monotonic() + REPORT_WAIT)
+    words = outcome.error or outcome.status
+    if report.done.wait(REPORT_WAIT):
+        error = report.error
+    else:  # the report thread is left behind; the process exits without it
+        error = TimeoutError(f"database did not answer within {REPORT_WAIT:g} s")
+    if error is not None:
+        print(f"jobsweb: {name}: the run was NOT recorded ({words}): {_why(error)}; "
+              f"its slot shows as missed", file=sys.stderr)
+    elif not report.value:
+        started = start.started()
+        print(f"jobsweb: run {started.run_id if started else '?'} had already ended (its lease ran out); "
+              f"this outcome was not recorded: {words}", file=sys.stderr)
     return outcome.exit_code
 
 

@@ -1,11 +1,13 @@
 """Whether this process can serve: its database answers and its schema is the one the code
 expects (GET /healthz, web/probes.py, answers with it)."""
 
+import threading
+
 from flask import current_app
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..core import schema
-from ..core.database import db, execute
+from ..core import deadlines, schema
+from ..core.database import db, execute, outage
 
 # A database never migrated has no version table: checked first (a query naming a
 # missing table fails however it is written), so that it is a reason to report.
@@ -26,9 +28,9 @@ def problem():
     try:
         migrated = execute(HAS_VERSION_TABLE).scalar()
         current = set(execute(SCHEMA_VERSION).scalars()) if migrated else set()
-    except SQLAlchemyError:
+    except SQLAlchemyError as exc:
         db.session.rollback()
-        return "database unreachable"
+        return outage(exc)
     heads, revisions = migrations(current_app)
     if not current:
         return "database schema is not migrated: run `flask jobs migrate`"
@@ -41,3 +43,39 @@ def problem():
         return None
     return (f"database schema is at {', '.join(sorted(current))}, the code expects "
             f"{', '.join(sorted(heads))}: run `flask jobs migrate`")
+
+
+class Probe:
+    """problem(), answered within a budget: a load balancer's probe must get its 503 before its
+    own timeout (often 2 s), from a database that may be silent. The check runs on a thread of
+    its own, one at a time per process: probes that come while one waits share its answer, so
+    an outage never piles up threads or connections. Its round trips are bounded too (by
+    `round_trip` seconds on jobsweb's own engine), so the thread ends soon after the answer."""
+
+    def __init__(self, app, round_trip):
+        self.app = app
+        self.round_trip = round_trip
+        self.lock = threading.Lock()
+        self.done = None  # the Event of the check under way (or of the last one)
+        self.answer = {}
+
+    def problem(self, budget):
+        """What problem() says, or that the database did not answer within `budget` seconds."""
+        with self.lock:
+            if self.done is None or self.done.is_set():
+                self.done, self.answer = threading.Event(), {}
+                threading.Thread(target=self._check, args=(self.done, self.answer), daemon=True,
+                                 name="jobsweb-health").start()
+            done, answer = self.done, self.answer
+        if done.wait(budget):
+            return answer["problem"]
+        return f"database did not answer within {budget:g} s"
+
+    def _check(self, done, answer):
+        try:
+            with deadlines.bounded(self.round_trip), self.app.app_context():
+                answer["problem"] = problem()
+        except Exception as exc:  # noqa: BLE001 - reported as the probe's answer, not lost in a thread
+            answer["problem"] = f"health check failed: {type(exc).__name__}"
+        finally:
+            done.set()

@@ -21,6 +21,7 @@ from .alerts import Alerter
 
 log = logging.getLogger("jobsweb.alerts")
 
+BACKOFF_CAP = 60.0  # seconds: the longest wait between tries during an outage
 _started = []  # the WebAlerts running in this process, for _after_fork
 _fork_hook = []  # one registration per process tree: a child inherits its parent's
 
@@ -45,8 +46,24 @@ class WebAlerts:
 
     def _loop(self):
         # The first pass waits one interval: starting the app is not slowed by it.
-        while not self.stopping.wait(self.alerter.every):
-            self.alerter.evaluate_and_send()
+        wait = self.alerter.every
+        while not self.stopping.wait(wait):
+            wait = self.step(wait)
+
+    def step(self, wait):
+        """One pass; the seconds to wait before the next. While the database is unavailable the
+        wait doubles, up to BACKOFF_CAP, with one log line per try: an outage of an hour is a
+        few dozen lines per process, not one every interval. The first pass that works again
+        says so and goes back to the interval."""
+        every = self.alerter.every
+        unavailable = self.alerter.attempt()
+        if unavailable is None:
+            if wait > every:
+                log.info("alerts: database available again; evaluating every %gs", every)
+            return every
+        wait = min(max(wait * 2, every), max(BACKOFF_CAP, every))
+        log.warning("alerts: database unavailable (%s); next try in %gs", unavailable, wait)
+        return wait
 
     def stop(self):
         """Stop evaluating, and let a send in progress finish (tests; a process exit needs none)."""

@@ -32,9 +32,12 @@ CSRF_MAX_AGE = 31 * 86400
 # the URL. They never read the session (no viewer, no cookie), need no CSRF token, and read at
 # most their own cap of a body (guards.limit_request). Only these, by exact endpoint name.
 PINGS = {"pings.ping", "pings.ping_start", "pings.ping_fail", "pings.ping_code"}
+# Load balancers and scrapers: no viewer is looked up (a probe carrying a session cookie must
+# not wait on the users table before its own bounded check).
+PROBES = {"probes.healthz", "probes.metrics"}
 # Reachable without signing in (local names inside jobsweb's blueprint); /metrics checks its
 # own bearer token.
-PUBLIC = {"auth.sign_in", "probes.healthz", "probes.metrics", "static", "htmx.static", "favicon"} | PINGS
+PUBLIC = {"auth.sign_in", "static", "htmx.static", "favicon"} | PROBES | PINGS
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
@@ -130,7 +133,7 @@ def check_csrf():
 def require_sign_in():
     """before_request: every page but the public ones needs a viewer; without one, the sign-in
     page (or the host's JOBSWEB_LOGIN_URL), or a 401."""
-    if local_endpoint() in PINGS:
+    if local_endpoint() in PINGS | PROBES:
         g.jobsweb_viewer = None
         return None
     g.jobsweb_viewer = find_viewer()

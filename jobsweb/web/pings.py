@@ -5,7 +5,9 @@ GET or POST (HEAD too) /ping/<token> records a succeeded run, /start a running o
 the next end ping), /fail a dead one, /<0-255> one ended with that exit code. A POST body is
 the attempt's output, cut at BODY_MAX_BYTES. The token is the only credential: no sign-in, no
 session, no CSRF token (access.PINGS); answers are short plain text, and an unknown token is a
-bare 404 that says nothing of why. Admins give a definition a new token on its page.
+bare 404 that says nothing of why. While the database is unavailable a ping answers 503
+"Not recorded: ..." (curl --retry tries again on a 503), never a 500. Admins give a definition
+a new token on its page.
 """
 
 import re
@@ -13,7 +15,7 @@ import re
 from flask import Blueprint, abort, flash, request, url_for
 from werkzeug.wsgi import get_input_stream
 
-from . import audit
+from . import audit, outage
 from ..core.database import db
 from ..core.models import JobDefinition
 from ..scheduling import definitions, reports
@@ -54,10 +56,15 @@ def _report(token, event, code=None):
     if not TOKEN.fullmatch(token):
         return _text("", 404)
     output = _body()
-    answer = reports.ping(token, event, code, output)
-    if answer.status == 200:
-        db.session.commit()
-        return _text("OK\n", 200)
+    try:
+        answer = reports.ping(token, event, code, output)
+        if answer.status == 200:
+            db.session.commit()
+            return _text("OK\n", 200)
+    except outage.ERRORS as exc:
+        # A script's curl should retry (its --retry does on a 503), not read a page of HTML.
+        return _text(f"Not recorded: {outage.reason(exc)}. Try again in a moment.\n", 503,
+                     **{"Retry-After": str(outage.RETRY_AFTER)})
     db.session.rollback()
     if answer.status == 429:
         return _text("Too many pings: at most about one a second.\n", 429, **{"Retry-After": str(answer.retry_after)})

@@ -12,7 +12,7 @@ from flask import Blueprint, send_from_directory
 from flask_wtf.csrf import CSRFError
 
 from . import (access, audit_pages, dashboard, definition_form, definition_pages, enqueue_form, guards,
-               incident_pages, pings, probes, queue_pages, run_pages, sign_in, user_pages, worker_pages)
+               incident_pages, outage, pings, probes, queue_pages, run_pages, sign_in, user_pages, worker_pages)
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
@@ -41,7 +41,9 @@ def favicon():
                                max_age=86400)
 
 
-admin.before_request(guards.limit_request)  # first: nothing may parse a body over the limit
+admin.before_request(outage.bound_waits)  # before any hook that reads the database
+admin.teardown_request(outage.end_bounds)
+admin.before_request(guards.limit_request)  # first to read: nothing may parse a body over the limit
 admin.before_request(access.check_csrf)
 admin.before_request(guards.check_query_and_ids)
 admin.before_request(access.require_sign_in)
@@ -53,6 +55,18 @@ def error_page(code, title, message):
     response = render("error.html", "partials/_error.html", code=code, title=title, message=message)
     response.status_code = code
     return response
+
+
+def database_unavailable(exc):
+    """The database is down, out of connection slots or silent: a short 503, never a stack
+    trace; the next request tries again."""
+    response = error_page(503, "Database unavailable", outage.explain(exc))
+    response.headers["Retry-After"] = str(outage.RETRY_AFTER)
+    return response
+
+
+for _error in outage.ERRORS:
+    admin.register_error_handler(_error, database_unavailable)
 
 
 @admin.errorhandler(CSRFError)
