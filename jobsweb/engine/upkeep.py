@@ -49,9 +49,12 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
+# Sent again when the connection broke before the answer came: the first one may have
+# committed, and the worker's id is its own, so a row already there is this worker's.
 REGISTER_WORKER = """
 INSERT INTO job_workers (id, host, pid, job_types, queues)
 VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s, %(queues)s)
+ON CONFLICT (id) DO NOTHING
 """
 
 WORKER_SEEN = """
