@@ -14,7 +14,7 @@ and a connection of jobsweb's engine (BoundedConnection, which init_engine makes
 CONNECT_TIMEOUT) notes when each round trip begins; a watchdog thread shuts down the socket of
 one waiting past its bound, so the waiting call fails at once with psycopg's own
 OperationalError, which SQLAlchemy takes for a lost connection (dropped, not pooled again).
-The watchdog of engine/link.py, for the connections Flask-SQLAlchemy pools.
+The worker's connections (engine/link.py) are BoundedConnections too, their round trips always bounded.
 
 Outside `bounded` nothing is cut: migrations and `flask jobs` commands may rightly wait minutes.
 Inside a team's app jobsweb uses the team's engine, which it never changes: what bounds that
@@ -86,6 +86,12 @@ class BoundedConnection(psycopg.Connection):
             raise
         finally:
             self._deadline = None
+
+    def end_by(self, deadline):
+        """The round trip under way, if any, is cut at `deadline` (time.monotonic()) at the latest:
+        from another thread, when that thread's bound shrank (a worker told to stop)."""
+        if (current := self._deadline) is not None:
+            self._deadline = min(current, deadline)
 
     def cut(self, deadline):
         """Shut the socket down (from the watchdog's thread) unless the round trip that had

@@ -1,13 +1,12 @@
 """The worker's database connections, reopened when the database goes away, and cut when it
 goes silent."""
 
-import os
-import socket
 import threading
 import time
-import weakref
 
 import psycopg
+
+from ..core.deadlines import BoundedConnection, bounded
 
 CONNECT_TIMEOUT = 10  # seconds
 # psycopg prepares a statement on the server after it ran 5 times on a connection. Behind a
@@ -24,8 +23,7 @@ NO_JIT = "SET LOCAL jit = off"
 # dropped NAT entry, which TCP reports only after many minutes, if ever (and a proxy or pooler
 # in between acknowledges every packet, so keepalives see nothing either). The worker's
 # statements take milliseconds; one this late is cut, and the worker backs off as for an outage.
-ROUND_TRIP_TIMEOUT = 15.0  # seconds
-WATCH_EVERY = 0.5  # seconds between the watchdog's looks
+ROUND_TRIP_TIMEOUT = 15.0  # seconds (core/deadlines.py cuts it)
 
 
 class DatabaseUnavailable(Exception):
@@ -43,26 +41,22 @@ class Link:
     Autocommit because every hot-path statement is a transaction on its own, begun with NO_JIT
     in the same round trip; the lock because handler threads call extend_lease while the loop
     claims and finishes. A round trip is cut (its socket shut down, so the waiting call fails at
-    once) after ROUND_TRIP_TIMEOUT, or at `cut_at` (time.monotonic()) when the worker set one.
+    once: core/deadlines.py) after ROUND_TRIP_TIMEOUT, or at `cut_at` (time.monotonic()) when
+    the worker set one.
     """
 
     def __init__(self, conninfo):
         self.conninfo = conninfo
         self.conn = None
         self.lock = threading.RLock()
-        self.since = None  # when the round trip under way began (None: none is)
         self.cut_at = None  # no round trip lasts past this (a stopping worker's deadline)
-        _watchdog.watch(self)
 
-    def _connection(self):
-        if self.cut_at is not None and time.monotonic() >= self.cut_at:
-            raise DatabaseUnavailable("no time left to reach the database")
+    def _connection(self, seconds):
         if self.conn is None or self.conn.closed:
-            timeout = CONNECT_TIMEOUT
-            if self.cut_at is not None:  # libpq takes whole seconds, at least 2
-                timeout = max(2, min(timeout, int(self.cut_at - time.monotonic()) + 1))
+            timeout = max(2, min(CONNECT_TIMEOUT, int(seconds) + 1))  # libpq: whole seconds, at least 2
             try:
-                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=timeout, **NO_PREPARE)
+                self.conn = BoundedConnection.connect(self.conninfo, autocommit=True, connect_timeout=timeout,
+                                                      **NO_PREPARE)
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailable(describe(exc)) from exc
         return self.conn
@@ -74,42 +68,25 @@ class Link:
         return DatabaseUnavailable(describe(exc))
 
     def _round_trip(self, work):
-        """work(conn) under the lock and the watchdog; a broken connection is DatabaseUnavailable."""
+        """work(conn) under the lock, cut past its time; a broken connection is DatabaseUnavailable."""
         with self.lock:
-            conn = self._connection()
-            self.since = time.monotonic()
-            try:
-                return work(conn)
-            except psycopg.OperationalError as exc:
-                raise self._lost(exc) from exc
-            finally:
-                self.since = None
+            seconds = ROUND_TRIP_TIMEOUT if self.cut_at is None else min(ROUND_TRIP_TIMEOUT,
+                                                                          self.cut_at - time.monotonic())
+            if seconds <= 0:
+                raise DatabaseUnavailable("no time left to reach the database")
+            with bounded(seconds):
+                conn = self._connection(seconds)
+                try:
+                    return work(conn)
+                except psycopg.OperationalError as exc:
+                    raise self._lost(exc) from exc
 
-    def overdue(self, now):
-        """The start of the round trip under way if it has run out of time, else None."""
-        since = self.since
-        if since is not None and (now - since > ROUND_TRIP_TIMEOUT or (self.cut_at is not None and now >= self.cut_at)):
-            return since
-        return None
-
-    def cut(self, since):
-        """Shut the connection's socket down (from the watchdog's thread), unless the round trip
-        that began at `since` ended meanwhile: the call waiting on it fails at once and the
-        connection is reopened by the next one."""
-        conn = self.conn
-        if self.since is not since:
-            return
-        try:
-            fd = conn.pgconn.socket if conn is not None and not conn.closed else -1
-        except psycopg.Error:
-            return
-        if fd < 0:
-            return
-        with socket.socket(fileno=os.dup(fd)) as sock:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def cut_by(self, deadline):
+        """No round trip of this link lasts past `deadline` (time.monotonic()), not even the one
+        under way: a stopping worker's deadline."""
+        self.cut_at = deadline if self.cut_at is None else min(self.cut_at, deadline)
+        if (conn := self.conn) is not None:
+            conn.end_by(self.cut_at)
 
     def fetch(self, sql, params=None):
         """Run one statement and return its rows."""
@@ -149,31 +126,3 @@ class Link:
                 self.conn.close()
             self.conn = None
 
-
-class Watchdog:
-    """One daemon thread per process that cuts the round trips that ran out of time."""
-
-    def __init__(self):
-        self.links = weakref.WeakSet()
-        self.lock = threading.Lock()
-        self.thread = None
-
-    def watch(self, link):
-        with self.lock:
-            self.links.add(link)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._serve, name="jobsweb-watchdog", daemon=True)
-                self.thread.start()
-
-    def _serve(self):
-        while True:
-            time.sleep(WATCH_EVERY)
-            now = time.monotonic()
-            with self.lock:
-                links = list(self.links)
-            for link in links:
-                if (since := link.overdue(now)) is not None:
-                    link.cut(since)
-
-
-_watchdog = Watchdog()

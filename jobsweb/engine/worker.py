@@ -379,8 +379,7 @@ class Worker(LeaseHolder, TripKeeper):
         to the database does (a trip lost in a blackhole is cut then), and what it could not
         write is left to lease recovery."""
         for lane in self.lanes:
-            cut_at = lane.link.cut_at
-            lane.link.cut_at = deadline if cut_at is None else min(cut_at, deadline)
+            lane.link.cut_by(deadline)
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
