@@ -415,6 +415,8 @@ def extra_sections(r):
     for conc, wall in w["jobsweb"].items():
         lines.append(f"| `flask run-jobs --concurrency {conc}` (INFO log line per run) | {wall:.1f} |")
     lines += [
+        f"| two `flask run-jobs --concurrency {w['two_processes']['concurrency']}` started together, to the last "
+        f"one's exit | {w['two_processes']['wall']:.1f} |",
         f"| PgQueuer, one process, batch_size {w['pgqueuer_batch']} (drain mode) | {fmt(w['pgqueuer'], 1)} |",
         "",
         "## 13. Scale on paper",
