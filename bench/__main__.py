@@ -39,8 +39,8 @@ FULL = {
     "backlog_due": 10_000, "backlog_future": 1_000_000, "backlog_paused": 100_000, "backlog_claim": 100,
 }
 QUICK = {
-    "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [4, 16],
-    "steady_seconds": 2, "steady_backlog": 500,
+    "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
+    "steady_seconds": 1, "steady_backlog": 500,
     "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10], "procrastinate_concurrency": [16],
     "async_runs": 200, "async_concurrency": 100, "whole_runs": 1000, "whole_concurrency": [4],
     "history": [0, 20_000], "claims": 300,
