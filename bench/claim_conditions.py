@@ -3,8 +3,6 @@ ships it, and a backlog the claim does not take (runs scheduled far ahead, a pau
 
 import psycopg
 
-from jobsweb.engine import link
-
 from .measures import claims, drain, median, migrated, percentile
 
 # The server's JIT settings as its postgresql.conf has them (ALTER SYSTEM RESET), switched off,
@@ -26,14 +24,18 @@ def jit(bench):
         return None
     url, _ = migrated(bench, "bench_jit")
     rates = {"shipped": [], "off": []}
-    latency = {"forced": [], "off": []}
+    # The worker's claim (judged), and the bare call as another client would make it (reported).
+    latency = {(setting, path): [] for setting in ("forced", "off") for path in ("worker", "bare")}
     try:
-        drain(bench, url, 1, 4, s["warmup"])
+        # Warm-up of the same shape: the first drain on a fresh database is the slowest.
+        drain(bench, url, JIT_PROCESSES, JIT_CONCURRENCY, s["jit_drain"])
+        order = [("shipped", JIT_SHIPPED), ("off", JIT_OFF)]
         for _ in range(bench.repeats):  # alternated, so that drift on a shared machine hits both
-            for name, settings in (("shipped", JIT_SHIPPED), ("off", JIT_OFF)):
+            for name, settings in order:
                 server.set_system(settings)
                 rates[name].append(drain(bench, url, JIT_PROCESSES, JIT_CONCURRENCY, s["jit_drain"])[0])
             bench.log(f"jit: drain as shipped {rates['shipped'][-1]:.0f}/s, off {rates['off'][-1]:.0f}/s")
+            order.reverse()  # and neither is always the one right after the other
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("TRUNCATE job_attempts, job_runs RESTART IDENTITY CASCADE")
             conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 1000)")
@@ -41,17 +43,18 @@ def jit(bench):
         for _ in range(bench.repeats):
             for name, settings in (("off", JIT_OFF), ("forced", JIT_FORCED)):
                 server.set_system(settings)
-                # A new connection: its claim is planned (and the JIT decided) under these settings.
-                with psycopg.connect(url, autocommit=True, **link.NO_PREPARE) as claimer:
-                    latency[name] += claims(claimer, s["claims"], seconds=s["claim_seconds"] / 2)
-            bench.log(f"jit: claim p95 forced {percentile(latency['forced'], 95):.3f} ms, "
-                      f"off {percentile(latency['off'], 95):.3f} ms")
+                # claims() connects anew: each claim is planned (and the JIT decided) under these settings.
+                for path in ("worker", "bare"):
+                    latency[(name, path)] += claims(url, s["claims"], seconds=s["claim_seconds"] / 4,
+                                                    worker_path=path == "worker")
+            bench.log("jit: claim p95 " + ", ".join(f"{name} {path} {percentile(t, 95):.3f} ms"
+                                                    for (name, path), t in latency.items()))
     finally:
         server.set_system(JIT_SHIPPED)
     return {"processes": JIT_PROCESSES, "concurrency": JIT_CONCURRENCY, "runs": s["jit_drain"],
             "shipped": median(rates["shipped"]), "off": median(rates["off"]),
-            "claims": {name: {"p50": percentile(t, 50), "p95": percentile(t, 95), "claims": len(t)}
-                       for name, t in latency.items()}}
+            "claims": {f"{name} {path}": {"p50": percentile(t, 50), "p95": percentile(t, 95), "claims": len(t)}
+                       for (name, path), t in latency.items()}}
 
 
 # Due runs at priority 5; the backlog sorts before them in the claim's order (priority, run_at,
@@ -86,9 +89,7 @@ def backlog(bench):
                 conn.execute(FUTURE_SQL, {"n": s["backlog_future"]})
                 conn.execute(PAUSED_SQL, {"n": s["backlog_paused"]})
                 conn.execute("ANALYZE job_runs")
-            # A worker connecting now: its claim is planned with the statistics of this phase.
-            with psycopg.connect(url, autocommit=True, **link.NO_PREPARE) as claimer:
-                times = claims(claimer, s["claims"], size=s["backlog_claim"], seconds=s["claim_seconds"])
+            times = claims(url, s["claims"], size=s["backlog_claim"], seconds=s["claim_seconds"])
             out[phase] = {"p50": percentile(times, 50), "p95": percentile(times, 95), "claims": len(times)}
             bench.log(f"backlog {phase}: claim of {s['backlog_claim']} p50 {out[phase]['p50']:.3f} ms "
                       f"p95 {out[phase]['p95']:.3f} ms ({len(times)} claims)")

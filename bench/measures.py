@@ -354,8 +354,8 @@ def claim_latency(bench):
     sizes = bench.sizes["history"]
     points = []
     explain = None
-    # Claims go over a connection like the worker's: no server-side prepares (pooler-safe); the
-    # claim's statement is planned once per connection inside jobsweb_claim_runs (migration 0015).
+    # Claims go the worker's way (claims()); the plan is read over a connection that, like the
+    # worker's, never prepares on the server (pooler-safe).
     with psycopg.connect(url, autocommit=True) as conn, \
             psycopg.connect(url, autocommit=True, **link.NO_PREPARE) as claimer:
         conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 1000)")
@@ -367,7 +367,7 @@ def claim_latency(bench):
                 have = size
                 conn.execute("VACUUM ANALYZE job_runs")
                 conn.execute("VACUUM ANALYZE job_attempts")
-            times = claims(claimer, bench.sizes["claims"], seconds=bench.sizes["claim_seconds"])
+            times = claims(url, bench.sizes["claims"], seconds=bench.sizes["claim_seconds"])
             points.append({"history": size, "p50": percentile(times, 50), "p95": percentile(times, 95),
                            "p99": percentile(times, 99), "claims": len(times)})
             bench.log(f"claim at {size} finished: p50 {points[-1]['p50']:.3f} ms p95 {points[-1]['p95']:.3f} ms")
@@ -379,7 +379,7 @@ def claim_latency(bench):
 
 
 def claim_plan(conn):
-    """The plan jobsweb_claim_runs ran its statement with (the one it keeps), with actual times.
+    """The plan jobsweb_claim_runs ran its UPDATE of job_runs with, with actual times.
 
     EXPLAIN of CLAIM_RUNS would show only the function call: auto_explain logs the function's
     own statement, and client_min_messages = log brings that log line to this connection."""
@@ -443,29 +443,42 @@ def raise_rollback():
     raise Rollback()
 
 
-def claims(conn, count, size=1, seconds=None):
-    """Time `count` claims of `size` runs (CLAIM_RUNS, as the worker sends it) and put each claim's
-    runs back after it; with `seconds`, stop once they are spent (after 5 claims at least): a
-    claim that a server's setting makes slow (seconds each, JIT compiling it) must not hold the
-    suite for an hour, and its verdict needs no thousand samples."""
+def claims(url, count, size=1, seconds=None, worker_path=True):
+    """Time `count` claims of `size` runs over a new connection, putting each claim's runs back
+    after it; with `seconds`, stop once they are spent (after 5 claims at least): a claim that a
+    server's setting makes slow (seconds each, JIT compiling it) must not hold the suite for an
+    hour, and its verdict needs no thousand samples.
+
+    worker_path: CLAIM_RUNS as the worker sends it (Link.fetch: one pipelined transaction begun
+    with SET LOCAL jit = off, no server-side prepare); otherwise the bare statement, as any
+    other client would call jobsweb_claim_runs (still never prepared)."""
     params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": size, "free": size,
               "queues": None}
-    warm_until = time.monotonic() + (seconds or math.inf) / 4
-    for _ in range(20):  # warm-up (and, on a connection that prepares, psycopg prepares it here)
-        conn.execute(statements.CLAIM_RUNS, params)
-        if time.monotonic() > warm_until:
-            break
-    conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")
-    deadline = time.monotonic() + (seconds or math.inf)
-    times = []
-    for _ in range(count):
-        t = time.perf_counter()
-        ids = [row[0] for row in conn.execute(statements.CLAIM_RUNS, params)]
-        times.append((time.perf_counter() - t) * 1000)
-        conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL, "
-                     "locked_until = NULL WHERE id = ANY(%s)", [ids])
-        if len(times) >= 5 and time.monotonic() > deadline:
-            break
+    with psycopg.connect(url, autocommit=True) as conn:
+        claimer = link.Link(url)
+        bare = psycopg.connect(url, autocommit=True, **link.NO_PREPARE)
+        fetch = claimer.fetch if worker_path else (lambda sql, p: bare.execute(sql, p).fetchall())
+        try:
+            warm_until = time.monotonic() + (seconds or math.inf) / 4
+            for _ in range(20):  # warm-up: caches, the connection's first statements
+                fetch(statements.CLAIM_RUNS, params)
+                if time.monotonic() > warm_until:
+                    break
+            conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL "
+                         "WHERE status = 'running'")
+            deadline = time.monotonic() + (seconds or math.inf)
+            times = []
+            for _ in range(count):
+                t = time.perf_counter()
+                ids = [row[0] for row in fetch(statements.CLAIM_RUNS, params)]
+                times.append((time.perf_counter() - t) * 1000)
+                conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL, "
+                             "locked_until = NULL WHERE id = ANY(%s)", [ids])
+                if len(times) >= 5 and time.monotonic() > deadline:
+                    break
+        finally:
+            claimer.close()
+            bare.close()
     return times
 
 

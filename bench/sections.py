@@ -94,7 +94,7 @@ def server_sections(r):
         "",
         "![claim latency vs history](bench_claim_latency.png)",
         "",
-        f"The plan jobsweb_claim_runs keeps for CLAIM_RUNS' statement, with actual times (auto_explain), "
+        f"The plan of jobsweb_claim_runs' UPDATE of job_runs, with actual times (auto_explain), "
         f"at {points[-1]['history']:,} finished runs:",
         "",
         "```",
@@ -105,11 +105,12 @@ def server_sections(r):
         f"{r['history']['commit_floor']['p50']:.3f} ms, p95 {r['history']['commit_floor']['p95']:.3f} ms "
         "(fsync and synchronous_commit on).",
         "",
-        "The claims above go over a connection like the worker's, which never prepares a statement on "
-        "the server (a pooler in transaction mode would lose it). CLAIM_RUNS calls the PL/pgSQL function "
-        "jobsweb_claim_runs (migrations 0015 and 0016), which keeps its statement's plan in each server "
-        "connection: the claim is planned once per connection, not on every call, and with enable_seqscan "
-        "off that plan reads job_runs through its indexes even when it was made while the table was empty.",
+        "The claims above go the worker's way (Link.fetch): one pipelined transaction begun with "
+        "SET LOCAL jit = off, and no statement prepared on the server (a pooler in transaction mode "
+        "would lose it). CLAIM_RUNS calls the PL/pgSQL function "
+        "jobsweb_claim_runs (migration 0017), which plans its statements at each call "
+        "(plan_cache_mode = force_custom_plan), with job_runs as it is then, and never JIT-compiles them "
+        "(jit = off on the function).",
         "",
         "## 5. Enqueue",
         "",
@@ -177,7 +178,7 @@ def server_conditions(r):
     lines = [
         "## 14. Claim latency with a backlog it does not take",
         "",
-        f"Claims of {b['size']} runs (CLAIM_RUNS, the worker's path, over a connection like the worker's) with "
+        f"Claims of {b['size']} runs (CLAIM_RUNS the worker's way, as in §4) with "
         f"{b['due']:,} runs due at priority 5; then with {b['future']:,} runs added that are due in 30 days at "
         f"priority 0 (before the due runs in the claim's order) and {b['paused']:,} older due runs of a paused "
         "queue, the table analysed, and a new connection (a worker starting now). Each claim's runs are put "
@@ -197,22 +198,30 @@ def server_conditions(r):
         return lines + ["This build cannot JIT (pg_jit_available() is false): nothing to compare.", ""]
     if j is None:
         return lines + ["**Not measured.**", ""]
-    forced, off = j["claims"]["forced"], j["claims"]["off"]
+    c = j["claims"]
+    claim_rows = []
+    for path in ("worker", "bare"):
+        for setting, what in (("forced", "forced: jit_above_cost, jit_inline_above_cost, jit_optimize_above_cost = 0"),
+                              ("off", "jit = off")):
+            m = c[f"{setting} {path}"]
+            claim_rows.append(f"| {what} | {path} | {m['p50']:.3f} | {m['p95']:.3f} | {m['claims']:,} |")
     return lines + [
         f"{j['processes']} worker processes × concurrency {j['concurrency']} drain {j['runs']:,} no-op runs with "
         "JIT as this server ships it and with `jit = off` (ALTER SYSTEM and a reload between drains, "
         f"alternated): **{fmt(j['shipped'])}** vs **{fmt(j['off'])} runs/s** "
         f"(**{fmt(ratio(j['shipped'], j['off']), 2)}×**).",
         "",
-        "One-run claims as in §4 (1,000 runs due), each setting on new connections, alternated:",
+        "One-run claims as in §4 (1,000 runs due), each setting on new connections, alternated; the "
+        "worker's claim (judged), and the bare `SELECT * FROM jobsweb_claim_runs(...)` as a client "
+        "without the worker's SET LOCAL jit = off would send it (reported):",
         "",
-        "| JIT | p50 ms | p95 ms | claims |",
-        "| --- | --- | --- | --- |",
-        f"| forced: jit_above_cost, jit_inline_above_cost, jit_optimize_above_cost = 0 | {forced['p50']:.3f} | "
-        f"{forced['p95']:.3f} | {forced['claims']:,} |",
-        f"| jit = off | {off['p50']:.3f} | {off['p95']:.3f} | {off['claims']:,} |",
+        "| JIT | claim | p50 ms | p95 ms | claims |",
+        "| --- | --- | --- | --- | --- |",
+        *claim_rows,
         "",
-        f"p95 forced ÷ off: **{fmt(ratio(forced['p95'], off['p95']), 2)}×**. The server's JIT settings are put "
+        "p95 forced ÷ off: the worker's claim "
+        f"**{fmt(ratio(c['forced worker']['p95'], c['off worker']['p95']), 2)}×**, the bare call "
+        f"{fmt(ratio(c['forced bare']['p95'], c['off bare']['p95']), 2)}×. The server's JIT settings are put "
         "back as shipped afterwards.",
         "",
     ]
