@@ -458,9 +458,14 @@ def claims(url, count, size=1, seconds=None, worker_path=True):
         # The put-backs are ours, not the claim's: with JIT forced on the server each would compile
         # (~30 ms), taking most of the time budget from the claims.
         conn.execute("SET jit = off")
-        claimer = link.Link(url)
-        bare = psycopg.connect(url, autocommit=True, **link.NO_PREPARE)
-        fetch = claimer.fetch if worker_path else (lambda sql, p: bare.execute(sql, p).fetchall())
+        if worker_path:
+            claimer = link.Link(url)
+            fetch = claimer.fetch
+        else:
+            claimer = psycopg.connect(url, autocommit=True, **link.NO_PREPARE)
+
+            def fetch(sql, params):
+                return claimer.execute(sql, params).fetchall()
         try:
             warm_until = time.monotonic() + (seconds or math.inf) / 4
             for _ in range(20):  # warm-up: caches, the connection's first statements
@@ -481,7 +486,6 @@ def claims(url, count, size=1, seconds=None, worker_path=True):
                     break
         finally:
             claimer.close()
-            bare.close()
     return times
 
 
