@@ -133,7 +133,7 @@ def servers_section(views):
         "| setting | " + " | ".join(views) + " |",
         "| --- | " + " | ".join("---" for _ in views) + " |",
     ]
-    for name in [*DESCRIBED, "jit_available"]:
+    for name in [*DESCRIBED, "jit_available", "connection"]:
         lines.append(f"| {'pg_jit_available()' if name == 'jit_available' else name} | "
                      + " | ".join(str(r["settings"][name]) for r in views.values()) + " |")
     return lines + [""]
