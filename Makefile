@@ -1,5 +1,6 @@
 # `make run`: set up and run jobsweb (web + worker); `make test`: set up and run the tests;
-# `make bench`: the benchmark suite, written to docs/BENCHMARKS.md (`make bench-quick`: small sizes).
+# `make bench`: the benchmark suite on the embedded and the stock (Debian, JIT on) PostgreSQL, written to
+# docs/BENCHMARKS.md (`make bench-quick`: small sizes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,6 +11,8 @@ CHROMIUM := /usr/bin/chromium
 CRON := /usr/sbin/cron
 # The pooler test puts Debian's real PgBouncer (transaction mode) in front of the test server.
 PGBOUNCER := /usr/sbin/pgbouncer
+# The stock server the tests and the benchmark also run on (tests/servers.py): Debian's PostgreSQL 15.
+STOCK_PG := /usr/lib/postgresql/15/bin/postgres
 # The accessibility checks inject axe-core (from the npm registry, never committed) into each page.
 NPM := /usr/bin/npm
 AXE := .cache/axe/node_modules/axe-core/axe.min.js
@@ -19,7 +22,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(AXE)
+test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(AXE) $(STOCK_PG)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -28,10 +31,10 @@ test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(AXE)
 drills: $(STAMP)
 	$(BIN)/python drills/run.py $(DRILLS) $(DRILL_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(STOCK_PG)
 	$(BIN)/python -m bench
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(STOCK_PG)
 	$(BIN)/python -m bench --quick --out $(or $(OUT),/tmp/jobsweb-bench-quick)
 
 $(CHROMIUM):
@@ -45,6 +48,10 @@ $(CRON):
 $(PGBOUNCER):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq pgbouncer >/dev/null
+
+$(STOCK_PG):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15 >/dev/null
 
 $(NPM):
 	$(SUDO) apt-get update -qq

@@ -1,11 +1,14 @@
 """Run the benchmark suite: `python -m bench [--quick] [--out DIR]` (make bench / make bench-quick).
 
-Starts its own durable PostgreSQL, runs every measure, and writes BENCHMARKS.md and PNG plots
-into --out (docs/ by default). Quick mode uses small sizes and one repeat: it proves the suite
-still runs (CI); only full mode's numbers mean anything.
+Runs every measure once on each server jobsweb is measured on (tests/servers.py): the embedded
+PostgreSQL, then Debian's stock PostgreSQL with JIT on; each is started fresh and durable, one
+at a time, so that they never share the machine. Writes BENCHMARKS.md and PNG plots into --out
+(docs/ by default), the two servers side by side. Quick mode uses small sizes and one repeat:
+it proves the suite still runs (CI); only full mode's numbers mean anything.
 
 `python -m bench --only tick` runs one measure that stands alone and prints its figures as
 JSON, writing no report: for measuring a change to one hot path without the whole suite.
+`--servers stock` (or embedded) runs on that server only.
 """
 
 import argparse
@@ -17,25 +20,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import measures, process_measures, report
-from .server import Server
+from . import claim_conditions, measures, process_measures, report
+from .server import KINDS, Server
 
 ROOT = Path(__file__).resolve().parent.parent
 
 FULL = {
     "warmup": 2000, "drain": 20_000, "processes": [1, 2], "concurrency": [1, 4, 8, 16, 64],
-    "steady_seconds": 30, "steady_backlog": 2000,
+    "steady_seconds": 20, "steady_backlog": 2000,
     "pgqueuer_drain": 20_000, "procrastinate_drain": 1000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [16],
     "async_runs": 2000, "async_concurrency": 1000, "whole_runs": 40_000, "whole_concurrency": [4, 64],
     "history": [0, 100_000, 1_000_000], "claims": 10_000,
-    "enqueue_seconds": 15, "bulk": 100_000,
+    "enqueue_seconds": 8, "bulk": 100_000,
     "wake_samples": 500, "poll_interval": 0.05,
-    "page_requests": 200, "definitions": 10_000,
+    "page_requests": 100, "definitions": 10_000,
     "queues_workers": (2, 16), "queues_rate": 500,
+    "claim_seconds": 10, "jit_drain": 5000,
+    "backlog_due": 10_000, "backlog_future": 1_000_000, "backlog_paused": 100_000, "backlog_claim": 100,
 }
 QUICK = {
-    "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [4, 16],
-    "steady_seconds": 2, "steady_backlog": 500,
+    "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
+    "steady_seconds": 1, "steady_backlog": 500,
     "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10], "procrastinate_concurrency": [16],
     "async_runs": 200, "async_concurrency": 100, "whole_runs": 1000, "whole_concurrency": [4],
     "history": [0, 20_000], "claims": 300,
@@ -43,6 +48,8 @@ QUICK = {
     "wake_samples": 5, "poll_interval": 0.1,
     "page_requests": 5, "definitions": 500,
     "queues_workers": (1, 16), "queues_rate": 500,
+    "claim_seconds": 3, "jit_drain": 1000,
+    "backlog_due": 1000, "backlog_future": 20_000, "backlog_paused": 2000, "backlog_claim": 100,
 }
 
 
@@ -53,6 +60,7 @@ ALONE = {
     "queues": measures.flow_control, "pages": measures.admin_pages_alone,
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
     "alerts": process_measures.alerts_without_workers,
+    "jit": claim_conditions.jit, "backlog": claim_conditions.backlog,
 }
 
 
@@ -65,7 +73,7 @@ class Bench:
     started: float = field(default_factory=time.monotonic)
 
     def log(self, message):
-        print(f"[{time.monotonic() - self.started:7.1f}s] {message}", flush=True)
+        print(f"[{time.monotonic() - self.started:7.1f}s {self.server.kind:>8}] {message}", flush=True)
 
 
 def git_revision():
@@ -76,41 +84,63 @@ def git_revision():
         return "unknown"
 
 
+def suite(bench):
+    """Every measure on bench's server: what the report shows for that server."""
+    server = bench.server
+    results = {"kind": server.kind, "pg_version": server.version(), "settings": server.describe()}
+    settings = results["settings"]
+    bench.log(f"PostgreSQL {results['pg_version']}, "
+              + (f"JIT {settings['jit']}" if settings["jit_available"] else "built without JIT"))
+    results["throughput"] = measures.throughput(bench)
+    results["ceiling"] = measures.ceiling(bench, results["throughput"]["url"], *results["throughput"]["best"])
+    results["peers"] = measures.peers(bench)
+    results["history"] = measures.claim_latency(bench)
+    results["pages"] = measures.admin_pages(bench, results["history"])
+    results["enqueue"] = measures.enqueue(bench)
+    results["wake"] = measures.wake_latency(bench)
+    results["tick"] = measures.scheduler_tick(bench)
+    results["queues"] = measures.flow_control(bench)
+    results["async"] = process_measures.async_handlers(bench)
+    results["whole"] = process_measures.whole_process(bench)
+    results["alerts"] = process_measures.alerts_without_workers(bench)
+    results["backlog"] = claim_conditions.backlog(bench)
+    # Last: it switches the server's JIT settings (and puts them back as shipped).
+    results["jit"] = claim_conditions.jit(bench)
+    results["seconds"] = time.monotonic() - bench.started
+    return results
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat (CI)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where BENCHMARKS.md and plots go")
     parser.add_argument("--only", choices=sorted(ALONE), help="run this measure alone and print its figures")
+    parser.add_argument("--servers", default=",".join(KINDS),
+                        help=f"comma-separated, of {', '.join(KINDS)} (default: both, in that order)")
     args = parser.parse_args(argv)
-    server = Server.start()
-    bench = Bench(server, QUICK if args.quick else FULL, 1 if args.quick else 3, args.quick)
-    try:
-        if args.only:
-            bench.log(f"PostgreSQL {server.version()}, {os.cpu_count()} CPUs, revision {git_revision()}")
-            result = ALONE[args.only](bench)
-            print(json.dumps(result, indent=2, default=str))
-            return 0
-        results = {"mode": "quick" if args.quick else "full", "pg_version": server.version(),
-                   "cpus": os.cpu_count(), "revision": git_revision(), "python": sys.version.split()[0],
-                   "sizes": bench.sizes, "repeats": bench.repeats}
-        bench.log(f"PostgreSQL {results['pg_version']}, {results['cpus']} CPUs, revision {results['revision']}")
-        results["throughput"] = measures.throughput(bench)
-        results["ceiling"] = measures.ceiling(bench, results["throughput"]["url"], *results["throughput"]["best"])
-        results["peers"] = measures.peers(bench)
-        results["history"] = measures.claim_latency(bench)
-        results["pages"] = measures.admin_pages(bench, results["history"])
-        results["enqueue"] = measures.enqueue(bench)
-        results["wake"] = measures.wake_latency(bench)
-        results["tick"] = measures.scheduler_tick(bench)
-        results["queues"] = measures.flow_control(bench)
-        results["async"] = process_measures.async_handlers(bench)
-        results["whole"] = process_measures.whole_process(bench)
-        results["alerts"] = process_measures.alerts_without_workers(bench)
-        results["seconds"] = time.monotonic() - bench.started
+    kinds = args.servers.split(",")
+    if not set(kinds) <= set(KINDS):
+        parser.error(f"--servers: one or both of {', '.join(KINDS)}")
+    sizes, repeats = (QUICK, 1) if args.quick else (FULL, 3)
+    results = {"mode": "quick" if args.quick else "full", "cpus": os.cpu_count(), "revision": git_revision(),
+               "python": sys.version.split()[0], "sizes": sizes, "repeats": repeats, "servers": {}}
+    print(f"{results['cpus']} CPUs, revision {results['revision']}, servers: {', '.join(kinds)}", flush=True)
+    started = time.monotonic()
+    for kind in kinds:
+        server = Server.start(kind)
+        bench = Bench(server, sizes, repeats, args.quick)
+        try:
+            if args.only:
+                bench.log(f"PostgreSQL {server.version()}")
+                print(json.dumps(ALONE[args.only](bench), indent=2, default=str), flush=True)
+            else:
+                results["servers"][kind] = suite(bench)
+        finally:
+            server.stop()
+    if not args.only:
+        results["seconds"] = time.monotonic() - started
         path = report.write(results, args.out)
-        bench.log(f"wrote {path}")
-    finally:
-        server.stop()
+        print(f"wrote {path} in {results['seconds']:.0f} s", flush=True)
     return 0
 
 

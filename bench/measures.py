@@ -6,6 +6,7 @@ never counted for jobsweb; the peers' figures are their drain's own wall time.
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -353,8 +354,8 @@ def claim_latency(bench):
     sizes = bench.sizes["history"]
     points = []
     explain = None
-    # Claims go over a connection like the worker's: no server-side prepares (pooler-safe); the
-    # claim's statement is planned once per connection inside jobsweb_claim_runs (migration 0015).
+    # Claims go the worker's way (claims()); the plan is read over a connection that, like the
+    # worker's, never prepares on the server (pooler-safe).
     with psycopg.connect(url, autocommit=True) as conn, \
             psycopg.connect(url, autocommit=True, **link.NO_PREPARE) as claimer:
         conn.execute("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 1000)")
@@ -366,9 +367,9 @@ def claim_latency(bench):
                 have = size
                 conn.execute("VACUUM ANALYZE job_runs")
                 conn.execute("VACUUM ANALYZE job_attempts")
-            times = claims(claimer, bench.sizes["claims"])
+            times = claims(url, bench.sizes["claims"], seconds=bench.sizes["claim_seconds"])
             points.append({"history": size, "p50": percentile(times, 50), "p95": percentile(times, 95),
-                           "p99": percentile(times, 99)})
+                           "p99": percentile(times, 99), "claims": len(times)})
             bench.log(f"claim at {size} finished: p50 {points[-1]['p50']:.3f} ms p95 {points[-1]['p95']:.3f} ms")
         growth = history_costs(conn)
         floor = commit_floor(conn, bench.sizes["claims"])
@@ -378,7 +379,7 @@ def claim_latency(bench):
 
 
 def claim_plan(conn):
-    """The plan jobsweb_claim_runs ran its statement with (the one it keeps), with actual times.
+    """The plan jobsweb_claim_runs ran its UPDATE of job_runs with, with actual times.
 
     EXPLAIN of CLAIM_RUNS would show only the function call: auto_explain logs the function's
     own statement, and client_min_messages = log brings that log line to this connection."""
@@ -442,19 +443,49 @@ def raise_rollback():
     raise Rollback()
 
 
-def claims(conn, count):
-    """Time `count` one-run claims (CLAIM_RUNS, as the worker sends it); put each run back after."""
-    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": 1, "free": 1, "queues": None}
-    for _ in range(20):  # warm-up (and, on a connection that prepares, psycopg prepares it here)
-        conn.execute(statements.CLAIM_RUNS, params)
-    conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL WHERE status = 'running'")
-    times = []
-    for _ in range(count):
-        t = time.perf_counter()
-        row = conn.execute(statements.CLAIM_RUNS, params).fetchone()
-        times.append((time.perf_counter() - t) * 1000)
-        conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL, "
-                     "locked_until = NULL WHERE id = %s", [row[0]])
+def claims(url, count, size=1, seconds=None, worker_path=True):
+    """Time `count` claims of `size` runs over a new connection, putting each claim's runs back
+    after it; with `seconds`, stop once they are spent (after 5 claims at least): a claim that a
+    server's setting makes slow (seconds each, JIT compiling it) must not hold the suite for an
+    hour, and its verdict needs no thousand samples.
+
+    worker_path: CLAIM_RUNS as the worker sends it (Link.fetch: one pipelined transaction begun
+    with SET LOCAL jit = off, no server-side prepare); otherwise the bare statement, as any
+    other client would call jobsweb_claim_runs (still never prepared)."""
+    params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": size, "free": size,
+              "queues": None}
+    with psycopg.connect(url, autocommit=True) as conn:
+        # The put-backs are ours, not the claim's: with JIT forced on the server each would compile
+        # (~30 ms), taking most of the time budget from the claims.
+        conn.execute("SET jit = off")
+        if worker_path:
+            claimer = link.Link(url)
+            fetch = claimer.fetch
+        else:
+            claimer = psycopg.connect(url, autocommit=True, **link.NO_PREPARE)
+
+            def fetch(sql, params):
+                return claimer.execute(sql, params).fetchall()
+        try:
+            warm_until = time.monotonic() + (seconds or math.inf) / 4
+            for _ in range(20):  # warm-up: caches, the connection's first statements
+                fetch(statements.CLAIM_RUNS, params)
+                if time.monotonic() > warm_until:
+                    break
+            conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL "
+                         "WHERE status = 'running'")
+            deadline = time.monotonic() + (seconds or math.inf)
+            times = []
+            for _ in range(count):
+                t = time.perf_counter()
+                ids = [row[0] for row in fetch(statements.CLAIM_RUNS, params)]
+                times.append((time.perf_counter() - t) * 1000)
+                conn.execute("UPDATE job_runs SET status = 'queued', attempts = 0, locked_by = NULL, "
+                             "locked_until = NULL WHERE id = ANY(%s)", [ids])
+                if len(times) >= 5 and time.monotonic() > deadline:
+                    break
+        finally:
+            claimer.close()
     return times
 
 

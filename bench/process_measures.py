@@ -43,15 +43,20 @@ def async_handlers(bench):
     return result
 
 
-def run_jobs_wall(url, n, concurrency):
-    """Seconds one `flask run-jobs --concurrency C` takes to drain n due no-op runs, from its
-    start (importing Flask) to its exit, with the ordinary per-run INFO log lines."""
+def run_jobs_wall(url, n, concurrency, processes=1):
+    """Seconds `processes` `flask run-jobs --concurrency C`, started together, take to drain n due
+    no-op runs, from their start (importing Flask) to the last one's exit, with the ordinary
+    per-run INFO log lines."""
     with psycopg.connect(url, autocommit=True) as conn:
         fill_queue(conn, n)
         env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET)
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", "--concurrency", str(concurrency)],
-                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs = [subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", "--concurrency",
+                                   str(concurrency)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for _ in range(processes)]
+        for proc in procs:
+            if proc.wait(timeout=1800) != 0:
+                raise RuntimeError(f"flask run-jobs exited {proc.returncode}")
         wall = time.monotonic() - started
         rate_from_database(conn, n)  # every run succeeded
     return wall
@@ -72,20 +77,28 @@ def pgqueuer_wall(bench, n, batch):
     return time.monotonic() - started
 
 
+# The issue's two-process figure: two `flask run-jobs --concurrency 8`.
+TWO_PROCESSES_CONCURRENCY = 8
+
+
 def whole_process(bench):
-    """Target 5: one invocation each, start-up and shutdown included, alternated per repeat."""
+    """Target 5: one invocation each, start-up and shutdown included, alternated per repeat; and
+    two invocations at once at --concurrency 8."""
     n = bench.sizes["whole_runs"]
     url, _ = migrated(bench, "bench_whole")
     batch = max(bench.sizes["pgqueuer_batch"])
     ours = {c: [] for c in bench.sizes["whole_concurrency"]}
-    theirs = []
+    two, theirs = [], []
     for _ in range(bench.repeats):
         for c in ours:
             ours[c].append(run_jobs_wall(url, n, c))
+        two.append(run_jobs_wall(url, n, TWO_PROCESSES_CONCURRENCY, processes=2))
         theirs.append(pgqueuer_wall(bench, n, batch))
     result = {"runs": n, "jobsweb": {c: median(v) for c, v in ours.items()},
+              "two_processes": {"concurrency": TWO_PROCESSES_CONCURRENCY, "wall": median(two)},
               "pgqueuer": None if None in theirs else median(theirs), "pgqueuer_batch": batch}
-    bench.log(f"whole process, {n} runs: jobsweb {result['jobsweb']}, pgqueuer {result['pgqueuer']}")
+    bench.log(f"whole process, {n} runs: jobsweb {result['jobsweb']}, two processes {result['two_processes']}, "
+              f"pgqueuer {result['pgqueuer']}")
     return result
 
 

