@@ -84,6 +84,15 @@ def git_revision():
         return "unknown"
 
 
+def _printable(value):
+    """`value` with every dict key a string: some measures key their figures by tuples."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
+
+
 def suite(bench):
     """Every measure on bench's server: what the report shows for that server."""
     server = bench.server
@@ -132,7 +141,7 @@ def main(argv=None):
         try:
             if args.only:
                 bench.log(f"PostgreSQL {server.version()}")
-                print(json.dumps(ALONE[args.only](bench), indent=2, default=str), flush=True)
+                print(json.dumps(_printable(ALONE[args.only](bench)), indent=2, default=str), flush=True)
             else:
                 results["servers"][kind] = suite(bench)
         finally:
@@ -146,3 +155,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
+
