@@ -10,6 +10,11 @@ CHROMIUM := /usr/bin/chromium
 CRON := /usr/sbin/cron
 # The pooler test puts Debian's real PgBouncer (transaction mode) in front of the test server.
 PGBOUNCER := /usr/sbin/pgbouncer
+# The tests that claim, finish, materialise or migrate also run on Debian's stock PostgreSQL 15
+# (JIT on, its shipped configuration): tests/servers.py starts a throwaway cluster of it.
+POSTGRES_STOCK := /usr/lib/postgresql/15/bin/postgres
+# Each pytest run's whole output, printed at the end of `make test`.
+TEST_LOGS := .cache/test-logs
 # The accessibility checks inject axe-core (from the npm registry, never committed) into each page.
 NPM := /usr/bin/npm
 AXE := .cache/axe/node_modules/axe-core/axe.min.js
@@ -19,9 +24,24 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(AXE)
+# Two pytest processes at once, each starting its own server: the whole suite on the embedded
+# one, the tests marked both_servers (tests/conftest.py, ON_BOTH_SERVERS) on the stock one. Most
+# tests wait on workers and clocks rather than compute, so two runs fit in about the time of one
+# on 2 cores. Logs go to files (interleaved progress dots would read as neither run) and are
+# printed at the end, each with its closing line, then both closing lines again.
+# TEST_DATABASE_URL, if set, is for the embedded run only: the stock run always starts its own.
+test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	@mkdir -p $(TEST_LOGS)
+	@echo "pytest on the embedded and the stock server at once: $(TEST_LOGS)/embedded.log, $(TEST_LOGS)/stock.log"
+	@env -u TEST_DATABASE_URL JOBSWEB_TEST_SERVER=stock $(BIN)/pytest -p no:cacheprovider -m both_servers \
+		>$(TEST_LOGS)/stock.log 2>&1 & stock=$$!; \
+	JOBSWEB_TEST_SERVER=embedded $(BIN)/pytest >$(TEST_LOGS)/embedded.log 2>&1; embedded=$$?; \
+	wait $$stock; stock=$$?; \
+	for run in embedded stock; do echo "======== pytest on the $$run server ========"; cat $(TEST_LOGS)/$$run.log; done; \
+	echo "embedded server (exit $$embedded): $$(tail -n 1 $(TEST_LOGS)/embedded.log)"; \
+	echo "stock server (exit $$stock): $$(tail -n 1 $(TEST_LOGS)/stock.log)"; \
+	[ $$embedded -eq 0 ] && [ $$stock -eq 0 ]
 
 # The reliability drills at full size, printing their figures (docs/RELIABILITY.md).
 # make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
@@ -45,6 +65,10 @@ $(CRON):
 $(PGBOUNCER):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq pgbouncer >/dev/null
+
+$(POSTGRES_STOCK):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null
 
 $(NPM):
 	$(SUDO) apt-get update -qq

@@ -48,6 +48,8 @@ TEST_SERVER = os.environ.get("JOBSWEB_TEST_SERVER", "embedded")
 # migrates, and the drills' short forms: where a planner with JIT on, another major version or
 # TCP with a password could change what jobsweb does. Left out: the admin screen's pages and
 # browsers, the configuration, CLI and packaging tests, whose SQL is the ORM's and not the queue's.
+# Not listed because they start a server of each kind themselves, in the embedded run:
+# test_stop_during_outage.py.
 ON_BOTH_SERVERS = (
     # engine: enqueue, claim, finish, retry, flow control, the worker loop and its processes
     "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
