@@ -24,24 +24,29 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-# Two pytest processes at once, each starting its own server: the whole suite on the embedded
-# one, the tests marked both_servers (tests/conftest.py, ON_BOTH_SERVERS) on the stock one. Most
-# tests wait on workers and clocks rather than compute, so two runs fit in about the time of one
-# on 2 cores. Logs go to files (interleaved progress dots would read as neither run) and are
-# printed at the end, each with its closing line, then both closing lines again.
-# TEST_DATABASE_URL, if set, is for the embedded run only: the stock run always starts its own.
+# Three pytest processes at once, each starting its own server (tests/servers.py): the tests
+# marked both_servers (tests/conftest.py, ON_BOTH_SERVERS) on the stock server and on the
+# embedded one, and the rest of the suite on another embedded one; so every test runs on the
+# embedded server and the both_servers ones on the stock server too. Most tests wait on worker
+# processes and clocks rather than compute, so three runs fit on 2 cores in about the time of
+# the longest. Logs go to files (interleaved progress dots would read as none of the runs) and
+# are printed at the end, each with its closing line, then the three closing lines again.
+# make test always starts its own servers: TEST_DATABASE_URL is for running pytest yourself.
+PYTEST_RUNS := embedded-both embedded-rest stock-both
 test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
 	@mkdir -p $(TEST_LOGS)
-	@echo "pytest on the embedded and the stock server at once: $(TEST_LOGS)/embedded.log, $(TEST_LOGS)/stock.log"
-	@env -u TEST_DATABASE_URL JOBSWEB_TEST_SERVER=stock $(BIN)/pytest -p no:cacheprovider -m both_servers \
-		>$(TEST_LOGS)/stock.log 2>&1 & stock=$$!; \
-	JOBSWEB_TEST_SERVER=embedded $(BIN)/pytest >$(TEST_LOGS)/embedded.log 2>&1; embedded=$$?; \
-	wait $$stock; stock=$$?; \
-	for run in embedded stock; do echo "======== pytest on the $$run server ========"; cat $(TEST_LOGS)/$$run.log; done; \
-	echo "embedded server (exit $$embedded): $$(tail -n 1 $(TEST_LOGS)/embedded.log)"; \
-	echo "stock server (exit $$stock): $$(tail -n 1 $(TEST_LOGS)/stock.log)"; \
-	[ $$embedded -eq 0 ] && [ $$stock -eq 0 ]
+	@echo "pytest, three runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
+	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider"; \
+	JOBSWEB_TEST_SERVER=stock $$pytest -m both_servers >$(TEST_LOGS)/stock-both.log 2>&1 & stock=$$!; \
+	JOBSWEB_TEST_SERVER=embedded $$pytest -m both_servers >$(TEST_LOGS)/embedded-both.log 2>&1 & both=$$!; \
+	JOBSWEB_TEST_SERVER=embedded $$pytest -m "not both_servers" >$(TEST_LOGS)/embedded-rest.log 2>&1; rest=$$?; \
+	wait $$both; both=$$?; wait $$stock; stock=$$?; \
+	for run in $(PYTEST_RUNS); do echo "======== $$run: pytest log ========"; cat $(TEST_LOGS)/$$run.log; done; \
+	echo "embedded server, both_servers tests (exit $$both): $$(tail -n 1 $(TEST_LOGS)/embedded-both.log)"; \
+	echo "embedded server, the other tests (exit $$rest): $$(tail -n 1 $(TEST_LOGS)/embedded-rest.log)"; \
+	echo "stock server, both_servers tests (exit $$stock): $$(tail -n 1 $(TEST_LOGS)/stock-both.log)"; \
+	[ $$both -eq 0 ] && [ $$rest -eq 0 ] && [ $$stock -eq 0 ]
 
 # The reliability drills at full size, printing their figures (docs/RELIABILITY.md).
 # make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
