@@ -48,14 +48,15 @@ TEST_SERVER = os.environ.get("JOBSWEB_TEST_SERVER", "embedded")
 # migrates, and the drills' short forms: where a planner with JIT on, another major version or
 # TCP with a password could change what jobsweb does. Left out: the admin screen's pages and
 # browsers, the configuration, CLI and packaging tests, whose SQL is the ORM's and not the queue's.
-# Not listed because they start a server of each kind themselves, in the embedded run:
-# test_stop_during_outage.py.
+# Not listed because they start servers of their own (of each kind, or stock only) and so run
+# in the embedded run: test_stop_during_outage.py, test_exec_outage.py, test_network_faults.py,
+# test_web_outage.py, test_hosted_settings.py.
 ON_BOTH_SERVERS = (
     # engine: enqueue, claim, finish, retry, flow control, the worker loop and its processes
     "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
     "test_worker_processes.py", "test_worker_cancel.py", "test_worker_wakeup.py", "test_async_handlers.py",
     "test_flow_control.py", "test_flow_processes.py", "test_effects.py", "test_exec.py", "test_output.py",
-    "test_job_objects.py", "test_testing_helpers.py", "test_external.py", "test_bounds.py",
+    "test_job_objects.py", "test_testing_helpers.py", "test_external.py", "test_bounds.py", "test_deadlines.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",
