@@ -11,8 +11,11 @@ CHROMIUM := /usr/bin/chromium
 CRON := /usr/sbin/cron
 # The pooler test puts Debian's real PgBouncer (transaction mode) in front of the test server.
 PGBOUNCER := /usr/sbin/pgbouncer
-# The stock server the tests and the benchmark also run on (tests/servers.py): Debian's PostgreSQL 15.
-STOCK_PG := /usr/lib/postgresql/15/bin/postgres
+# The tests that claim, finish, materialise or migrate also run on Debian's stock PostgreSQL 15
+# (JIT on, its shipped configuration): tests/servers.py starts a throwaway cluster of it.
+POSTGRES_STOCK := /usr/lib/postgresql/15/bin/postgres
+# Each pytest run's whole output, printed at the end of `make test`.
+TEST_LOGS := .cache/test-logs
 # The accessibility checks inject axe-core (from the npm registry, never committed) into each page.
 NPM := /usr/bin/npm
 AXE := .cache/axe/node_modules/axe-core/axe.min.js
@@ -22,19 +25,39 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
-test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(AXE) $(STOCK_PG)
+# Three pytest processes at once, each starting its own server (tests/servers.py): the tests
+# marked both_servers (tests/conftest.py, ON_BOTH_SERVERS) on the stock server and on the
+# embedded one, and the rest of the suite on another embedded one; so every test runs on the
+# embedded server and the both_servers ones on the stock server too. Most tests wait on worker
+# processes and clocks rather than compute, so three runs fit on 2 cores in about the time of
+# the longest. Logs go to files (interleaved progress dots would read as none of the runs) and
+# are printed at the end, each with its closing line, then the three closing lines again.
+# make test always starts its own servers: TEST_DATABASE_URL is for running pytest yourself.
+PYTEST_RUNS := embedded-both embedded-rest stock-both
+test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	@mkdir -p $(TEST_LOGS)
+	@echo "pytest, three runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
+	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider"; \
+	JOBSWEB_TEST_SERVER=stock $$pytest -m both_servers >$(TEST_LOGS)/stock-both.log 2>&1 & stock=$$!; \
+	JOBSWEB_TEST_SERVER=embedded $$pytest -m both_servers >$(TEST_LOGS)/embedded-both.log 2>&1 & both=$$!; \
+	JOBSWEB_TEST_SERVER=embedded $$pytest -m "not both_servers" >$(TEST_LOGS)/embedded-rest.log 2>&1; rest=$$?; \
+	wait $$both; both=$$?; wait $$stock; stock=$$?; \
+	for run in $(PYTEST_RUNS); do echo "======== $$run: pytest log ========"; cat $(TEST_LOGS)/$$run.log; done; \
+	echo "embedded server, both_servers tests (exit $$both): $$(tail -n 1 $(TEST_LOGS)/embedded-both.log)"; \
+	echo "embedded server, the other tests (exit $$rest): $$(tail -n 1 $(TEST_LOGS)/embedded-rest.log)"; \
+	echo "stock server, both_servers tests (exit $$stock): $$(tail -n 1 $(TEST_LOGS)/stock-both.log)"; \
+	[ $$both -eq 0 ] && [ $$rest -eq 0 ] && [ $$stock -eq 0 ]
 
 # The reliability drills at full size, printing their figures (docs/RELIABILITY.md).
 # make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
 drills: $(STAMP)
 	$(BIN)/python drills/run.py $(DRILLS) $(DRILL_ARGS)
 
-bench: $(STAMP) $(STOCK_PG)
+bench: $(STAMP) $(POSTGRES_STOCK)
 	$(BIN)/python -m bench
 
-bench-quick: $(STAMP) $(STOCK_PG)
+bench-quick: $(STAMP) $(POSTGRES_STOCK)
 	$(BIN)/python -m bench --quick --out $(or $(OUT),/tmp/jobsweb-bench-quick)
 
 $(CHROMIUM):
@@ -49,9 +72,9 @@ $(PGBOUNCER):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq pgbouncer >/dev/null
 
-$(STOCK_PG):
+$(POSTGRES_STOCK):
 	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql-15 >/dev/null
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null
 
 $(NPM):
 	$(SUDO) apt-get update -qq

@@ -2,6 +2,7 @@
 
     python drills/run.py                      # every drill, the sizes
     python drills/run.py chaos --chaos-jobs 5000 --kill-every 2
+    python drills/run.py --server stock       # on Debian's PostgreSQL 15 (JIT on), not the embedded one
     make drills DRILLS="chaos storm"
 
 Each drill is a test in tests/reliability; its short form runs in `make test`. This script
@@ -35,6 +36,9 @@ DRILLS = {  # name -> test file in tests/reliability
 def arguments():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("drills", nargs="*", metavar="DRILL", help="which drills (default: all)")
+    parser.add_argument("--server", choices=("embedded", "stock"),
+                        default=os.environ.get("JOBSWEB_TEST_SERVER", "embedded"),
+                        help="the PostgreSQL the drills start (tests/servers.py)")
     parser.add_argument("--chaos-jobs", type=int, default=20_000)
     parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills, on average")
     parser.add_argument("--chaos-max-sleep", type=float, default=0.01,
@@ -58,7 +62,7 @@ def main():
         sys.exit(f"unknown drill(s) {', '.join(sorted(unknown))}; known: {', '.join(DRILLS)}")
     chosen = args.drills or list(DRILLS)
     figures = Path(tempfile.mkstemp(prefix="jobsweb-drills-", suffix=".jsonl")[1])
-    env = {**os.environ, "DRILL_FIGURES": str(figures),
+    env = {**os.environ, "JOBSWEB_TEST_SERVER": args.server, "DRILL_FIGURES": str(figures),
            "DRILL_CHAOS_JOBS": str(args.chaos_jobs), "DRILL_CHAOS_KILL_EVERY": str(args.kill_every),
            "DRILL_CHAOS_MAX_SLEEP": str(args.chaos_max_sleep), "DRILL_RESTART_JOBS": str(args.restart_jobs),
            "DRILL_STORM_ROUNDS": str(args.storm_rounds), "DRILL_DEPLOY_QUICK_JOBS": str(args.deploy_jobs),
@@ -68,7 +72,7 @@ def main():
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                *[f"tests/reliability/{DRILLS[name]}" for name in chosen]]
     code = subprocess.call(command, cwd=ROOT, env=env)
-    print(f"\n{len(chosen)} drill(s) in {time.monotonic() - started:.0f} s, pytest exit code {code}\n")
+    print(f"\n{len(chosen)} drill(s) on the {args.server} server in {time.monotonic() - started:.0f} s, pytest exit code {code}\n")
     for line in figures.read_text().splitlines():
         record = json.loads(line)
         print(record.pop("drill"))

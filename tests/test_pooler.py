@@ -38,13 +38,17 @@ def pooled_url(postgres_server, database_url_for_tests, tmp_path_factory):
         host = server.query["host"]
         [socket_file] = [name for name in os.listdir(host) if re.fullmatch(r"\.s\.PGSQL\.\d+", name)]
         port = int(socket_file.rsplit(".", 1)[1])
+    # The stock server wants a password over TCP: PgBouncer logs in with the server URL's own (its
+    # clients connect with auth_type = any, so they need none). A throwaway cluster's password, so
+    # the file may stay readable: PgBouncer reads it as the user it drops to.
+    password = f" password={server.password}" if server.password else ""
     folder = tmp_path_factory.mktemp("pgbouncer")
     folder.chmod(0o755)
     listen = free_port()
     config = folder / "pgbouncer.ini"
     config.write_text(f"""
 [databases]
-{TEST_DATABASE} = host={host} port={port} dbname={TEST_DATABASE} user={server.username}
+{TEST_DATABASE} = host={host} port={port} dbname={TEST_DATABASE} user={server.username}{password}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -57,10 +61,11 @@ max_client_conn = 200
 ignore_startup_parameters = extra_float_digits,options
 """)
     config.chmod(0o644)
-    # PgBouncer refuses to run as root: -u drops to the embedded server's own system user, who
-    # may open its socket folder (Debian's postgres user for a server named by TEST_DATABASE_URL).
-    embedded = postgres_server[1]
-    user = embedded.system_user if embedded is not None else "postgres"
+    # PgBouncer refuses to run as root: -u drops to the test server's own system user, who may
+    # open the embedded server's socket folder (Debian's postgres user for a server named by
+    # TEST_DATABASE_URL).
+    started = postgres_server[1]
+    user = started.system_user if started is not None else "postgres"
     args = [PGBOUNCER, "-u", user, str(config)] if os.geteuid() == 0 else [PGBOUNCER, str(config)]
     log = open(folder / "pgbouncer.log", "w")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

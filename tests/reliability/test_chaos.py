@@ -30,9 +30,17 @@ def test_workers_killed_at_random_lose_no_run_and_repeat_no_effect(app, sql, spa
     alive = [start() for _ in range(WORKERS)]
     kills = []  # (database time of the kill, worker id)
     started = time.monotonic()
+    # Workers that get nothing done between kills (each new one's first claims too slow, say)
+    # would keep this loop going for ever: fail instead, with how far it got. A tenth of a second
+    # a run is several times what a drill of any size takes on the embedded server.
+    give_up = started + max(180, jobs / 10)
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] > 0,
              message="runs to start")
     while not terminal(sql):
+        if time.monotonic() > give_up:
+            [(done,)] = sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
+            raise AssertionError(f"only {done} of {jobs} runs succeeded in {time.monotonic() - started:.0f} s "
+                                 f"of {len(kills)} kills: workers got next to nothing done between kills")
         victim = random.choice(alive)
         [(at, worker_id)] = sql("SELECT clock_timestamp(), (SELECT id FROM job_workers WHERE pid = %s "
                                 "AND stopped_at IS NULL)", [victim.pid])
