@@ -11,11 +11,9 @@ import time
 import psycopg
 import pytest
 
-from jobsweb import create_app
-from jobsweb.core.database import database_url, libpq_url
 from tests import servers
 from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
-from tests.fault_proxy import FaultProxy
+from tests.private_databases import migrated, proxy_to
 
 SHUTDOWN_TIMEOUT = 2  # seconds: --shutdown-timeout
 STOP_BOUND = SHUTDOWN_TIMEOUT + 5  # what the README promises a stopping worker
@@ -23,16 +21,8 @@ STOP_BOUND = SHUTDOWN_TIMEOUT + 5  # what the README promises a stopping worker
 
 @pytest.fixture(scope="module", params=servers.KINDS)
 def server_url(request):
-    server = servers.start(request.param, {"fsync": "off"})
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        conn.execute("CREATE DATABASE faults")
-    url = database_url(server.get_uri("faults"))
-    with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": SECRET_KEY}).app_context():
-        from flask_migrate import upgrade
-
-        upgrade()
-    yield libpq_url(url)
-    server.cleanup()
+    with migrated(request.param, "faults") as (_, url):
+        yield url
 
 
 @pytest.fixture
@@ -51,13 +41,7 @@ def db(server_url):
 
 @pytest.fixture
 def proxy(server_url):
-    host = psycopg.conninfo.conninfo_to_dict(server_url)
-    if "port" not in host or host.get("host", "").startswith("/"):  # the embedded server: a socket
-        socket_dir, port = host["host"], host.get("port", "5432")
-        target = os.path.join(socket_dir, f".s.PGSQL.{port}")
-    else:
-        target = (host["host"], int(host["port"]))
-    p = FaultProxy(target)
+    p = proxy_to(server_url)
     yield p
     p.close()
 

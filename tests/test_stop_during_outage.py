@@ -13,10 +13,9 @@ import sys
 import psycopg
 import pytest
 
-from jobsweb import create_app
-from jobsweb.core.database import database_url, libpq_url
 from tests import servers
 from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.private_databases import migrated
 
 SHUTDOWN_TIMEOUT = 3  # seconds: --shutdown-timeout
 RUNS = 8
@@ -24,16 +23,8 @@ RUNS = 8
 
 @pytest.fixture(params=servers.KINDS)
 def own_server(request):
-    server = servers.start(request.param, {"fsync": "off"})
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-        conn.execute("CREATE DATABASE outage")
-    url = database_url(server.get_uri("outage"))
-    with create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": SECRET_KEY}).app_context():
-        from flask_migrate import upgrade
-
-        upgrade()
-    yield server, libpq_url(url)
-    server.cleanup()
+    with migrated(request.param, "outage") as (server, url):
+        yield server, url
 
 
 def worker(url, *args, **settings):

@@ -56,6 +56,8 @@ AS $claim$
 DECLARE
     _now timestamptz := clock_timestamp();  -- starts and leases count from here
     _paused_types text[] := ARRAY(SELECT job_type FROM job_paused_types);
+    _paused_queues text[];
+    _limited_queues text[];  -- not paused, with a concurrency limit or a rate
     _front_queues text[];  -- the fronts this claim may take from: queue, priority, runs it may give
     _front_priorities integer[];
     _front_allowances integer[];
@@ -67,6 +69,13 @@ DECLARE
     _level_ids bigint[];
     _level_queues text[];
 BEGIN
+    SELECT coalesce(array_agg(name) FILTER (WHERE paused), '{}'),
+           coalesce(array_agg(name) FILTER (WHERE NOT paused AND coalesce(concurrency_limit, rate_limit) IS NOT NULL), '{}')
+    INTO _paused_queues, _limited_queues
+    FROM job_queues;
+
+    -- Each statement here is planned at every call: the common case (no limited queue among the
+    -- fronts) plans only small ones.
     WITH RECURSIVE fronts(queue, priority) AS (
         (SELECT r.queue, r.priority FROM job_runs r WHERE r.status IN ('queued', 'failed')
          ORDER BY r.queue, r.priority LIMIT 1)
@@ -75,34 +84,39 @@ BEGIN
             SELECT r.queue, r.priority FROM job_runs r
             WHERE r.status IN ('queued', 'failed') AND (r.queue, r.priority) > (f.queue, f.priority)
             ORDER BY r.queue, r.priority LIMIT 1) n
-    ),
-    snapshot AS MATERIALIZED (
-        SELECT name, paused, claims, coalesce(concurrency_limit, rate_limit) IS NOT NULL AS limited FROM job_queues),
-    -- A limited queue gives runs to one claim at a time: the others skip it (SKIP LOCKED). Its
-    -- count of running runs is only right if no claim took from it since this statement's
-    -- snapshot: a row whose claims moved on meanwhile gives nothing now.
-    held AS MATERIALIZED (
-        SELECT name, claims, concurrency_limit, rate_limit, rate_seconds, rate_starts FROM job_queues
-        WHERE NOT paused AND coalesce(concurrency_limit, rate_limit) IS NOT NULL
-          AND (_queues IS NULL OR name = ANY(_queues)) AND name IN (SELECT queue FROM fronts)
-        ORDER BY name
-        FOR UPDATE SKIP LOCKED
-    ),
-    allowance AS (  -- slots free now, none ahead: no run waits holding a limited queue's slot
-        SELECT h.name, CASE WHEN h.claims <> s.claims OR s.paused THEN 0 ELSE least(_free,
-                   h.concurrency_limit - (SELECT count(*) FROM job_runs r
-                                          WHERE r.status = 'running' AND r.queue = h.name),
-                   h.rate_limit - (SELECT count(*) FROM unnest(h.rate_starts) t
-                                   WHERE t > _now - make_interval(secs => h.rate_seconds))) END AS n
-        FROM held h JOIN snapshot s ON s.name = h.name
     )
     SELECT coalesce(array_agg(f.queue ORDER BY f.priority, f.queue), '{}'),
-           coalesce(array_agg(f.priority ORDER BY f.priority, f.queue), '{}'),
-           coalesce(array_agg(coalesce(a.n, _limit) ORDER BY f.priority, f.queue), '{}')
-    INTO _front_queues, _front_priorities, _front_allowances
-    FROM fronts f LEFT JOIN snapshot s ON s.name = f.queue LEFT JOIN allowance a ON a.name = f.queue
-    WHERE (_queues IS NULL OR f.queue = ANY(_queues)) AND NOT coalesce(s.paused, false)
-      AND (NOT coalesce(s.limited, false) OR a.n > 0);
+           coalesce(array_agg(f.priority ORDER BY f.priority, f.queue), '{}')
+    INTO _front_queues, _front_priorities
+    FROM fronts f
+    WHERE (_queues IS NULL OR f.queue = ANY(_queues)) AND NOT f.queue = ANY(_paused_queues);
+    _front_allowances := array_fill(_limit, ARRAY[cardinality(_front_queues)]);
+
+    IF _front_queues && _limited_queues THEN
+        WITH snapshot AS MATERIALIZED (SELECT name, paused, claims FROM job_queues WHERE name = ANY(_limited_queues)),
+        -- A limited queue gives runs to one claim at a time: the others skip it (SKIP LOCKED). Its
+        -- count of running runs is only right if no claim took from it since this statement's
+        -- snapshot: a row whose claims moved on meanwhile gives nothing now.
+        held AS MATERIALIZED (
+            SELECT name, claims, concurrency_limit, rate_limit, rate_seconds, rate_starts FROM job_queues
+            WHERE name = ANY(_limited_queues) AND name = ANY(_front_queues)
+            ORDER BY name
+            FOR UPDATE SKIP LOCKED
+        ),
+        allowance AS (  -- slots free now, none ahead: no run waits holding a limited queue's slot
+            SELECT h.name, CASE WHEN h.claims <> s.claims OR s.paused THEN 0 ELSE least(_free,
+                       h.concurrency_limit - (SELECT count(*) FROM job_runs r
+                                              WHERE r.status = 'running' AND r.queue = h.name),
+                       h.rate_limit - (SELECT count(*) FROM unnest(h.rate_starts) t
+                                       WHERE t > _now - make_interval(secs => h.rate_seconds))) END AS n
+            FROM held h JOIN snapshot s ON s.name = h.name
+        )
+        -- A limited queue this claim does not hold gives nothing.
+        SELECT ARRAY(SELECT CASE WHEN NOT f.queue = ANY(_limited_queues) THEN _limit
+                                 ELSE coalesce((SELECT a.n FROM allowance a WHERE a.name = f.queue), 0) END
+                     FROM unnest(_front_queues) WITH ORDINALITY f(queue, place) ORDER BY f.place)
+        INTO _front_allowances;
+    END IF;
 
     FOR _level IN SELECT DISTINCT p FROM unnest(_front_priorities) p ORDER BY p LOOP
         WITH candidates AS MATERIALIZED (
@@ -148,14 +162,16 @@ BEGIN
         RETURN;
     END IF;
 
-    UPDATE job_queues q
-    SET claims = q.claims + 1,
-        rate_starts = CASE WHEN q.rate_limit IS NULL THEN '{}'
-                           ELSE ARRAY(SELECT t FROM unnest(q.rate_starts) t
-                                      WHERE t > _now - make_interval(secs => q.rate_seconds))
-                                || array_fill(_now, ARRAY[d.n]) END
-    FROM (SELECT t AS queue, count(*)::int AS n FROM unnest(_queues_taken) t GROUP BY t) d
-    WHERE q.name = d.queue AND coalesce(q.concurrency_limit, q.rate_limit) IS NOT NULL;
+    IF _queues_taken && _limited_queues THEN
+        UPDATE job_queues q
+        SET claims = q.claims + 1,
+            rate_starts = CASE WHEN q.rate_limit IS NULL THEN '{}'
+                               ELSE ARRAY(SELECT t FROM unnest(q.rate_starts) t
+                                          WHERE t > _now - make_interval(secs => q.rate_seconds))
+                                    || array_fill(_now, ARRAY[d.n]) END
+        FROM (SELECT t AS queue, count(*)::int AS n FROM unnest(_queues_taken) t GROUP BY t) d
+        WHERE q.name = d.queue AND coalesce(q.concurrency_limit, q.rate_limit) IS NOT NULL;
+    END IF;
 
     RETURN QUERY
     WITH claimed AS (
