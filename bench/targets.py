@@ -107,9 +107,9 @@ def targets(r):
          f"first the rate limit itself: the rate-limited queue's {q['n'] // 10:,} runs at {q['rate']}/s cannot all "
          f"start within {rate_bound_s} s, so no claim drains the mix faster than {fmt(q['n'] / rate_bound_s)} "
          f"runs/s ({fmt(100 * ratio(q['n'] / rate_bound_s, q['plain']), 0)}% of one queue); then the limited "
-         "queues' backlog: the claim takes unlimited queues' runs in one ordered scan of job_runs_claimable, "
-         f"which reads past every run waiting in a limited or paused queue (here {2 * q['n'] // 10:,}) on every "
-         f"claim, and a limit-{q['limit']} queue gives at most {q['limit']} runs per claim"),
+         f"queues themselves: a limit-{q['limit']} queue gives at most {q['limit']} runs per claim, one claim at "
+         "a time (its job_queues row is locked SKIP LOCKED), and its runs wait for its slots; since migration "
+         "0017 the claim no longer reads their backlog (it works from fronts, §14)"),
         (f"async: {a['runs']:,} runs of `await asyncio.sleep(0.5)` at --concurrency {a['concurrency']:,} "
          "< 8 s wall, peak RSS < 250 MB", f"{a['wall']:.2f} s, {fmt(a['rss_mb'])} MB",
          a["wall"] < 8 and a["rss_mb"] < 250,
