@@ -2,17 +2,14 @@
 goes silent, as in a failover). Real `flask run-jobs` processes reach the database through
 tests/fault_proxy.py; each server kind has one of its own (tests/servers.py)."""
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import psycopg
 import pytest
 
 from tests import servers
-from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.conftest import wait_for
 from tests.private_databases import migrated, proxy_to
 
 SHUTDOWN_TIMEOUT = 2  # seconds: --shutdown-timeout
@@ -47,23 +44,9 @@ def proxy(server_url):
 
 
 @pytest.fixture
-def workers(server_url, proxy):
-    """start(*args, **settings): `flask run-jobs` through the proxy; killed at teardown."""
-    started = []
-
-    def start(*args, **settings):
-        env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": proxy.url(server_url), "SECRET_KEY": SECRET_KEY,
-               **{k: str(v) for k, v in settings.items()}}
-        proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args], cwd=ROOT,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+def workers(server_url, proxy, spawn_worker):
+    """start(*args, **settings): `flask run-jobs` through the proxy (conftest's spawn_worker)."""
+    return lambda *args, **settings: spawn_worker(*args, DATABASE_URL=proxy.url(server_url), **settings)
 
 
 def add(db, count, job_type="jobsweb.sleep", payload='{"seconds": 1}'):
