@@ -1,6 +1,7 @@
 """The worker's database connections, reopened when the database goes away, and cut when it
 goes silent."""
 
+import select
 import threading
 import time
 
@@ -24,6 +25,18 @@ NO_JIT = "SET LOCAL jit = off"
 # in between acknowledges every packet, so keepalives see nothing either). The worker's
 # statements take milliseconds; one this late is cut, and the worker backs off as for an outage.
 ROUND_TRIP_TIMEOUT = 15.0  # seconds (core/deadlines.py cuts it)
+
+
+def _ended_by_server(conn):
+    """Whether the server has ended this idle connection: idle_session_timeout (which hosted
+    plans set), a pooler's idle limit, an administrator's pg_terminate_backend. The server then
+    sends its error and closes, which a client reads only at its next statement, as a failure
+    that looked like an outage (a "database unavailable" line and a backoff at every poll).
+    Between statements nothing else arrives on a worker connection (it never LISTENs), so a
+    readable socket here means the session is over."""
+    poller = select.poll()  # not select.select: it fails on a descriptor past 1023
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class DatabaseUnavailable(Exception):
@@ -52,6 +65,8 @@ class Link:
         self.cut_at = None  # no round trip lasts past this (a stopping worker's deadline)
 
     def _connection(self, seconds):
+        if self.conn is not None and not self.conn.closed and _ended_by_server(self.conn):
+            self.conn.close()  # reopened below, quietly: the database is there, this session is not
         if self.conn is None or self.conn.closed:
             timeout = max(2, min(CONNECT_TIMEOUT, int(seconds) + 1))  # libpq: whole seconds, at least 2
             try:

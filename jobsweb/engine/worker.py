@@ -80,6 +80,7 @@ class Worker(LeaseHolder, TripKeeper):
         self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
         self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
+        self.unavailable_since = None  # time.monotonic() of the first failure of an outage
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
         # Finish-and-claim trips (round_trips.py) go out on two lanes: claims on the worker's link,
         # many outcomes at once on a connection of their own, opened when first used.
@@ -134,7 +135,7 @@ class Worker(LeaseHolder, TripKeeper):
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
-                    self.reconnect_delay = RECONNECT_FIRST_DELAY
+                    self._database_back()
                 except DatabaseUnavailable as exc:
                     self._wait_for_database(exc, drain_until)
                     if drain_until is not None and (not self.held or time.monotonic() >= drain_until):
@@ -173,6 +174,7 @@ class Worker(LeaseHolder, TripKeeper):
                 self.link.fetch(upkeep.REGISTER_WORKER,
                                 {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
                                  "job_types": registry.names(), "queues": self.queues})
+                self._database_back()
                 return True
             except DatabaseUnavailable as exc:
                 if not self.forever:
@@ -334,6 +336,8 @@ class Worker(LeaseHolder, TripKeeper):
         short only once nothing is held or the drain deadline passed: waiting nowhere, a stopping
         worker spun on the dead connection, a log line each pass, and never exited."""
         self.claims_in_doubt = True
+        if self.unavailable_since is None:
+            self.unavailable_since = time.monotonic()
         log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
         deadline = time.monotonic() + self.reconnect_delay
         if drain_until is not None:
@@ -344,6 +348,14 @@ class Worker(LeaseHolder, TripKeeper):
             if self.stop_requested and (not self.held or self.stop_requested > was_stopping):
                 return  # the loop starts draining (or stops) now
             self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
+
+    def _database_back(self):
+        """After an outage, one line that says it is over; the next outage backs off from the
+        first step again."""
+        if self.unavailable_since is not None:
+            log.info("database available again after %.1fs", time.monotonic() - self.unavailable_since)
+            self.unavailable_since = None
+        self.reconnect_delay = RECONNECT_FIRST_DELAY
 
     def _shut_down(self):
         if self.listener is not None:
