@@ -1,5 +1,6 @@
 """Fixtures: a real PostgreSQL started by the suite, migrated once; each test on empty tables."""
 
+import json
 import os
 from contextlib import contextmanager
 import subprocess
@@ -203,6 +204,21 @@ def spawn_worker(database_url_for_tests):
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@pytest.fixture
+def figures(request):
+    """record(**numbers): print a drill's figures and append them to $DRILL_FIGURES (JSON lines):
+    the drills of tests/reliability and the outage tests, which drills/run.py runs at full size."""
+
+    def record(**numbers):
+        line = json.dumps({"drill": request.node.name, **numbers}, default=str)
+        print(line)
+        if os.environ.get("DRILL_FIGURES"):
+            with open(os.environ["DRILL_FIGURES"], "a") as f:
+                f.write(line + "\n")
+
+    return record
 
 
 @pytest.fixture
