@@ -33,7 +33,10 @@ log = logging.getLogger("jobsweb.worker")
 
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
-LAST_WRITES_SECONDS = 3.0  # a stopping worker's time to record what it can after its deadline
+# A stopping worker's time to record what it can after its deadline: a few round trips even on a
+# slow link, and the rest of the 5 s the README promises beyond --shutdown-timeout is left for the
+# process to exit on a loaded machine (with 3 s here, SIGTERM to exit took over 7 s at load 8).
+LAST_WRITES_SECONDS = 2.0
 # Outcomes this many or more go out on a lane of their own, while the claim goes on the other:
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
 # with the claim, in its one commit: a quiet worker uses one connection.
