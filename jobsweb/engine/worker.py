@@ -353,9 +353,12 @@ class Worker(LeaseHolder, TripKeeper):
             self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
 
     def _database_back(self):
-        """After an outage, one line that says it is over; the next outage backs off from the
-        first step again."""
+        """After an outage, once the database has answered again (a pass may have had nothing to
+        send): one line that says it is over, and the next outage backs off from the first step."""
         if self.unavailable_since is not None:
+            answered = [at for lane in self.lanes if (at := lane.link.answered_at) is not None]
+            if not answered or max(answered) < self.unavailable_since:
+                return
             log.info("database available again after %.1fs", time.monotonic() - self.unavailable_since)
             self.unavailable_since = None
         self.reconnect_delay = RECONNECT_FIRST_DELAY
@@ -408,7 +411,11 @@ class Worker(LeaseHolder, TripKeeper):
         return restore
 
     def request_stop(self, signum=None, frame=None):
-        """Signal handler: only sets the flag and wakes the loop."""
+        """Signal handler: sets the flag, wakes the loop, and bounds the round trips from now on
+        (the loop may itself be waiting on one, which a silent path would hold for its whole
+        ROUND_TRIP_TIMEOUT before the loop could set the drain deadline)."""
         self.stop_requested += 1
+        drain = self.shutdown_timeout if self.stop_requested == 1 else 0
+        self._last_writes_until(time.monotonic() + drain + LAST_WRITES_SECONDS)
         self.finished.put(_WAKE)
 
