@@ -11,6 +11,7 @@ class Receiver:
 
     def __init__(self):
         self.posts = []
+        self.paths = []  # as the request line said them
         self.fail_first = 0
         self.answering = threading.Event()
         self.answering.set()
@@ -22,6 +23,7 @@ class Receiver:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with receiver.lock:
                     receiver.posts.append(body)
+                    receiver.paths.append(self.path)
                     failing = len(receiver.posts) <= receiver.fail_first
                 receiver.answering.wait()
                 self.send_response(500 if failing else 200)

@@ -12,9 +12,10 @@ import ipaddress
 import socket
 import ssl
 import threading
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 REPLY_CHARS = 500  # of a receiver's answer, kept for the error
+URL_SAFE = "/?&=%:@!$'()*+,;~"  # left as they are in a path and query (RFC 3986 sub-delims, % escapes)
 _NO_ANSWER = "no answer (refused, unreachable, or not whole within the {:g} s deadline)"
 
 
@@ -131,7 +132,9 @@ def post(url, body, deadline, allow_private=False):
     timer.daemon = True
     timer.start()
     try:
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Percent-encoded as browsers do: http.client sends only ASCII, and a path such as /ü
+        # raised UnicodeEncodeError; what is already escaped (%2F) stays as it is.
+        path = quote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=URL_SAFE)
         connection.request("POST", path, body=body, headers={
             "Content-Type": "application/json", "User-Agent": "jobsweb-alerts"})
         response = connection.getresponse()
