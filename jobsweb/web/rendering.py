@@ -65,11 +65,25 @@ def redirect_to(url):
     return redirect(url)
 
 
+def is_secret(key, words):
+    """Whether a payload key's value is masked: the key contains one of the mask words."""
+    return any(word in str(key).lower() for word in words)
+
+
+def secret_keys(value, words):
+    """The masked keys of a payload, at any depth."""
+    if isinstance(value, dict):
+        return [key for key in value if is_secret(key, words)] + [
+            found for item in value.values() for found in secret_keys(item, words)]
+    if isinstance(value, list):
+        return [found for item in value for found in secret_keys(item, words)]
+    return []
+
+
 def mask_secrets(value, words):
     """A copy of a payload with the values of secret-looking keys replaced, at any depth."""
     if isinstance(value, dict):
-        return {key: MASK if any(word in str(key).lower() for word in words) else mask_secrets(item, words)
-                for key, item in value.items()}
+        return {key: MASK if is_secret(key, words) else mask_secrets(item, words) for key, item in value.items()}
     if isinstance(value, list):
         return [mask_secrets(item, words) for item in value]
     return value
@@ -82,8 +96,7 @@ def restore_secrets(edited, stored, words):
         return edited
     out = {}
     for key, item in edited.items():
-        secret = any(word in str(key).lower() for word in words)
-        if secret and item == MASK and key in stored:
+        if is_secret(key, words) and item == MASK and key in stored:
             out[key] = stored[key]
         else:
             out[key] = restore_secrets(item, stored.get(key), words)

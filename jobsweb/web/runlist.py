@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
+from flask import current_app
 from sqlalchemy import and_, cast, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import aliased, load_only
@@ -21,6 +22,7 @@ from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from .local_time import read_local, viewer_zone, zone_name
+from .rendering import secret_keys
 
 PAGE_SIZE = 50
 TEXT_MAX_CHARS = 200
@@ -144,6 +146,12 @@ def _payload(args):
     except InvalidInput as exc:
         raise BadFilter(f"payload filter: {exc.message}; write a JSON object such as "
                         '{"invoice_id": 812}') from None
+    # A masked value is shown to nobody, so nobody may search by it: the list would confirm a
+    # guessed password by showing the run.
+    hidden = secret_keys(value, current_app.config["JOBSWEB_MASK_KEYS"])
+    if hidden:
+        raise BadFilter(f"payload filter: {hidden[0]!r} is a masked key (JOBSWEB_MASK_KEYS), so its value "
+                        "cannot be searched for")
     return value or None
 
 
