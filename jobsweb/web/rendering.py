@@ -22,12 +22,12 @@ from ..core.package_files import resource
 from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
 from .charts import hour_chart, run_chart
+from .shown_text import MASK, is_secret, shown, without_controls
 
 STATUS_WORDS = {
     "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
     "dead": "Dead", "cancelled": "Cancelled",
 }
-MASK = "••••••"
 
 
 def htmx():
@@ -63,11 +63,6 @@ def redirect_to(url):
     if htmx():
         return "", 204, {"HX-Redirect": url}
     return redirect(url)
-
-
-def is_secret(key, words):
-    """Whether a payload key's value is masked: the key contains one of the mask words."""
-    return any(word in str(key).lower() for word in words)
 
 
 def secret_keys(value, words):
@@ -168,8 +163,14 @@ def describe_schedule(definition):
 
 
 def pretty(value):
-    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked."""
-    return pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"])
+    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked (and the controls
+    json.dumps leaves, C1 and bidirectional overrides, removed)."""
+    return without_controls(pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"]))
+
+
+def job_text(text):
+    """An error, stack trace or output as pages show it (shown_text): secrets masked, no controls."""
+    return shown(text, current_app.config["JOBSWEB_MASK_KEYS"])
 
 
 @cache
@@ -180,6 +181,6 @@ def templates():
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
                        hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, job_text=job_text, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env
