@@ -13,6 +13,7 @@ class Receiver:
         self.posts = []
         self.paths = []  # as the request line said them
         self.fail_first = 0
+        self.failure_reply = b"receiver is down"
         self.answering = threading.Event()
         self.answering.set()
         self.lock = threading.Lock()
@@ -28,7 +29,7 @@ class Receiver:
                 receiver.answering.wait()
                 self.send_response(500 if failing else 200)
                 self.end_headers()
-                self.wfile.write(b"receiver is down" if failing else b"ok")
+                self.wfile.write(receiver.failure_reply if failing else b"ok")
 
             def log_message(self, *args):
                 pass
