@@ -28,7 +28,9 @@ def pre_texts(html):
     ("GET /x?token=abc&page=2 PASSWORD=\"two words\" secret='x y'",
      f"GET /x?token={MASK}&page=2 PASSWORD={MASK} secret={MASK}"),
     ("Authorization: Bearer eyJhbGci\nuser: ann", f"Authorization: {MASK}\nuser: ann"),
+    ("kwargs: {'user': 'ann', 'password': 'hunter2'}", f"kwargs: {{'user': 'ann', 'password': {MASK}}}"),
     (HOSTILE, "red link  txt.exe\n!"),
+    ("a stray \x1b]0;title\nthe next line stays", "a stray \nthe next line stays"),
 ])
 def test_secrets_are_masked_and_terminal_controls_removed(text, expected):
     assert shown(text, WORDS) == expected
