@@ -37,7 +37,9 @@ def _escape(match):
 def escaped(text):
     """`text` on one line, with every character that could forge or hide a line written as an
     escape (\\n, \\x1b, \\u202e)."""
-    return _UNSAFE_IN_TEXT.sub(_escape, text)
+    # isprintable() is false for every character escaped here (and for tab, then the sub leaves
+    # it): most lines hold none, and the test alone is a third of the cost of the sub.
+    return text if text.isprintable() else _UNSAFE_IN_TEXT.sub(_escape, text)
 
 
 def run_event(logger, level, event, message, *args, run_id, job_type, attempt, duration=None,
@@ -144,7 +146,8 @@ class JsonFormatter(logging.Formatter):
                 out[name] = value
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
-        return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match[0]):04x}", json.dumps(out, ensure_ascii=False, default=str))
+        line = json.dumps(out, ensure_ascii=False, default=str)
+        return line if line.isprintable() else _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match[0]):04x}", line)
 
 
 def formatter(log_format):
