@@ -283,6 +283,14 @@ def test_a_masked_value_cannot_be_confirmed_through_the_payload_filter(sign_in, 
     assert bulk.status_code == 400 and sql("SELECT status FROM job_runs") == [("dead",)]
 
 
+@pytest.mark.parametrize("guess", ["password=hunter2", "postgres://app:hunter2@db"])
+def test_a_masked_value_in_an_error_cannot_be_confirmed_through_the_error_search(sign_in, sql, guess):
+    add_run(sql, "dead", error="connect failed: password=hunter2 url=postgres://app:hunter2@db/prod")
+    response = sign_in("viewer").get("/runs", query_string={"q": guess})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 400 and "holds a masked value" in html and run_ids(html) == []
+
+
 def test_the_status_chips_count_exactly_up_to_a_cap_and_estimate_beyond(sign_in, sql, monkeypatch):
     from jobsweb.ops import stats
 

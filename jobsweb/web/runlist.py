@@ -23,6 +23,7 @@ from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from .local_time import read_local, viewer_zone, zone_name
 from .rendering import secret_keys
+from .shown_text import masked
 
 PAGE_SIZE = 50
 TEXT_MAX_CHARS = 200
@@ -56,7 +57,7 @@ class RunFilter:
         zone = _optional(args, "tz", viewer_zone) or timezone.utc
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), text_filter(args, "job_type"),
                    number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
-                   text_filter(args, "q", "the error text to search for"), text_filter(args, "worker"),
+                   _error_text(args), text_filter(args, "worker"),
                    text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args), zone)
 
     def args(self):
@@ -131,6 +132,16 @@ def text_filter(args, name, words=None, max_chars=TEXT_MAX_CHARS):
         return clean_text(name, value)
     except InvalidInput as exc:
         raise BadFilter(str(exc)) from None
+
+
+def _error_text(args):
+    """The error text to search for; BadFilter when it holds what the pages mask (password=...,
+    a URL's password), which the list would otherwise confirm by showing the run."""
+    text = text_filter(args, "q", "the error text to search for")
+    if text and masked(text, current_app.config["JOBSWEB_MASK_KEYS"]) != text:
+        raise BadFilter("the error text to search for holds a masked value (key=value, a URL's password): "
+                        "search for the words around it")
+    return text
 
 
 def _payload(args):
