@@ -22,12 +22,12 @@ from ..core.package_files import resource
 from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
 from .charts import hour_chart, run_chart
+from .shown_text import MASK, is_secret, shown, without_controls
 
 STATUS_WORDS = {
     "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
     "dead": "Dead", "cancelled": "Cancelled",
 }
-MASK = "••••••"
 
 
 def htmx():
@@ -65,11 +65,20 @@ def redirect_to(url):
     return redirect(url)
 
 
+def secret_keys(value, words):
+    """The masked keys of a payload, at any depth."""
+    if isinstance(value, dict):
+        return [key for key in value if is_secret(key, words)] + [
+            found for item in value.values() for found in secret_keys(item, words)]
+    if isinstance(value, list):
+        return [found for item in value for found in secret_keys(item, words)]
+    return []
+
+
 def mask_secrets(value, words):
     """A copy of a payload with the values of secret-looking keys replaced, at any depth."""
     if isinstance(value, dict):
-        return {key: MASK if any(word in str(key).lower() for word in words) else mask_secrets(item, words)
-                for key, item in value.items()}
+        return {key: MASK if is_secret(key, words) else mask_secrets(item, words) for key, item in value.items()}
     if isinstance(value, list):
         return [mask_secrets(item, words) for item in value]
     return value
@@ -82,8 +91,7 @@ def restore_secrets(edited, stored, words):
         return edited
     out = {}
     for key, item in edited.items():
-        secret = any(word in str(key).lower() for word in words)
-        if secret and item == MASK and key in stored:
+        if is_secret(key, words) and item == MASK and key in stored:
             out[key] = stored[key]
         else:
             out[key] = restore_secrets(item, stored.get(key), words)
@@ -155,8 +163,14 @@ def describe_schedule(definition):
 
 
 def pretty(value):
-    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked."""
-    return pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"])
+    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked (and the controls
+    json.dumps leaves, C1 and bidirectional overrides, removed)."""
+    return without_controls(pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"]))
+
+
+def job_text(text):
+    """An error, stack trace or output as pages show it (shown_text): secrets masked, no controls."""
+    return shown(text, current_app.config["JOBSWEB_MASK_KEYS"])
 
 
 @cache
@@ -167,6 +181,6 @@ def templates():
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
                        hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, job_text=job_text, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env
