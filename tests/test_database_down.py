@@ -130,6 +130,7 @@ def test_a_database_stopped_under_load_costs_each_process_a_line_per_backoff_ste
         assert cpu / window < CPU_BOUND, f"{name}: {cpu:.2f} s of CPU in {window:.1f} s"
     for p in workers:
         assert sum("database available again after" in line for line in p.lines()) == 1
+    assert sum("alerts: database available again" in line for line in web.lines()) == 1
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT count(*), count(DISTINCT run_id) FROM test_executions").fetchone() == (JOBS, JOBS)
     assert attempts_after_a_success(url) == 0

