@@ -20,11 +20,10 @@ TEST_LOGS := .cache/test-logs
 NPM := /usr/bin/npm
 AXE := .cache/axe/node_modules/axe-core/axe.min.js
 # The oldest versions jobsweb supports (pyproject.toml's lower bounds), with what a typical host
-# pins beside them (psycopg2 with a postgresql:// URL, gunicorn 21.2): tests/test_oldest_pins.py
-# runs the example host app's tests with this venv's python, as separate processes.
+# pins beside them (examples/requirements-oldest.txt): tests/test_oldest_pins.py runs the example
+# host app's tests with this venv's python, as separate processes.
 OLDEST_VENV := .cache/venv-oldest
-OLDEST := Flask==3.0.0 Werkzeug==3.0.0 SQLAlchemy==2.0.16 Flask-SQLAlchemy==3.1.0 Flask-Migrate==4.0.0 \
-	Flask-WTF==1.2.0 'psycopg[binary]==3.2.1' psycopg2-binary==2.9.9 gunicorn==21.2.0 Flask-Login==0.6.3 pytest
+OLDEST_PINS := examples/requirements-oldest.txt
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test drills bench bench-quick
@@ -90,10 +89,10 @@ $(AXE): | $(NPM)
 	$(NPM) install --silent --no-save --no-audit --no-fund --prefix .cache/axe axe-core@4
 
 # jobsweb from this checkout (editable, so the tests see the code as it is now), on the oldest versions.
-$(OLDEST_VENV)/.installed: pyproject.toml Makefile
+$(OLDEST_VENV)/.installed: pyproject.toml $(OLDEST_PINS)
 	rm -rf $(OLDEST_VENV)
 	$(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/pip install --quiet -e . $(OLDEST)
+	$(OLDEST_VENV)/bin/pip install --quiet -e . -r $(OLDEST_PINS)
 	touch $@
 
 $(STAMP): pyproject.toml

@@ -66,7 +66,8 @@ def authorize():
 def create_app(config=None):
     app = Flask(__name__)
     app.config.update(
-        SQLALCHEMY_DATABASE_URI=os.environ.get("DATABASE_URL", "").replace("postgresql://", "postgresql+psycopg://", 1),
+        # postgresql:// as most apps have it: SQLAlchemy picks psycopg2 (examples/requirements-oldest.txt).
+        SQLALCHEMY_DATABASE_URI=os.environ.get("DATABASE_URL", ""),
         SECRET_KEY=os.environ.get("SECRET_KEY", "change me"),
         INVOICE_NOTE="Thank you for your business",
         JOBSWEB_LOGIN_URL="/login",  # where jobsweb sends a person who is not signed in

@@ -9,6 +9,7 @@ import sys
 
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 from jobsweb.core import schema
 from jobsweb.core.database import libpq_url
@@ -16,16 +17,20 @@ from tests.conftest import ROOT
 
 HOST_SETTINGS = {"SECRET_KEY": "host-secret", "TESTING": True}
 PASSWORD = "host password"
+# The host's engine on either driver: postgresql:// picks psycopg2, as in most Flask apps.
+DRIVERS = {"psycopg2": "postgresql+psycopg2", "psycopg": "postgresql+psycopg"}
 
 
-@pytest.fixture
-def host(scratch_database, registry_snapshot):
-    """(the example module, its app, its database URL): host tables made, jobsweb's migrated.
+@pytest.fixture(params=sorted(DRIVERS))
+def host(request, scratch_database, registry_snapshot):
+    """(the example module, its app, its database URL): host tables made, jobsweb's migrated,
+    the host's engine on psycopg2 or on psycopg 3.
 
     The module is loaded afresh, and the job types it registers are forgotten afterwards, so
     the standalone tests never see them."""
     module = importlib.reload(importlib.import_module("examples.host_app"))
-    url = scratch_database("jobsweb_host", revision=None)
+    url = make_url(scratch_database("jobsweb_host", revision=None)).set(drivername=DRIVERS[request.param])
+    url = url.render_as_string(hide_password=False)
     app = module.create_app({"SQLALCHEMY_DATABASE_URI": url, **HOST_SETTINGS})
     runner = app.test_cli_runner()
     assert runner.invoke(args=["init-db"]).exit_code == 0
@@ -80,7 +85,7 @@ def test_a_handler_runs_in_the_hosts_context_in_a_separate_worker_process(host):
     assert response.status_code == 202
     run_id = response.get_json()["run_id"]
     env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSWEB_")}
-    env.update(DATABASE_URL=libpq_url(url), SECRET_KEY="host-secret")
+    env.update(DATABASE_URL=url, SECRET_KEY="host-secret")
     # No JOBSWEB_HANDLERS: the host's module registers send_invoice when the app is imported.
     worker = subprocess.run([sys.executable, "-m", "flask", "--app", "examples.host_app", "run-jobs"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -176,3 +181,31 @@ def test_in_chromium_the_admin_under_the_prefix_signs_in_through_the_host_and_ac
     expect(page.get_by_role("heading", name=re.compile(f"Run #{run_id}"))).to_be_visible()
     expect(page.get_by_role("button", name="Retry now")).to_have_count(0)
     context.close()
+
+
+def flask_command(*args, database_url, python=sys.executable):
+    """`flask --app examples.host_app ARGS` as its own process, DATABASE_URL as given."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSWEB_")}
+    env.update(DATABASE_URL=database_url, SECRET_KEY="host-secret")
+    return subprocess.run([python, "-m", "flask", "--app", "examples.host_app", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_on_sqlite_the_hosts_commands_and_pages_work_and_jobswebs_say_it_needs_postgresql(tmp_path,
+                                                                                           registry_snapshot):
+    sqlite = f"sqlite:///{tmp_path / 'host.db'}"
+    assert flask_command("init-db", database_url=sqlite).returncode == 0
+    routes = flask_command("routes", database_url=sqlite)
+    assert routes.returncode == 0 and "/admin/jobs" in routes.stdout, routes.stderr
+    for command in (["jobs", "migrate"], ["run-jobs"]):
+        refused = flask_command(*command, database_url=sqlite)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            f"Error: jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is '{sqlite}': "
+            "set it to postgresql://user:password@host:5432/dbname")
+    module = importlib.reload(importlib.import_module("examples.host_app"))
+    app = module.create_app({"SQLALCHEMY_DATABASE_URI": sqlite, **HOST_SETTINGS})
+    client = app.test_client()
+    assert client.get("/").status_code == 200
+    page = client.get("/admin/jobs/runs")
+    assert page.status_code == 500 and "jobsweb needs PostgreSQL" in page.get_data(as_text=True)

@@ -108,10 +108,10 @@ def _direct_url(name, raw):
     """A PostgreSQL URL that reaches the server itself, not through a pooler; empty means none."""
     if raw == "":
         return None
-    try:
-        return database_url(raw)
-    except ConfigError:
-        raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)") from None
+    url = database_url(raw)
+    if not url.startswith("postgresql"):
+        raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)")
+    return url
 
 
 def _minutes(name, raw):

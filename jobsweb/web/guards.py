@@ -5,7 +5,8 @@ security headers of each answer."""
 from flask import abort, current_app, request
 from werkzeug.wsgi import LimitedStream
 
-from ..core.errors import BIGINT_MAX, InvalidInput, clean_text
+from ..core.database import require_postgresql
+from ..core.errors import BIGINT_MAX, ConfigError, InvalidInput, clean_text
 from .access import PINGS, local_endpoint
 
 # No inline script or style anywhere (confirm.js replaces onclick); nothing may frame the screen.
@@ -17,6 +18,16 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
+
+
+def require_database():
+    """before_request, first: jobsweb's pages on a database other than PostgreSQL answer one plain
+    500 naming the setting (logged once per request), instead of an error from deeper down."""
+    try:
+        require_postgresql()
+    except ConfigError as exc:
+        current_app.logger.error("%s", exc)
+        return str(exc), 500, {"Content-Type": "text/plain; charset=utf-8"}
 
 
 def limit_request():
