@@ -12,6 +12,7 @@ import os
 
 from flask import Flask, current_app, redirect, request, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user
+from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import Mapped, mapped_column
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -21,6 +22,7 @@ from jobsweb import JobsWeb, enqueue, job
 db = SQLAlchemy()
 login = LoginManager()
 jobs = JobsWeb()
+migrate = Migrate()  # the app's own migrations: `flask db migrate` leaves jobsweb's tables alone
 
 
 class Account(UserMixin, db.Model):
@@ -76,6 +78,7 @@ def create_app(config=None):
     db.init_app(app)
     login.init_app(app)
     jobs.init_app(app, url_prefix="/admin/jobs", authorize=authorize)
+    migrate.init_app(app, db)  # before or after jobs.init_app, either works
 
     @app.route("/login", methods=["GET", "POST"])
     def sign_in():

@@ -9,6 +9,7 @@ draws them.
 
 from .app import create_app
 from .core.errors import InvalidInput
+from .core.schema import alembic_include_name
 from .engine.enqueuing import enqueue, enqueue_many
 from .engine.registry import Cancelled, JobContext, PermanentError
 from .extension import JobsWeb
@@ -17,4 +18,4 @@ from .scheduling import definitions, schedule
 from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
-           "InvalidInput", "definitions", "schedule"]
+           "InvalidInput", "definitions", "schedule", "alembic_include_name"]

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+import jobsweb
 from jobsweb.core import schema
 from jobsweb.core.database import libpq_url
 from tests.conftest import ROOT
@@ -76,6 +77,25 @@ def test_flask_jobs_migrate_leaves_the_hosts_tables_and_alembic_history_alone(ho
     ours = {name for (name,) in query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
     ours -= {"alembic_version", "users", "customers"}
     assert ours and all(name.startswith(("job_", "jobsweb_")) for name in ours), ours
+
+
+def test_the_hosts_autogenerate_after_flask_jobs_migrate_finds_no_change(host, tmp_path):
+    _, app, url = host
+    query(url, "DELETE FROM alembic_version")  # a fresh history for the host (no host_0042 file here)
+    runner = app.test_cli_runner()
+    directory = str(tmp_path / "host_migrations")
+    assert runner.invoke(args=["db", "init", "-d", directory]).exit_code == 0
+    result = runner.invoke(args=["db", "migrate", "-d", directory, "-m", "host change"])
+    assert result.exit_code == 0, result.output
+    # Flask-Migrate writes no file for an empty migration; without the exclusion it wrote one
+    # with 16 drop_table (every job_* and jobsweb_* table) and 32 drop_index.
+    written = [path.read_text() for path in (tmp_path / "host_migrations" / "versions").glob("*.py")]
+    assert written == []
+    ours = {name for (name,) in query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert ours - {"alembic_version", "users", "customers"} == schema.tables()
+    # The same rule for a host on plain Alembic: include_name=jobsweb.alembic_include_name.
+    assert [jobsweb.alembic_include_name(name, "table", {}) for name in ("users", "job_runs", "job_postings")] == [
+        True, False, True]
 
 
 def test_a_handler_runs_in_the_hosts_context_in_a_separate_worker_process(host):
