@@ -153,6 +153,26 @@ def test_the_admin_screen_works_under_the_prefix_with_the_hosts_roles(host):
         (None, "otto@example.com", "retry")]
 
 
+# Every page of the admin screen under the host's prefix ({run}, {definition}: ids).
+PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
+         "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/audit", "/healthz"]
+
+
+def test_every_admin_page_is_served_under_the_prefix_to_a_host_admin(host):
+    module, app, url = host
+    env = {"ACCOUNT_EMAIL": "ada@example.com", "ACCOUNT_ROLE": "admin", "ACCOUNT_PASSWORD": PASSWORD}
+    assert app.test_cli_runner().invoke(args=["add-account"], env=env).exit_code == 0
+    with app.app_context():
+        run_id = module.enqueue("send_invoice", {"customer_id": 1})
+    [(definition_id,)] = query(url, "INSERT INTO job_definitions (name, job_type, schedule) "
+                                    "VALUES ('nightly', 'send_invoice', '0 3 * * *') RETURNING id")
+    admin = signed_in(app, "ada@example.com")
+    for page in PAGES:
+        path = "/admin/jobs" + page.format(run=run_id, definition=definition_id)
+        response = admin.get(path)
+        assert response.status_code == 200, (path, response.get_data(as_text=True)[:2000])
+
+
 def test_the_hosts_routes_and_404_page_stay_the_hosts(host):
     _, app, _ = host
     client = signed_in(app, "otto@example.com")

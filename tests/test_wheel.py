@@ -51,7 +51,8 @@ def installed(tmp_path_factory):
                     source], check=True, cwd=work)
     [wheel] = (work / "dist").glob("jobsweb-*.whl")
     subprocess.run([sys.executable, "-m", "venv", work / "venv"], check=True)
-    subprocess.run([work / "venv" / "bin" / "pip", "install", "--quiet", wheel], check=True, cwd=work)
+    # The server extra: the standalone app's gunicorn (a host app brings its own server).
+    subprocess.run([work / "venv" / "bin" / "pip", "install", "--quiet", f"{wheel}[server]"], check=True, cwd=work)
     return work / "venv" / "bin"
 
 
