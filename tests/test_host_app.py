@@ -9,9 +9,11 @@ import sys
 
 import psycopg
 import pytest
+from flask import Flask, abort
 from sqlalchemy.engine import make_url
 
 import jobsweb
+from jobsweb import JobsWeb
 from jobsweb.core import schema
 from jobsweb.core.database import libpq_url
 from tests.conftest import ROOT
@@ -249,3 +251,50 @@ def test_on_sqlite_the_hosts_commands_and_pages_work_and_jobswebs_say_it_needs_p
     assert client.get("/").status_code == 200
     page = client.get("/admin/jobs/runs")
     assert page.status_code == 500 and "jobsweb needs PostgreSQL" in page.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("answer, status", [
+    (None, 302), (False, 302), ("", 302), ((), 302),  # falsy: nobody signed in, to the host's sign-in
+    (("ann@example.com", None), 403),  # signed in, not allowed
+    (("ann@example.com",), 403), ({"identity": "ann"}, 403), (("ann@example.com", "ADMIN"), 403),
+    ((None, "admin"), 403), (("", "operator"), 403), ((" ", "operator"), 403), ((True, "admin"), 403),
+    ("ann@example.com", 403),
+])
+def test_each_answer_of_authorize_is_sign_in_a_403_or_a_viewer_never_a_500(database_url_for_tests, answer, status,
+                                                                            caplog):
+    host = Flask("host")
+    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret",
+                       JOBSWEB_LOGIN_URL="/login")
+    JobsWeb(host, url_prefix="/admin/jobs", authorize=lambda: answer)
+    client = host.test_client()
+    response = client.get("/admin/jobs/runs")
+    assert response.status_code == status
+    if status == 403:
+        page = response.get_data(as_text=True)
+        # No way further in from the 403 page: no dashboard link, no navigation.
+        assert "/admin/jobs/runs" not in page and 'href="/admin/jobs/"' not in page
+        assert client.get("/admin/jobs/static/app.css").status_code == 200
+        refused_as_malformed = answer != ("ann@example.com", None)
+        assert ("authorize() returned" in caplog.text) == refused_as_malformed
+
+
+def test_a_host_viewer_is_refused_by_authorize_aborting_with_403(database_url_for_tests):
+    host = Flask("host")
+    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret")
+
+    def authorize():
+        abort(403)
+
+    JobsWeb(host, url_prefix="/admin/jobs", authorize=authorize)
+    response = host.test_client().get("/admin/jobs/")
+    assert response.status_code == 403 and "dashboard" not in response.get_data(as_text=True).lower()
+
+
+def test_with_authorize_there_is_no_user_management(host):
+    _, app, _ = host
+    env = {"ACCOUNT_EMAIL": "ada@example.com", "ACCOUNT_ROLE": "admin", "ACCOUNT_PASSWORD": PASSWORD}
+    assert app.test_cli_runner().invoke(args=["add-account"], env=env).exit_code == 0
+    admin = signed_in(app, "ada@example.com")
+    assert admin.get("/admin/jobs/users").status_code == 404
+    page = admin.get("/admin/jobs/").get_data(as_text=True)
+    assert 'href="/admin/jobs/audit"' in page and 'href="/admin/jobs/users"' not in page
