@@ -100,7 +100,12 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
             "worker": worker, "ids": [ctx.run_id], "attempts": [ctx.attempt],
             "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
 
-    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease)
+    def report_progress(ctx, progress, note):
+        link.fetch(upkeep.REPORT_PROGRESS, {"worker": worker, "id": ctx.run_id, "attempt": ctx.attempt,
+                                            "progress": progress, "note": note})
+
+    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease,
+                      _report_progress=report_progress)
 
 
 def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,

@@ -115,3 +115,7 @@ async def _await_handler(app, held, slots):
                         seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
+    finally:
+        # The last value said, before the outcome is written: a round trip on this loop's thread,
+        # once per run at most (ctx.progress holds back at most one value).
+        ctx.flush_progress()

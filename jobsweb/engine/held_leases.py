@@ -54,6 +54,14 @@ class LeaseHolder:
             return False
         return bool(rows)
 
+    def report_progress(self, ctx, progress, note):
+        """JobContext.progress's write (engine/registry.py throttles it): from a handler's thread."""
+        try:
+            self.link.fetch(upkeep.REPORT_PROGRESS, {"worker": self.id, "id": ctx.run_id, "attempt": ctx.attempt,
+                                                     "progress": progress, "note": note})
+        except DatabaseUnavailable as exc:
+            log.warning("run %d: could not record its progress: %s", ctx.run_id, exc)
+
     def _release_lost_claims(self):
         """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
         known = list(self.held) + [o.run_id for o in self.pending]

@@ -38,6 +38,15 @@ WHERE r.id = o.id
 RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
 """
 
+# A handler's ctx.progress(): guarded like every write of a held run, so a run given up or taken
+# over meanwhile keeps what its current holder says. Sent from the handler's thread, never in
+# the claim or finish round trips, and at most every PROGRESS_INTERVAL seconds per run.
+REPORT_PROGRESS = """
+UPDATE job_runs
+SET progress = %(progress)s, progress_note = %(note)s, progress_at = now()
+WHERE id = %(id)s AND attempts = %(attempt)s AND locked_by = %(worker)s AND status = 'running'
+"""
+
 # Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
 # and finished with statements.FINISH_RUNS in the same transaction. Uses index job_runs_running.
 EXPIRED_LEASES = """

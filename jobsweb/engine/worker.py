@@ -238,7 +238,7 @@ class Worker(LeaseHolder, TripKeeper):
                run_timeout, run_lease, backoff_base, backoff_cap):
         job = registry.get(job_type)
         ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
-                         _extend_lease=self.extend_lease)
+                         _extend_lease=self.extend_lease, _report_progress=self.report_progress)
         # A definition's own settings (copied onto its runs) come before the job type's.
         timeout = run_timeout or job.timeout or self.default_timeout
         deadline = time.monotonic() + timeout if timeout else None
