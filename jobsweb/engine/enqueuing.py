@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from flask import current_app
 
-from . import registry, statements, upkeep
+from . import inline, registry, statements, upkeep
 from ..core.database import db
 from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
@@ -149,6 +149,8 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
         if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
             raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
+    if inline.active(config):
+        return inline.run(job_type, json.loads(payload_text), max_attempts)
     params = {"job_type": job_type, "payload": payload_text, "run_at": run_at,
               "max_attempts": max_attempts, "idempotency_key": idempotency_key,
               "queue": check_queue(registered.queue if queue is None else queue),
@@ -177,6 +179,9 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=No
             texts.append(_checked_payload(payload, max_bytes)[1])
         except InvalidInput as exc:
             raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
+    if inline.active(config):
+        return [inline.run(job_type, json.loads(text), check_max_attempts(max_attempts, registered, config))
+                for text in texts]
     params = {"job_type": job_type, "run_at": check_run_at(run_at),
               "max_attempts": check_max_attempts(max_attempts, registered, config),
               "queue": check_queue(registered.queue if queue is None else queue),

@@ -4,6 +4,7 @@ AsyncResult(id)), for "Exporting… 66%" in a host's own template with one call.
 from dataclasses import dataclass, fields
 from datetime import datetime
 
+from flask import current_app
 from sqlalchemy import select
 
 from . import statements
@@ -38,13 +39,18 @@ class Run:
         return self.status not in statements.ACTIVE_STATUSES
 
 
+INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/inline.py), by id
 COLUMNS = [getattr(JobRun, field.name) for field in fields(Run) if field.name != "attempts"] + [JobRun.attempts]
 
 
 def get_run(run_id):
     """The run `run_id` (what enqueue() returned) as a Run, or None if there is none; read in
-    db.session, so a run enqueued with session=db.session is seen before the commit."""
+    db.session, so a run enqueued with session=db.session is seen before the commit. In inline
+    mode (JOBSWEB_INLINE), the run kept in memory."""
     if isinstance(run_id, bool) or not isinstance(run_id, int) or not 1 <= run_id <= BIGINT_MAX:
         raise InvalidInput("run_id", f"must be a run id (a whole number above 0), got {run_id!r}")
+    if current_app.config.get("JOBSWEB_INLINE"):
+        record = current_app.extensions.get(INLINE_RUNS, {}).get(run_id)
+        return None if record is None else Run(**record)
     row = db.session.execute(select(*COLUMNS).where(JobRun.id == run_id)).mappings().first()
     return None if row is None else Run(**row)
