@@ -47,6 +47,10 @@ def host(request, scratch_database, registry_snapshot):
         assert runner.invoke(args=["add-account"], env=env).exit_code == 0
     result = runner.invoke(args=["jobs", "migrate"])
     assert result.exit_code == 0, result.output
+    [head], every = schema.revisions()
+    # It says what it did: every migration applied to a new database; nothing the second time.
+    assert result.output == f"jobsweb's schema: applied {len(every)} migrations, 0001_foundation to {head}: it is up to date\n"
+    assert runner.invoke(args=["jobs", "migrate"]).output == f"jobsweb's schema is up to date ({head})\n"
     return module, app, url
 
 

@@ -10,9 +10,11 @@ import re
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from flask import appcontext_pushed
 
+from .database import db
 from .package_files import resource
 
 VERSION_TABLE = "jobsweb_alembic_version"
@@ -27,8 +29,19 @@ def alembic_config():
 
 
 def upgrade():
-    """Create jobsweb's tables or bring them to this version, in the current app's database."""
+    """Create jobsweb's tables or bring them to this version, in the current app's database;
+    the revisions applied, oldest first (none when it was up to date)."""
+    before = current_revision()
     command.upgrade(alembic_config(), "head")
+    script = ScriptDirectory.from_config(alembic_config())
+    applied = [r.revision for r in script.iterate_revisions("heads", before)]
+    return applied[::-1]
+
+
+def current_revision():
+    """The revision of jobsweb's tables in the current app's database; None before any."""
+    with db.engine.connect() as conn:
+        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
 def revisions():
