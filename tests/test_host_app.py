@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -60,9 +61,16 @@ def query(url, statement, params=None):
         return cursor.fetchall() if cursor.description else None
 
 
-def signed_in(app, email):
+def sign_in_form(client, path="/login"):
+    """The host's sign-in page's CSRF token."""
+    html = client.get(path).get_data(as_text=True)
+    return re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', html).group(1)
+
+
+def signed_in(app, email, next_path=None):
     client = app.test_client()
-    response = client.post("/login", data={"email": email, "password": PASSWORD})
+    path = "/login" if next_path is None else f"/login?next={quote(next_path, safe='')}"
+    response = client.post(path, data={"email": email, "password": PASSWORD, "csrf_token": sign_in_form(client)})
     assert response.status_code == 302
     return client
 
@@ -315,3 +323,27 @@ def test_the_hosts_own_test_suites_pass_on_sqlite_in_inline_mode_and_on_postgres
                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
         assert result.stdout.splitlines()[-1].startswith(f"{2 if 'postgresql' in suite else 3} passed")
+
+
+def test_the_hosts_sign_in_needs_its_csrf_token_and_goes_back_only_to_its_own_pages(host):
+    _, app, _ = host
+    client = app.test_client()
+    refused = client.post("/login", data={"email": "otto@example.com", "password": PASSWORD})
+    assert refused.status_code == 400 and client.get("/admin/jobs/runs").status_code == 302
+    for target, landing in (("/admin/jobs/runs?status=dead", "/admin/jobs/runs?status=dead"),
+                            ("https://evil.example/", "/"), ("//evil.example/x", "/"), ("/\\evil.example", "/"),
+                            ("javascript:alert(1)", "/"), ("", "/")):
+        client = app.test_client()
+        response = client.post(f"/login?next={quote(target, safe='')}", data={
+            "email": "otto@example.com", "password": PASSWORD, "csrf_token": sign_in_form(client)})
+        assert (response.status_code, response.headers["Location"]) == (302, landing), target
+
+
+def test_a_host_account_without_a_role_gets_a_403_without_links(host):
+    _, app, _ = host
+    env = {"ACCOUNT_EMAIL": "nell@example.com", "ACCOUNT_ROLE": "", "ACCOUNT_PASSWORD": PASSWORD}
+    assert app.test_cli_runner().invoke(args=["add-account"], env=env).exit_code == 0
+    response = signed_in(app, "nell@example.com").get("/admin/jobs/runs")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 403 and "You are signed in as nell@example.com" in page
+    assert "/admin/jobs/runs" not in page and "dashboard" not in page.lower()
