@@ -116,7 +116,7 @@ def send_receipt(ctx):
     if ctx.payload.get("fail_first") and ctx.attempt == 1:
         raise ConnectionError("SMTP server said 421: try again later")
     order = ctx.payload["order"]
-    # Send, then record: a kill between the two would send again (see README); SIGTERM cannot
+    # Send, then record: a kill between the two would send again (see docs/REFERENCE.md); SIGTERM cannot
     # land there, since the handler is only stopped where it looks at its cancellation flag.
     with ctx.once(f"receipt_email:{order}") as first:
         if first:
