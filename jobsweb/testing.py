@@ -122,12 +122,9 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
             "worker": worker, "ids": [ctx.run_id], "attempts": [ctx.attempt],
             "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
 
-    def report_progress(ctx, progress, note):
-        link.fetch(upkeep.REPORT_PROGRESS, {"worker": worker, "id": ctx.run_id, "attempt": ctx.attempt,
-                                            "progress": progress, "note": note})
-
     return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease,
-                      _report_progress=report_progress)
+                      _report_progress=lambda ctx, progress, note: upkeep.report_progress(link, worker, ctx, progress,
+                                                                                          note))
 
 
 def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,

@@ -2,7 +2,7 @@
 broken connection may have committed unseen.
 
 A mixin of Worker (engine/worker.py), which holds the state these read: `held` (run id ->
-Held), `pending` outcomes, `link`, `id`, `lease` and `done`.
+Held), `pending` outcomes, `link`, `progress_link`, `id`, `lease` and `done`.
 """
 
 import logging
@@ -55,10 +55,10 @@ class LeaseHolder:
         return bool(rows)
 
     def report_progress(self, ctx, progress, note):
-        """JobContext.progress's write (engine/registry.py throttles it): from a handler's thread."""
+        """JobContext.progress's write (engine/registry.py throttles it): from a handler's thread,
+        on the worker's progress link, never the claims' or outcomes'."""
         try:
-            self.link.fetch(upkeep.REPORT_PROGRESS, {"worker": self.id, "id": ctx.run_id, "attempt": ctx.attempt,
-                                                     "progress": progress, "note": note})
+            upkeep.report_progress(self.progress_link, self.id, ctx, progress, note)
         except DatabaseUnavailable as exc:
             log.warning("run %d: could not record its progress: %s", ctx.run_id, exc)
 

@@ -52,6 +52,9 @@ class Worker(LeaseHolder, TripKeeper):
         config = app.config
         self.app = app
         self.link = Link(conninfo)
+        # Handlers' ctx.progress() writes, on a connection of their own (made at the first one),
+        # so that they never wait on, nor hold up, the claim and finish round trips.
+        self.progress_link = Link(conninfo)
         self.id = worker_id()
         self.concurrency = concurrency
         self.queues = list(queues) if queues else None  # None: every queue
@@ -369,6 +372,7 @@ class Worker(LeaseHolder, TripKeeper):
         for lane in self.lanes:
             lane.stop()
             lane.link.close()
+        self.progress_link.close()
         self.async_pool.stop()
         for duty in self.duties:
             duty.stop()
@@ -380,6 +384,7 @@ class Worker(LeaseHolder, TripKeeper):
         write is left to lease recovery."""
         for lane in self.lanes:
             lane.link.cut_by(deadline)
+        self.progress_link.cut_by(deadline)
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
