@@ -14,7 +14,8 @@ from jobsweb import create_app
 from jobsweb.core.database import database_url, libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_DATABASE = "jobsweb_test"
+# tests/test_oldest_pins.py runs a second pytest on this suite's server: it names its own.
+TEST_DATABASE = os.environ.get("TEST_DATABASE_NAME", "jobsweb_test")
 SECRET_KEY = "0123456789abcdef-test-secret-key-0123456789-test"  # the standalone app wants 32+ characters
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
           "jobsweb_users, job_duration_totals, job_metrics_state, jobsweb_alert_deliveries, "

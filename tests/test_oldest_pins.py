@@ -33,7 +33,8 @@ def test_the_host_app_tests_pass_on_the_oldest_supported_versions_beside_gunicor
         assert versions[name.split("[")[0]] == version, pin
     admin, _ = postgres_server
     env = {key: value for key, value in os.environ.items() if not key.startswith(("JOBSWEB_", "PYTHON"))}
-    env["TEST_DATABASE_URL"] = admin
+    # This suite's server, with a test database of the child's own (this session's stays as it is).
+    env.update(TEST_DATABASE_URL=admin, TEST_DATABASE_NAME="jobsweb_test_oldest")
     result = subprocess.run([OLDEST_PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_host_app.py",
                              "-k", "not chromium"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
