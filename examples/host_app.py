@@ -1,6 +1,8 @@
 """A team's own Flask app with jobsweb inside it: its own Flask-SQLAlchemy models (a `users`
-table of its own among them), its own Flask-Login sign-in, a JSON API without CSRF, and
-jobsweb's admin screen at /admin/jobs, signed in through the app's own users.
+table of its own among them), its own Flask-Login sign-in, Flask-Migrate (whose autogenerate
+leaves jobsweb's tables alone), a JSON API without CSRF, and jobsweb's admin screen at
+/admin/jobs, signed in through the app's own users. Its pins: requirements-oldest.txt; its own
+test suites: test_host_on_postgresql.py and test_host_on_sqlite.py (inline mode).
 
     DATABASE_URL=postgresql://... flask --app examples.host_app init-db
     DATABASE_URL=postgresql://... flask --app examples.host_app jobs migrate
