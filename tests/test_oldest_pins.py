@@ -3,7 +3,7 @@
 pins (psycopg2-binary, gunicorn 21.2.0): examples/requirements-oldest.txt, installed by `make
 test` into .cache/venv-oldest. The example host app's tests run there, as a separate pytest
 process on this suite's server, on both drivers (all but the browser test: that venv has no
-Playwright; the pages are served to its test clients)."""
+Playwright; the pages are served to its test clients), and the schedule rules' tests."""
 
 import os
 import subprocess
@@ -20,7 +20,7 @@ OLDEST_PYTHON = ROOT / ".cache" / "venv-oldest" / "bin" / "python"
 def installed_versions():
     listed = subprocess.run([OLDEST_PYTHON, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
                             check=True).stdout
-    return dict(line.lower().split("==") for line in listed.splitlines() if "==" in line)
+    return dict(line.lower().replace("_", "-").split("==") for line in listed.splitlines() if "==" in line)
 
 
 def test_the_host_app_tests_pass_on_the_oldest_supported_versions_beside_gunicorn_21(postgres_server):
@@ -29,13 +29,15 @@ def test_the_host_app_tests_pass_on_the_oldest_supported_versions_beside_gunicor
             if "==" in line and not line.startswith("#")]
     versions = installed_versions()
     for pin in pins:
-        name, version = pin.lower().split("==")
+        name, version = pin.lower().replace("_", "-").split("==")
         assert versions[name.split("[")[0]] == version, pin
     admin, _ = postgres_server
     env = {key: value for key, value in os.environ.items() if not key.startswith(("JOBSWEB_", "PYTHON"))}
     # This suite's server, with a test database of the child's own (this session's stays as it is).
     env.update(TEST_DATABASE_URL=admin, TEST_DATABASE_NAME="jobsweb_test_oldest")
+    # And the schedule rules, which lean on croniter's and cron-descriptor's oldest versions.
     result = subprocess.run([OLDEST_PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_host_app.py",
-                             "-k", "not chromium"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                             "tests/test_schedule.py", "-k", "not chromium"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1] and "skipped" not in result.stdout.splitlines()[-1]
