@@ -8,7 +8,9 @@ key; the handler runs before enqueue() returns, inside the caller's transaction 
 session=db.session too), not after its commit.
 """
 
+import asyncio
 import itertools
+import json
 import logging
 import threading
 from datetime import datetime, timezone
@@ -17,12 +19,19 @@ from flask import current_app
 
 from . import registry
 from .async_execution import run_coroutine
+from .execution import check_result
 from .run_status import INLINE_RUNS
 
 log = logging.getLogger("jobsweb.inline")
 
 _ids = itertools.count(1)
 _lock = threading.Lock()
+
+
+async def _awaited(job, ctx):
+    """An async handler, awaited as the worker's event loop does: its `await ctx.sleep()` works."""
+    ctx._cancel_waker = asyncio.Event()
+    return await job.func(ctx)
 
 
 def active(config):
@@ -46,11 +55,10 @@ def run(job_type, payload, max_attempts):
     ctx = registry.JobContext(run_id, job_type, payload, 1, max_attempts,
                               _extend_lease=lambda ctx, seconds=None: True, _report_progress=report_progress)
     try:
-        result = job.func(ctx)
-        if job.is_async:
-            result = run_coroutine(result)
+        result = check_result(run_coroutine(_awaited(job, ctx)) if job.is_async else job.func(ctx))
         ctx.flush_progress()
-        record.update(status="succeeded", result=result)
+        # As stored and read back by a worker: JSON (a tuple comes back a list).
+        record.update(status="succeeded", result=json.loads(json.dumps(result)))
     except Exception as exc:  # noqa: BLE001 - recorded on the run, as a worker would
         ctx.flush_progress()
         log.exception("inline run %d %s failed", run_id, job_type)
