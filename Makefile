@@ -19,6 +19,11 @@ TEST_LOGS := .cache/test-logs
 # The accessibility checks inject axe-core (from the npm registry, never committed) into each page.
 NPM := /usr/bin/npm
 AXE := .cache/axe/node_modules/axe-core/axe.min.js
+# The oldest versions jobsweb supports (pyproject.toml's lower bounds), with what a typical host
+# pins beside them (examples/requirements-oldest.txt): tests/test_oldest_pins.py runs the example
+# host app's tests with this venv's python, as separate processes.
+OLDEST_VENV := .cache/venv-oldest
+OLDEST_PINS := examples/requirements-oldest.txt
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test drills bench bench-quick
@@ -34,7 +39,7 @@ run: $(STAMP)
 # are printed at the end, each with its closing line, then the three closing lines again.
 # make test always starts its own servers: TEST_DATABASE_URL is for running pytest yourself.
 PYTEST_RUNS := embedded-both embedded-rest stock-both
-test: $(STAMP) $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
+test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
 	@mkdir -p $(TEST_LOGS)
 	@echo "pytest, three runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
@@ -82,6 +87,13 @@ $(NPM):
 
 $(AXE): | $(NPM)
 	$(NPM) install --silent --no-save --no-audit --no-fund --prefix .cache/axe axe-core@4
+
+# jobsweb from this checkout (editable, so the tests see the code as it is now), on the oldest versions.
+$(OLDEST_VENV)/.installed: pyproject.toml $(OLDEST_PINS)
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/pip install --quiet -e . -r $(OLDEST_PINS)
+	touch $@
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

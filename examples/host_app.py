@@ -1,6 +1,8 @@
 """A team's own Flask app with jobsweb inside it: its own Flask-SQLAlchemy models (a `users`
-table of its own among them), its own Flask-Login sign-in, a JSON API without CSRF, and
-jobsweb's admin screen at /admin/jobs, signed in through the app's own users.
+table of its own among them), its own Flask-Login sign-in, Flask-Migrate (whose autogenerate
+leaves jobsweb's tables alone), a JSON API without CSRF, and jobsweb's admin screen at
+/admin/jobs, signed in through the app's own users. Its pins: requirements-oldest.txt; its own
+test suites: test_host_on_postgresql.py and test_host_on_sqlite.py (inline mode).
 
     DATABASE_URL=postgresql://... flask --app examples.host_app init-db
     DATABASE_URL=postgresql://... flask --app examples.host_app jobs migrate
@@ -9,18 +11,23 @@ jobsweb's admin screen at /admin/jobs, signed in through the app's own users.
 """
 
 import os
+from urllib.parse import urlsplit
 
-from flask import Flask, current_app, redirect, request, url_for
+from flask import Flask, current_app, redirect, render_template_string, request, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user
+from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
+from flask_wtf import FlaskForm
 from sqlalchemy.orm import Mapped, mapped_column
 from werkzeug.security import check_password_hash, generate_password_hash
+from wtforms import PasswordField, StringField
 
 from jobsweb import JobsWeb, enqueue, job
 
 db = SQLAlchemy()
 login = LoginManager()
 jobs = JobsWeb()
+migrate = Migrate()  # the app's own migrations: `flask db migrate` leaves jobsweb's tables alone
 
 
 class Account(UserMixin, db.Model):
@@ -30,7 +37,8 @@ class Account(UserMixin, db.Model):
     id: Mapped[int] = mapped_column(primary_key=True)
     email: Mapped[str] = mapped_column(unique=True)
     password_hash: Mapped[str]
-    role: Mapped[str]  # what the app lets this person do in jobsweb: viewer, operator or admin
+    # What the app lets this person do in jobsweb: viewer, operator or admin; None, nothing.
+    role: Mapped[str | None]
 
 
 class Customer(db.Model):
@@ -51,13 +59,34 @@ def send_invoice(ctx):
     return {"sent_to": customer.email}
 
 
+class SignInForm(FlaskForm):
+    """Flask-WTF checks its CSRF token: another site cannot sign a visitor in as someone else."""
+
+    email = StringField("Email")
+    password = PasswordField("Password")
+
+
+SIGN_IN_PAGE = """<form method="post">{{ form.csrf_token }}
+<label>Email {{ form.email() }}</label> <label>Password {{ form.password() }}</label> <button>Sign in</button></form>"""
+
+
+def local_path(target):
+    """`next` if it is a path on this site, else the home page: never a redirect to another site
+    (https://evil.example, //evil.example and /\\evil.example all leave it)."""
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return "/"
+    parts = urlsplit(target)
+    return target if not parts.scheme and not parts.netloc else "/"
+
+
 @login.user_loader
 def load_account(account_id):
     return db.session.get(Account, int(account_id))
 
 
 def authorize():
-    """jobsweb asks the app who is signed in: (identity, role), or None."""
+    """jobsweb asks the app who is signed in: None (nobody), (identity, role), or (identity,
+    None) for someone signed in whom the app does not let in (a 403 page)."""
     if not current_user.is_authenticated:
         return None
     return current_user.email, current_user.role
@@ -66,7 +95,8 @@ def authorize():
 def create_app(config=None):
     app = Flask(__name__)
     app.config.update(
-        SQLALCHEMY_DATABASE_URI=os.environ.get("DATABASE_URL", "").replace("postgresql://", "postgresql+psycopg://", 1),
+        # postgresql:// as most apps have it: SQLAlchemy picks psycopg2 (examples/requirements-oldest.txt).
+        SQLALCHEMY_DATABASE_URI=os.environ.get("DATABASE_URL", ""),
         SECRET_KEY=os.environ.get("SECRET_KEY", "change me"),
         INVOICE_NOTE="Thank you for your business",
         JOBSWEB_LOGIN_URL="/login",  # where jobsweb sends a person who is not signed in
@@ -75,17 +105,19 @@ def create_app(config=None):
     db.init_app(app)
     login.init_app(app)
     jobs.init_app(app, url_prefix="/admin/jobs", authorize=authorize)
+    migrate.init_app(app, db)  # before or after jobs.init_app, either works
 
     @app.route("/login", methods=["GET", "POST"])
     def sign_in():
-        """The app's own sign-in (a real app would use a form with a CSRF token)."""
-        if request.method == "POST":
-            account = db.session.scalar(db.select(Account).where(Account.email == request.form["email"]))
-            if account and check_password_hash(account.password_hash, request.form["password"]):
+        """The app's own sign-in: a form with a CSRF token, back only to a page of this site."""
+        form = SignInForm()
+        if form.validate_on_submit():
+            account = db.session.scalar(db.select(Account).where(Account.email == form.email.data))
+            if account and check_password_hash(account.password_hash, form.password.data):
                 login_user(account)
-                return redirect(request.args.get("next") or "/")
-        return ('<form method="post"><label>Email <input name="email"></label>'
-                '<label>Password <input name="password" type="password"></label><button>Sign in</button></form>')
+                return redirect(local_path(request.args.get("next")))
+        status = 400 if request.method == "POST" else 200
+        return render_template_string(SIGN_IN_PAGE, form=form), status
 
     @app.post("/api/customers/<int:customer_id>/invoice")
     def invoice(customer_id):
@@ -106,7 +138,7 @@ def create_app(config=None):
     @app.cli.command("add-account")
     def add_account():
         """Add an account: EMAIL PASSWORD ROLE from the environment (for the example's tests)."""
-        db.session.add(Account(email=os.environ["ACCOUNT_EMAIL"], role=os.environ["ACCOUNT_ROLE"],
+        db.session.add(Account(email=os.environ["ACCOUNT_EMAIL"], role=os.environ["ACCOUNT_ROLE"] or None,
                                password_hash=generate_password_hash(os.environ["ACCOUNT_PASSWORD"])))
         db.session.commit()
 

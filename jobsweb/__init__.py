@@ -9,12 +9,14 @@ draws them.
 
 from .app import create_app
 from .core.errors import InvalidInput
+from .core.schema import alembic_include_name
 from .engine.enqueuing import enqueue, enqueue_many
 from .engine.registry import Cancelled, JobContext, PermanentError
+from .engine.run_status import Run, get_run
 from .extension import JobsWeb
 # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
 from .scheduling import definitions, schedule
 from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
-           "InvalidInput", "definitions", "schedule"]
+           "InvalidInput", "definitions", "schedule", "alembic_include_name", "get_run", "Run"]

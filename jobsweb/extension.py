@@ -13,7 +13,7 @@ test apps) a thread evaluates alerts (ops/web_alerts.py; JOBSWEB_WEB_ALERTS=fals
 """
 
 from . import commands
-from .core import database, settings
+from .core import database, schema, settings
 from .core.errors import ConfigError
 from .engine import builtin_jobs, registry  # noqa: F401 - importing builtin_jobs registers jobsweb.noop/sleep/fail
 from .ops import retention  # noqa: F401 - importing it registers jobsweb.prune
@@ -43,6 +43,7 @@ class JobsWeb:
             raise ConfigError("jobsweb needs a database: set SQLALCHEMY_DATABASE_URI in the app's config or "
                               "DATABASE_URL in the environment (postgresql://user:password@host:5432/dbname)")
         database.init_app(app)
+        schema.hide_from_host_autogenerate(app)
         registry.load(app.config["JOBSWEB_HANDLERS"])
         commands.init_app(app)
         site.init_app(app, url_prefix, authorize)

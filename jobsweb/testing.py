@@ -1,5 +1,7 @@
-"""Helpers for the tests of an app that uses jobsweb: run what is due inline with `drain()`,
-and see what was enqueued with `enqueued()`.
+"""Helpers for the tests of an app that uses jobsweb: `create_schema()` and `empty_tables()` for
+the test database (or the `jobsweb_tables` fixture of jobsweb.pytest_plugin), run what is due
+with `drain()`, and see what was enqueued with `enqueued()`. Tests on SQLite use inline mode
+instead (JOBSWEB_INLINE=true, engine/inline.py): no tables, each handler runs as it is enqueued.
 
 drain() is a worker without threads or a separate process: on its own connection, it
 materialises due schedule slots, then claims and finishes runs one at a time with the
@@ -9,18 +11,17 @@ dead runs, idempotency keys and schedules behave as they do in production. What 
 cancellation are not enforced.
 """
 
-import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from flask import current_app
 from sqlalchemy import select
 
+from .core import schema
 from .core.database import db, libpq_url
 from .core.models import JobRun
 from .engine import registry, statements, upkeep
-from .engine.async_execution import run_async_handler
+from .engine.async_execution import run_async_handler, run_coroutine
 from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
 from .engine.link import Link
 from .engine.registry import JobContext
@@ -35,6 +36,27 @@ NEXT_RETRY = """
 SELECT extract(epoch FROM min(run_at) - now()) FROM job_runs
 WHERE status = 'failed' AND job_type = ANY(%(job_types)s)
 """
+
+
+_migrated = set()  # the databases create_schema() brought to this version in this process
+
+
+def create_schema():
+    """Create jobsweb's tables in the current app's database (the test database), or upgrade
+    them to this version: `flask jobs migrate` for tests (db.create_all() does not make them).
+    Once per database in a process."""
+    url = db.engine.url.render_as_string(hide_password=False)
+    if url not in _migrated:
+        schema.upgrade()
+        _migrated.add(url)
+
+
+def empty_tables():
+    """Delete every row of jobsweb's tables in the current app's database, between tests (the
+    app's db.drop_all() or its own truncation does not reach them); the app's tables are left."""
+    names = ", ".join(sorted(schema.tables() - {schema.VERSION_TABLE}))
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY")
 
 
 @dataclass
@@ -100,7 +122,9 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
             "worker": worker, "ids": [ctx.run_id], "attempts": [ctx.attempt],
             "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
 
-    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease)
+    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease,
+                      _report_progress=lambda ctx, progress, note: upkeep.report_progress(link, worker, ctx, progress,
+                                                                                          note))
 
 
 def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,
@@ -109,25 +133,13 @@ def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt,
     ctx = _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id)
     held = Held(ctx, registry.get(job_type), max(run_lease or 0, lease), None, run_timeout,
                 (backoff_base, backoff_cap))
-    finished = _await(run_async_handler(app, held)) if held.job.is_async else run_handler(app, held)
+    finished = run_coroutine(run_async_handler(app, held)) if held.job.is_async else run_handler(app, held)
     outcome = failures.outcome_of(worker, finished, stopping=False)
     rows = link.fetch(statements.FINISH_RUNS, finish_params([outcome]))
     log_finished([outcome], rows)
     status = rows[0][1] if rows else "rejected"  # the lease expired and another worker took it
     error = f"{outcome.error_type}: {outcome.error}" if outcome.error else None
     return Ran(run_id, job_type, attempt, status, outcome.result, error)
-
-
-def _await(coroutine):
-    """Run the coroutine on a fresh event loop: in this thread, or on a thread of its own when a
-    loop already runs in this one (pytest-asyncio's, Playwright's sync API), where
-    asyncio.run() refuses to start another."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, coroutine).result()
 
 
 def enqueued(job_type=None):

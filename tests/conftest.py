@@ -15,7 +15,8 @@ from jobsweb import create_app
 from jobsweb.core.database import database_url, libpq_url
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_DATABASE = "jobsweb_test"
+# tests/test_oldest_pins.py runs a second pytest on this suite's server: it names its own.
+TEST_DATABASE = os.environ.get("TEST_DATABASE_NAME", "jobsweb_test")
 SECRET_KEY = "0123456789abcdef-test-secret-key-0123456789-test"  # the standalone app wants 32+ characters
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
           "jobsweb_users, job_duration_totals, job_metrics_state, jobsweb_alert_deliveries, "
@@ -57,7 +58,7 @@ ON_BOTH_SERVERS = (
     "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
     "test_worker_processes.py", "test_worker_cancel.py", "test_worker_wakeup.py", "test_async_handlers.py",
     "test_flow_control.py", "test_flow_processes.py", "test_effects.py", "test_exec.py", "test_output.py",
-    "test_job_objects.py", "test_testing_helpers.py", "test_external.py", "test_bounds.py", "test_deadlines.py",
+    "test_job_objects.py", "test_testing_helpers.py", "test_progress.py", "test_external.py", "test_bounds.py", "test_deadlines.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",

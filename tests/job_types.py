@@ -116,7 +116,7 @@ def send_receipt(ctx):
     if ctx.payload.get("fail_first") and ctx.attempt == 1:
         raise ConnectionError("SMTP server said 421: try again later")
     order = ctx.payload["order"]
-    # Send, then record: a kill between the two would send again (see README); SIGTERM cannot
+    # Send, then record: a kill between the two would send again (see docs/REFERENCE.md); SIGTERM cannot
     # land there, since the handler is only stopped where it looks at its cancellation flag.
     with ctx.once(f"receipt_email:{order}") as first:
         if first:
@@ -210,3 +210,28 @@ async def async_ctx_sleep(ctx):
     """Sleep with ctx.sleep, which wakes when the worker asks the run to stop."""
     await ctx.sleep(float(ctx.payload.get("seconds", 60)))
     return {"slept": ctx.payload.get("seconds", 60)}
+
+
+@job("test.export")
+def export(ctx):
+    """Export payload["pages"] pages, saying how far it is; before each page it waits for the
+    test's file payload["gate"].<page>, saying the same progress again meanwhile (each one held
+    back by the interval is written by a later one)."""
+    pages = ctx.payload["pages"]
+    for page in range(pages):
+        while not os.path.exists(f"{ctx.payload['gate']}.{page}"):
+            ctx.progress(page / pages, f"Exporting page {page + 1} of {pages}")
+            ctx.sleep(0.05)
+    for _ in range(1000):  # far more often than it is written
+        ctx.progress(0.99, "Finishing")
+    ctx.progress(1, "Exported")  # written when the handler returns, whatever the interval
+    return {"pages": pages}
+
+
+@job("test.async_progress")
+async def async_progress(ctx):
+    """An async handler saying how far it is, as a sync one does."""
+    ctx.progress(0.5, "half")
+    await ctx.sleep(0)
+    ctx.progress(0.75, "three quarters")
+    return "done"

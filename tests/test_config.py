@@ -9,14 +9,15 @@ from jobsweb.core.settings import check, from_environment
     ("postgres://u:p@db:5432/app", "postgresql+psycopg://u:p@db:5432/app"),
     ("postgresql://u:p@db/app", "postgresql+psycopg://u:p@db/app"),
     ("postgresql+psycopg://u@db/app", "postgresql+psycopg://u@db/app"),
+    ("postgresql+psycopg2://u@db/app", "postgresql+psycopg2://u@db/app"),
 ])
 def test_it_accepts_both_postgres_url_spellings(raw, expected):
     assert database_url(raw) == expected
 
 
-def test_a_non_postgres_url_is_refused_naming_the_variable():
-    with pytest.raises(ConfigError, match="DATABASE_URL must be a PostgreSQL URL"):
-        database_url("sqlite:///app.db")
+def test_a_non_postgres_url_is_passed_on_for_the_host_and_refused_by_jobswebs_own_parts_only():
+    assert database_url("sqlite:///app.db") == "sqlite:///app.db"
+    assert from_environment({"DATABASE_URL": "sqlite:///app.db"})["SQLALCHEMY_DATABASE_URI"] == "sqlite:///app.db"
 
 
 @pytest.mark.parametrize("name, value, message", [

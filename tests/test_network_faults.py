@@ -13,7 +13,7 @@ from tests.conftest import wait_for
 from tests.private_databases import migrated, proxy_to
 
 SHUTDOWN_TIMEOUT = 2  # seconds: --shutdown-timeout
-STOP_BOUND = SHUTDOWN_TIMEOUT + 5  # what the README promises a stopping worker
+STOP_BOUND = SHUTDOWN_TIMEOUT + 5  # what docs/REFERENCE.md promises a stopping worker
 
 
 @pytest.fixture(scope="module", params=servers.KINDS)

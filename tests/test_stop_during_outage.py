@@ -52,7 +52,7 @@ def test_a_worker_told_to_stop_while_the_database_is_down_exits_by_its_deadline_
     server.stop("immediate")
     began = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    # The bound the README promises: the shutdown timeout, plus a few seconds to write what it can.
+    # The bound docs/REFERENCE.md promises: the shutdown timeout, plus a few seconds to write what it can.
     output, _ = proc.communicate(timeout=SHUTDOWN_TIMEOUT + 5)
     took = time.monotonic() - began
 

@@ -121,3 +121,24 @@ def test_without_javascript_the_select_all_box_is_hidden_and_bulk_actions_still_
     page.get_by_role("button", name="Cancel selected").click()
     expect(page.get_by_text("Cancelled 1 run.")).to_be_visible()
     assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(1, "queued"), (2, "cancelled")]
+
+
+def test_a_running_runs_progress_moves_on_its_page_and_in_the_live_runs_list(browser, server, make_user, sql):
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type, status, attempts, started_at, locked_by, locked_until, "
+                      "progress, progress_note, progress_at) VALUES ('jobsweb.sleep', 'running', 1, now(), 'w', "
+                      "now() + interval '1 hour', 0.25, 'page 1 of 4', now()) RETURNING id")
+    page = open_page(browser, server, make_user("viewer"))
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("#run")).to_contain_text("25% · page 1 of 4")
+    sql("UPDATE job_runs SET progress = 0.5, progress_note = 'page 2 of 4' WHERE id = %s", [run_id])
+    with page.expect_response(re.compile(rf"/runs/{run_id}$")):
+        page.clock.run_for(2100)  # the run page refreshes itself every 2 s while the run is active
+    expect(page.locator("#run")).to_contain_text("50% · page 2 of 4")
+    expect(page.get_by_role("progressbar", name="Progress")).to_have_attribute("value", "0.5")
+
+    page.goto("/runs?live=1")
+    expect(page.locator("#runs-table")).to_contain_text("50% · page 2 of 4")
+    sql("UPDATE job_runs SET progress = 0.75, progress_note = 'page 3 of 4' WHERE id = %s", [run_id])
+    with page.expect_response(re.compile(r"/runs\?live=1")):
+        page.clock.run_for(3100)
+    expect(page.locator("#runs-table")).to_contain_text("75% · page 3 of 4")

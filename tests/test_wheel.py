@@ -51,7 +51,8 @@ def installed(tmp_path_factory):
                     source], check=True, cwd=work)
     [wheel] = (work / "dist").glob("jobsweb-*.whl")
     subprocess.run([sys.executable, "-m", "venv", work / "venv"], check=True)
-    subprocess.run([work / "venv" / "bin" / "pip", "install", "--quiet", wheel], check=True, cwd=work)
+    # The server extra: the standalone app's gunicorn (a host app brings its own server).
+    subprocess.run([work / "venv" / "bin" / "pip", "install", "--quiet", f"{wheel}[server]"], check=True, cwd=work)
     return work / "venv" / "bin"
 
 
@@ -95,8 +96,9 @@ def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_di
         external_id, ping_token = conn.execute("SELECT id, ping_token FROM job_definitions WHERE name = 'backup'").fetchone()
 
     port = free_port()
-    web = subprocess.Popen([installed / "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-                            "jobsweb:create_app()"], cwd=empty, env=env,
+    # jobsweb's gunicorn settings come in the wheel (what a host app serving jobsweb uses).
+    web = subprocess.Popen([installed / "gunicorn", "-c", "python:jobsweb.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
+                            "--workers", "1", "jobsweb:create_app()"], cwd=empty, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:

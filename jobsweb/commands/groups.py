@@ -6,23 +6,36 @@ from contextlib import contextmanager
 import click
 import psycopg
 from flask import current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, ScriptInfo
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from ..core import logs
-from ..core.database import db
-from ..core.errors import InvalidInput, clean_text
+from ..core.database import db, require_postgresql
+from ..core.errors import ConfigError, InvalidInput, clean_text
 from ..engine.link import DatabaseUnavailable, describe
 from ..scheduling.schedule import local_time, parse_timezone
 
 MULTILINE_OPTIONS = ("payload",)  # JSON text may span lines
 
 
+def check_database(ctx):
+    """One error, naming the setting and its value, when jobsweb's database is not PostgreSQL:
+    checked as one of jobsweb's commands starts (the host's own commands never are)."""
+    app = ctx.ensure_object(ScriptInfo).load_app()
+    with app.app_context():
+        try:
+            require_postgresql()
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
 class CleanCommand(click.Command):
     """The command line's part of the input-cleaning layer: every text argument and option is
-    refused, naming it, if it holds a NUL or other control character (exit code 2)."""
+    refused, naming it, if it holds a NUL or other control character (exit code 2). And
+    jobsweb's database must be PostgreSQL (check_database)."""
 
     def invoke(self, ctx):
+        check_database(ctx)
         for name, value in ctx.params.items():
             if isinstance(value, str):
                 try:

@@ -14,8 +14,12 @@ from .groups import jobs, plain_errors, when
 def migrate_command():
     """Create jobsweb's tables, or upgrade them to this version (safe to run from several processes)."""
     with plain_errors():
-        schema.upgrade()
-    click.echo("jobsweb's schema is up to date")
+        applied = schema.upgrade()
+    if not applied:
+        click.echo(f"jobsweb's schema is up to date ({schema.current_revision()})")
+    else:
+        click.echo(f"jobsweb's schema: applied {len(applied)} migration{'s' * (len(applied) > 1)}, "
+                   f"{applied[0]} to {applied[-1]}: it is up to date")
 
 
 @jobs.command("enqueue")

@@ -25,7 +25,7 @@ from ..ops import alerts
 from ..scheduling import materialise
 from ..web.accounts import DEMO_EMAIL, check_credentials, ensure_demo_admin
 from .finite_floats import FiniteFloatRange
-from .groups import jobs, plain_errors, setup_logging
+from .groups import CleanCommand, jobs, plain_errors, setup_logging
 
 
 def build_worker(app, **options):
@@ -38,7 +38,7 @@ def build_worker(app, **options):
     return Worker(app, conninfo, duties=duties, listen_conninfo=direct and libpq_url(direct), **options)
 
 
-@click.command("run-jobs")
+@click.command("run-jobs", cls=CleanCommand)
 @click.option("--concurrency", type=click.IntRange(min=1), help="Jobs run at once [JOBSWEB_CONCURRENCY, 4].")
 @click.option("--forever", is_flag=True, help="Keep polling instead of exiting when nothing is due.")
 @click.option("--poll-interval", type=FiniteFloatRange(min=0, min_open=True),
@@ -96,7 +96,7 @@ SELECT EXISTS (SELECT 1 FROM job_workers WHERE pid = %(pid)s AND stopped_at IS N
 """
 
 
-@click.command("dev")
+@click.command("dev", cls=CleanCommand)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=5000, show_default=True, type=int)
 @click.option("--demo/--no-demo", default=True, show_default=True,

@@ -83,17 +83,25 @@ def outage(exc):
 
 
 def database_url(raw):
-    """A DATABASE_URL (postgres://, postgresql://) as the SQLAlchemy URL of the psycopg 3 driver."""
+    """A DATABASE_URL as a SQLAlchemy URL: postgres:// and postgresql:// on the psycopg 3 driver,
+    postgresql+<driver>:// as given. Any other database is passed on unchanged: the host's own
+    commands and pages may use it; jobsweb's refuse it (require_postgresql)."""
     if raw.startswith("postgres://"):
         raw = "postgresql://" + raw[len("postgres://"):]
     if raw.startswith("postgresql://"):
         return "postgresql+psycopg://" + raw[len("postgresql://"):]
-    if raw.startswith("postgresql+psycopg://"):
-        return raw
-    raise ConfigError(
-        "DATABASE_URL must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname), "
-        f"got one starting with {raw.split(':', 1)[0]!r}"
-    )
+    return raw
+
+
+def require_postgresql():
+    """Raise ConfigError, naming the setting and its value, if jobsweb's database (the current
+    app's) is not PostgreSQL. Called by jobsweb's own commands, pages and worker only, so that a
+    host on SQLite for its tests or its other commands keeps working."""
+    url = db.engine.url
+    if url.get_backend_name() != "postgresql":
+        raise ConfigError(f"jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is "
+                          f"{url.render_as_string(hide_password=True)!r}: set it to "
+                          "postgresql://user:password@host:5432/dbname")
 
 
 def libpq_url(url):

@@ -91,6 +91,9 @@ class JobRun(Model):
     priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
     unique_key: Mapped[str | None] = mapped_column(Text)  # one unfinished run per key
     deleted_definition: Mapped[str | None] = mapped_column(Text)  # its definition's name, once deleted
+    progress: Mapped[float | None] = mapped_column(Double)  # 0.0 to 1.0, from ctx.progress()
+    progress_note: Mapped[str | None] = mapped_column(Text)
+    progress_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 

@@ -5,13 +5,20 @@ Alembic history sits in alembic_version is never touched; `flask jobs migrate` u
 jobsweb's tables whatever else the app migrates, and /healthz compares the two.
 """
 
+import functools
+import re
+
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from flask import appcontext_pushed
 
+from .database import db
 from .package_files import resource
 
 VERSION_TABLE = "jobsweb_alembic_version"
+CREATED_TABLE = re.compile(r"CREATE TABLE (\w+)")  # how every migration of ours creates a table
 
 
 def alembic_config():
@@ -22,11 +29,61 @@ def alembic_config():
 
 
 def upgrade():
-    """Create jobsweb's tables or bring them to this version, in the current app's database."""
+    """Create jobsweb's tables or bring them to this version, in the current app's database;
+    the revisions applied, oldest first (none when it was up to date)."""
+    before = current_revision()
     command.upgrade(alembic_config(), "head")
+    script = ScriptDirectory.from_config(alembic_config())
+    applied = [r.revision for r in script.iterate_revisions("heads", before)]
+    return applied[::-1]
+
+
+def current_revision():
+    """The revision of jobsweb's tables in the current app's database; None before any."""
+    with db.engine.connect() as conn:
+        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
 def revisions():
     """(heads, every revision) of the migrations this code carries."""
     script = ScriptDirectory.from_config(alembic_config())
     return frozenset(script.get_heads()), frozenset(r.revision for r in script.walk_revisions())
+
+
+@functools.cache
+def tables():
+    """The names of jobsweb's tables: every table its migrations create, and its version table."""
+    versions = resource("migrations") / "versions"
+    return frozenset({VERSION_TABLE}).union(*(CREATED_TABLE.findall(path.read_text())
+                                               for path in versions.glob("*.py")))
+
+
+def alembic_include_name(name, type_, parent_names):
+    """For a host's own Alembic env.py: `context.configure(..., include_name=
+    jobsweb.alembic_include_name)` keeps autogenerate from dropping jobsweb's tables (and their
+    indexes). With Flask-Migrate, init_app sets this up by itself (hide_from_host_autogenerate)."""
+    return not (type_ == "table" and name in tables())
+
+
+def hide_from_host_autogenerate(app):
+    """Make the host's `flask db migrate` ignore jobsweb's tables, whether the host sets up
+    Flask-Migrate before or after jobsweb: its env.py reads the context arguments from
+    app.extensions["migrate"] when a command runs, so they are completed at each app context
+    (cheap: a dictionary look-up once set). The host's own include_name, if any, still applies."""
+    appcontext_pushed.connect(_exclude_our_tables, app)
+
+
+def _exclude_our_tables(app, **extra):
+    migrate_config = app.extensions.get("migrate")
+    if migrate_config is None or getattr(migrate_config, "jobsweb_tables_hidden", False):
+        return
+    if migrate_config.directory == str(resource("migrations")):
+        return  # the standalone app's `flask db` runs jobsweb's own migrations
+    host_include = migrate_config.configure_args.get("include_name")
+
+    def include_name(name, type_, parent_names):
+        return alembic_include_name(name, type_, parent_names) and (
+            host_include is None or host_include(name, type_, parent_names))
+
+    migrate_config.configure_args["include_name"] = include_name
+    migrate_config.jobsweb_tables_hidden = True

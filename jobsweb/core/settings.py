@@ -108,10 +108,10 @@ def _direct_url(name, raw):
     """A PostgreSQL URL that reaches the server itself, not through a pooler; empty means none."""
     if raw == "":
         return None
-    try:
-        return database_url(raw)
-    except ConfigError:
-        raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)") from None
+    url = database_url(raw)
+    if not url.startswith("postgresql"):
+        raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)")
+    return url
 
 
 def _minutes(name, raw):
@@ -205,6 +205,9 @@ SETTINGS = {
     # Each web process evaluates alerts too, on a thread of its own, so they fire with no worker
     # running at all (ops/web_alerts.py); false leaves alerting to the workers.
     "JOBSWEB_WEB_ALERTS": (True, _boolean),
+    # Tests of a host app on SQLite (jobsweb.testing, README "Testing"): enqueue checks its input,
+    # then runs the handler at once in the caller's app context, storing nothing in the database.
+    "JOBSWEB_INLINE": (False, _boolean),
     # Runs are due and no worker was seen for this many minutes: a 'no_worker' incident.
     "JOBSWEB_NO_WORKER_MINUTES": (5.0, _minutes),
     # Characters of an attempt's output kept (its tail): a handler's log records, a command's

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from . import output
 from .execution import Finished, check_result
@@ -115,3 +116,19 @@ async def _await_handler(app, held, slots):
                         seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
+    finally:
+        # The last value said, before the outcome is written: a round trip on this loop's thread,
+        # once per run at most (ctx.progress holds back at most one value).
+        ctx.flush_progress()
+
+
+def run_coroutine(coroutine):
+    """Run the coroutine on a fresh event loop (drain(), inline mode): in this thread, or on a
+    thread of its own when a loop already runs in this one (pytest-asyncio's, Playwright's sync
+    API), where asyncio.run() refuses to start another."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()

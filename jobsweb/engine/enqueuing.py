@@ -6,9 +6,8 @@ import math
 from datetime import datetime, timezone
 
 from flask import current_app
-from psycopg.types.json import Jsonb
 
-from . import registry, statements, upkeep
+from . import inline, registry, statements, upkeep
 from ..core.database import db
 from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
@@ -140,7 +139,7 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
     """
     config = current_app.config
     registered = check_job_type(job_type)
-    payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+    payload_text = _checked_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])[1]
     run_at = check_run_at(run_at)
     max_attempts = check_max_attempts(max_attempts, registered, config)
     if idempotency_key is not None:
@@ -150,7 +149,9 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
         if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
             raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
-    params = {"job_type": job_type, "payload": Jsonb(payload), "run_at": run_at,
+    if inline.active(config):
+        return inline.run(job_type, json.loads(payload_text), max_attempts)
+    params = {"job_type": job_type, "payload": payload_text, "run_at": run_at,
               "max_attempts": max_attempts, "idempotency_key": idempotency_key,
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
@@ -178,6 +179,9 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=No
             texts.append(_checked_payload(payload, max_bytes)[1])
         except InvalidInput as exc:
             raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
+    if inline.active(config):
+        return [inline.run(job_type, json.loads(text), check_max_attempts(max_attempts, registered, config))
+                for text in texts]
     params = {"job_type": job_type, "run_at": check_run_at(run_at),
               "max_attempts": check_max_attempts(max_attempts, registered, config),
               "queue": check_queue(registered.queue if queue is None else queue),

@@ -148,6 +148,8 @@ def _call(app, held, started):
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
+    finally:
+        held.ctx.flush_progress()  # the last value said, before the outcome is written
 
 
 class Pool:

@@ -2,7 +2,7 @@
 broken connection may have committed unseen.
 
 A mixin of Worker (engine/worker.py), which holds the state these read: `held` (run id ->
-Held), `pending` outcomes, `link`, `id`, `lease` and `done`.
+Held), `pending` outcomes, `link`, `progress_link`, `id`, `lease` and `done`.
 """
 
 import logging
@@ -53,6 +53,14 @@ class LeaseHolder:
             log.warning("run %d: could not extend its lease: %s", ctx.run_id, exc)
             return False
         return bool(rows)
+
+    def report_progress(self, ctx, progress, note):
+        """JobContext.progress's write (engine/registry.py throttles it): from a handler's thread,
+        on the worker's progress link, never the claims' or outcomes'."""
+        try:
+            upkeep.report_progress(self.progress_link, self.id, ctx, progress, note)
+        except DatabaseUnavailable as exc:
+            log.warning("run %d: could not record its progress: %s", ctx.run_id, exc)
 
     def _release_lost_claims(self):
         """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""

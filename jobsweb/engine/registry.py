@@ -4,13 +4,20 @@ import asyncio
 import functools
 import importlib
 import inspect
+import math
 import threading
+import time
 from dataclasses import dataclass
 
 from . import effects
 from .flow import check_priority, check_queue
 from .reported_runs import EXTERNAL_JOB_TYPE
-from ..core.errors import ConfigError, InvalidInput, check_job_type_name
+from ..core.errors import ConfigError, InvalidInput, check_job_type_name, clean_text
+
+# ctx.progress() writes at most this often per run (seconds); the value it holds back is written
+# by the next call past the interval, or when the handler returns.
+PROGRESS_INTERVAL = 0.5
+PROGRESS_NOTE_MAX_CHARS = 200
 
 
 class PermanentError(Exception):
@@ -126,6 +133,9 @@ class JobContext:
     # from the worker's loop thread, so it must be thread-safe).
     _on_cancel: object = None
     _cancel_waker: asyncio.Event | None = None  # of that event loop, set by _on_cancel
+    _report_progress: object = None  # the worker's (or drain()'s) write of ctx.progress
+    _progress_unsent: tuple | None = None  # (progress, note) held back by the interval
+    _progress_sent_at: float = -math.inf  # time.monotonic() of the last write
 
     @property
     def cancelled(self):
@@ -176,6 +186,33 @@ class JobContext:
     def extend_lease(self, seconds=None):
         """Hold this run for `seconds` more (default: the worker's lease); False if it was lost."""
         return self._extend_lease(self, seconds)
+
+    def progress(self, fraction, note=None):
+        """Say how far this run is, from 0.0 to 1.0, and optionally what it is doing ("page 3 of
+        10"); shown on the run page and the runs list, and read by jobsweb.get_run().
+
+        Cheap to call often: written at most every PROGRESS_INTERVAL seconds (the latest value
+        always, by the handler's return at the latest). Sync in both kinds of handler.
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise InvalidInput("progress", f"must be a number from 0.0 to 1.0, got {fraction!r}")
+        if note is not None:
+            if not isinstance(note, str):
+                raise InvalidInput("note", f"must be text, got {type(note).__name__}")
+            clean_text("note", note)
+            if len(note) > PROGRESS_NOTE_MAX_CHARS:
+                raise InvalidInput("note", f"must be at most {PROGRESS_NOTE_MAX_CHARS} characters")
+        self._progress_unsent = (float(fraction), note)
+        if time.monotonic() - self._progress_sent_at >= PROGRESS_INTERVAL:
+            self.flush_progress()
+
+    def flush_progress(self):
+        """Write the progress held back by the interval, if any (the worker calls this when the
+        handler returns)."""
+        unsent, self._progress_unsent = self._progress_unsent, None
+        if unsent is not None and self._report_progress is not None:
+            self._progress_sent_at = time.monotonic()
+            self._report_progress(self, *unsent)
 
     def once(self, key, conn=None):
         """`with ctx.once("invoice_charge:812") as first:` True only for the first attempt to

@@ -24,12 +24,14 @@ CANCELLABLE = ("queued", "failed", "running")  # what CANCEL_WAITING and REQUEST
 # runs) unique_key decide between concurrent enqueuers: the loser inserts nothing and reads the
 # winner's id afterwards (RUN_BY_KEY). The queue's job_queues row is created on first use.
 # A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
+# The payload travels as JSON text cast here: a host's session may be on psycopg2, which cannot
+# adapt psycopg 3's Jsonb.
 ENQUEUE = """
 WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING),
 inserted AS (
     INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key, queue,
                           priority, unique_key)
-    VALUES (%(job_type)s, %(payload)s, coalesce(%(run_at)s, now()), %(max_attempts)s,
+    VALUES (%(job_type)s, %(payload)s::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s,
             %(idempotency_key)s, %(queue)s, %(priority)s, %(unique_key)s)
     ON CONFLICT DO NOTHING
     RETURNING id, run_at

@@ -55,6 +55,9 @@ class Worker(LeaseHolder, TripKeeper):
         config = app.config
         self.app = app
         self.link = Link(conninfo)
+        # Handlers' ctx.progress() writes, on a connection of their own (made at the first one),
+        # so that they never wait on, nor hold up, the claim and finish round trips.
+        self.progress_link = Link(conninfo)
         self.id = worker_id()
         self.concurrency = concurrency
         self.queues = list(queues) if queues else None  # None: every queue
@@ -243,7 +246,7 @@ class Worker(LeaseHolder, TripKeeper):
                run_timeout, run_lease, backoff_base, backoff_cap):
         job = registry.get(job_type)
         ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
-                         _extend_lease=self.extend_lease)
+                         _extend_lease=self.extend_lease, _report_progress=self.report_progress)
         # A definition's own settings (copied onto its runs) come before the job type's.
         timeout = run_timeout or job.timeout or self.default_timeout
         deadline = time.monotonic() + timeout if timeout else None
@@ -387,6 +390,7 @@ class Worker(LeaseHolder, TripKeeper):
         for lane in self.lanes:
             lane.stop()
             lane.link.close()
+        self.progress_link.close()
         self.async_pool.stop()
         for duty in self.duties:
             duty.stop()
@@ -398,6 +402,7 @@ class Worker(LeaseHolder, TripKeeper):
         write is left to lease recovery."""
         for lane in self.lanes:
             lane.link.cut_by(deadline)
+        self.progress_link.cut_by(deadline)
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 from flask import abort, current_app, g, redirect, request, session, url_for
 from flask_wtf.csrf import CSRFError, validate_csrf
+from werkzeug.exceptions import Forbidden
 from wtforms import ValidationError
 
 from ..core.database import db
@@ -78,16 +79,11 @@ def local_endpoint():
 
 
 def find_viewer():
-    """The viewer from the host's `authorize`, or from jobsweb's own sign-in; None if nobody."""
+    """The viewer from the host's `authorize`, or from jobsweb's own sign-in; None if nobody.
+    A 403 when the host's answer denies access or cannot be used (see host_viewer)."""
     authorize = access().authorize
     if authorize is not None:
-        answer = authorize()
-        if answer is None:
-            return None
-        identity, role = answer
-        if role not in ROLES:
-            raise RuntimeError(f"authorize() returned role {role!r}; it must be one of {', '.join(ROLES)}")
-        return Viewer(str(identity), role)
+        return host_viewer(authorize())
     user_id = session.get(SESSION_KEY)
     if not isinstance(user_id, int):
         return None
@@ -102,6 +98,30 @@ def find_viewer():
     if now - seen >= SEEN_RESOLUTION:
         session[SEEN_KEY] = now
     return Viewer(user.email, user.role, user.id)
+
+
+def host_viewer(answer):
+    """The viewer from an answer of the host's `authorize`:
+    - anything falsy (None, False, "", ()): nobody is signed in (to the host's sign-in page);
+    - (identity, role), role viewer, operator or admin: that person, with that role;
+    - (identity, None): signed in, but not allowed here: a 403 page with no links inside;
+    - anything else (a role that is not one of the three, an empty or None identity, not a pair)
+      fails closed: a 403, and one error line in the log saying what the host returned.
+    `authorize` may also abort(403) itself (the same page)."""
+    if not answer:
+        return None
+    if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], (str, int)) \
+            and not isinstance(answer[0], bool) and str(answer[0]).strip():
+        identity, role = answer
+        if role is None:
+            abort(403, f"You are signed in as {identity}, but not allowed to see the job screen.")
+        if role in ROLES:
+            return Viewer(str(identity), role)
+    current_app.logger.error("authorize() returned %.200r; it must return None (nobody signed in), "
+                             "(identity, None) (no access) or (identity, role) with a non-empty identity "
+                             "and role one of %s: access refused", answer, ", ".join(ROLES))
+    abort(403, "The application's sign-in did not say who you are in a way jobsweb can use, "
+               "so access is refused. The error is in the application's log.")
 
 
 def forget_session():
@@ -136,7 +156,12 @@ def require_sign_in():
     if local_endpoint() in PINGS | PROBES:
         g.jobsweb_viewer = None
         return None
-    g.jobsweb_viewer = find_viewer()
+    try:
+        g.jobsweb_viewer = find_viewer()
+    except Forbidden:
+        if local_endpoint() not in PUBLIC:
+            raise
+        g.jobsweb_viewer = None  # the stylesheet of the 403 page itself, the health check
     if g.jobsweb_viewer is not None or local_endpoint() in PUBLIC:
         return None
     back = request.full_path.rstrip("?") if request.method == "GET" else None

@@ -3,8 +3,10 @@ request size, text without control characters in query strings, ids that fit a b
 security headers of each answer."""
 
 from flask import abort, current_app, request
+from werkzeug.wsgi import LimitedStream
 
-from ..core.errors import BIGINT_MAX, InvalidInput, clean_text
+from ..core.database import require_postgresql
+from ..core.errors import BIGINT_MAX, ConfigError, InvalidInput, clean_text
 from .access import PINGS, local_endpoint
 
 # No inline script or style anywhere (confirm.js replaces onclick); nothing may frame the screen.
@@ -18,17 +20,31 @@ HEADERS = {
 }
 
 
+def require_database():
+    """before_request, first: jobsweb's pages on a database other than PostgreSQL answer one plain
+    500 naming the setting (logged once per request), instead of an error from deeper down."""
+    try:
+        require_postgresql()
+    except ConfigError as exc:
+        current_app.logger.error("%s", exc)
+        return str(exc), 500, {"Content-Type": "text/plain; charset=utf-8"}
+
+
 def limit_request():
     """before_request, first: refuse a body over JOBSWEB_MAX_REQUEST_BYTES before anything parses
     it (a 50 MB anonymous POST was parsed before the CSRF check refused it), and cap what the
     form parser reads when no length was sent. A ping reads only the start of its body and cuts
-    the rest (a script piping a long log must still be recorded): it is left to do so."""
+    the rest (a script piping a long log must still be recorded): it is left to do so.
+
+    The cap wraps the request's input rather than setting request.max_content_length, which has
+    no setter before Werkzeug 3.1 (on Flask 3.0 every page was a 500); nothing has read the body
+    yet, and the host's MAX_CONTENT_LENGTH for its own routes is left as it is."""
     if local_endpoint() in PINGS:
         return
     limit = current_app.config["JOBSWEB_MAX_REQUEST_BYTES"]
     if request.content_length is not None and request.content_length > limit:
         abort(413, f"The request is over the limit of {limit} bytes.")
-    request.max_content_length = limit
+    request.environ["wsgi.input"] = LimitedStream(request.environ["wsgi.input"], limit, is_max=True)
     request.max_form_memory_size = limit
 
 

@@ -197,7 +197,7 @@ def _time(args, name, zone):
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,
                 JobRun.run_at, JobRun.created_at, JobRun.finished_at, JobRun.error_type, JobRun.last_error,
                 JobRun.definition_id, JobRun.cancel_requested_at, JobRun.queue, JobRun.priority,
-                JobRun.deleted_definition)
+                JobRun.deleted_definition, JobRun.progress, JobRun.progress_note)
 
 
 # psycopg prepares a statement run 5 times on one connection, and PostgreSQL may then plan it

@@ -41,6 +41,7 @@ def favicon():
                                max_age=86400)
 
 
+admin.before_request(guards.require_database)  # first: every other hook may read the database
 admin.before_request(outage.bound_waits)  # before any hook that reads the database
 admin.teardown_request(outage.end_bounds)
 admin.before_request(guards.limit_request)  # first to read: nothing may parse a body over the limit

@@ -7,12 +7,19 @@ from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput, clean_text
 from ..core.models import ROLES, User
-from .access import role_required, viewer
+from .access import access, role_required, viewer
 from .accounts import create_user, reset_password, set_active
 from .forms import UserForm
 from .rendering import redirect_to, render
 
 bp = Blueprint("users", __name__, url_prefix="/users")
+
+
+@bp.before_request
+def only_jobswebs_own_users():
+    """Inside a host app with `authorize`, the host decides who signs in: no users to manage here."""
+    if access().authorize is not None:
+        abort(404)
 
 
 @bp.route("", methods=["GET", "POST"])

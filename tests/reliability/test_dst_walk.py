@@ -1,6 +1,6 @@
 """Drill 8, schedules across DST: every clock change of 2026, walked minute by minute.
 
-An independent check of the schedule rule (README "Schedules"): the fire times expected are
+An independent check of the schedule rule (docs/REFERENCE.md, "Schedules"): the fire times expected are
 worked out here from the rule itself, by walking every UTC minute around each transition,
 reading the wall clock with zoneinfo and matching it with a small matcher of our own (not
 croniter, not jobsweb's cron_fields). Both ways jobsweb computes slots must agree with it:

@@ -1,0 +1,56 @@
+"""jobsweb.get_run(run_id): a run as application code reads it (RQ's Job.fetch(id), Celery's
+AsyncResult(id)), for "Exporting… 66%" in a host's own template with one call."""
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+from flask import current_app
+from sqlalchemy import select
+
+from . import statements
+from ..core.database import db
+from ..core.errors import BIGINT_MAX, InvalidInput
+from ..core.models import JobRun
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run, read-only, as it was when get_run() read it."""
+
+    id: int
+    job_type: str
+    status: str  # queued | running | succeeded | failed (a retry is due) | dead | cancelled | skipped | missed
+    attempts: int  # attempts started so far
+    max_attempts: int
+    progress: float | None  # 0.0 to 1.0, the latest ctx.progress() of its handler
+    progress_note: str | None
+    progress_at: datetime | None
+    result: object  # what the handler returned (JSON), once succeeded
+    last_error: str | None
+    error_type: str | None
+    created_at: datetime
+    run_at: datetime  # when it is (or was) due; for a failed run, its retry
+    started_at: datetime | None  # of its latest attempt
+    finished_at: datetime | None
+
+    @property
+    def done(self):
+        """True once the run will not execute again (succeeded, dead, cancelled, skipped, missed)."""
+        return self.status not in statements.ACTIVE_STATUSES
+
+
+INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/inline.py), by id
+COLUMNS = [getattr(JobRun, field.name) for field in fields(Run) if field.name != "attempts"] + [JobRun.attempts]
+
+
+def get_run(run_id):
+    """The run `run_id` (what enqueue() returned) as a Run, or None if there is none; read in
+    db.session, so a run enqueued with session=db.session is seen before the commit. In inline
+    mode (JOBSWEB_INLINE), the run kept in memory."""
+    if isinstance(run_id, bool) or not isinstance(run_id, int) or not 1 <= run_id <= BIGINT_MAX:
+        raise InvalidInput("run_id", f"must be a run id (a whole number above 0), got {run_id!r}")
+    if current_app.config.get("JOBSWEB_INLINE"):
+        record = current_app.extensions.get(INLINE_RUNS, {}).get(run_id)
+        return None if record is None else Run(**record)
+    row = db.session.execute(select(*COLUMNS).where(JobRun.id == run_id)).mappings().first()
+    return None if row is None else Run(**row)

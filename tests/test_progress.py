@@ -1,0 +1,89 @@
+"""A handler's ctx.progress(), shown on the run page and the runs list, and jobsweb.get_run()
+reading a run's status, progress and result from application code."""
+
+import time
+
+import pytest
+
+import jobsweb
+from jobsweb import InvalidInput, enqueue, get_run
+from jobsweb.engine.registry import PROGRESS_INTERVAL, JobContext
+from jobsweb.testing import drain
+from tests.conftest import wait_for
+
+
+def read(app, run_id):
+    with app.app_context():
+        return get_run(run_id)
+
+
+def test_a_worker_process_records_progress_shown_live_and_read_through_get_run(app, spawn_worker, sign_in, tmp_path):
+    gate = tmp_path / "gate"
+    with app.app_context():
+        run_id = jobsweb.enqueue("test.export", {"pages": 3, "gate": str(gate)})
+    assert read(app, run_id).progress is None and read(app, run_id).status == "queued"
+    spawn_worker("--forever", "--poll-interval", "0.2")
+    wait_for(lambda: read(app, run_id).progress_note == "Exporting page 1 of 3", message="page 1's progress")
+    (tmp_path / "gate.0").touch()
+    run = wait_for(lambda: (r := read(app, run_id)).progress_note == "Exporting page 2 of 3" and r,
+                   message="page 2's progress")
+    assert (run.status, run.attempts, run.progress, run.done) == ("running", 1, pytest.approx(1 / 3), False)
+    client = sign_in("viewer")
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert '<progress max="1" value="0.333' in page and "33% · Exporting page 2 of 3" in page
+    assert "33% · Exporting page 2 of 3" in client.get("/runs").get_data(as_text=True)
+    (tmp_path / "gate.1").touch()
+    (tmp_path / "gate.2").touch()
+    run = wait_for(lambda: (r := read(app, run_id)).done and r, message="the run to finish")
+    # The last value said is written although it came within the interval of the one before.
+    assert (run.status, run.progress, run.progress_note, run.result) == ("succeeded", 1.0, "Exported", {"pages": 3})
+    assert run.finished_at >= run.progress_at >= run.started_at
+    # The list shows progress of running runs only: a finished run shows its status alone.
+    assert "Exported" not in client.get("/runs").get_data(as_text=True)
+
+
+def test_an_async_handler_reports_progress_as_a_sync_one_does(app):
+    with app.app_context():
+        run_id = enqueue("test.async_progress")
+        assert [r.status for r in drain()] == ["succeeded"]
+    run = read(app, run_id)
+    assert (run.progress, run.progress_note, run.result) == (0.75, "three quarters", "done")
+
+
+def test_progress_is_written_at_most_once_an_interval_and_its_last_value_at_the_end():
+    written = []
+    ctx = JobContext(1, "t", {}, 1, 1, _report_progress=lambda ctx, progress, note: written.append((progress, note)))
+    started = time.monotonic()
+    for step in range(1000):
+        ctx.progress(step / 1000, f"step {step}")
+    elapsed = time.monotonic() - started
+    assert 1 <= len(written) <= 1 + elapsed / PROGRESS_INTERVAL and written[0] == (0.0, "step 0")
+    ctx.flush_progress()
+    assert written[-1] == (0.999, "step 999")
+    ctx.flush_progress()  # nothing held back: nothing written
+    assert written[-1] == (0.999, "step 999") and len(written) <= 2 + elapsed / PROGRESS_INTERVAL
+
+
+@pytest.mark.parametrize("fraction, note, field", [
+    (1.5, None, "progress"), (-0.1, None, "progress"), (float("nan"), None, "progress"), ("50%", None, "progress"),
+    (True, None, "progress"), (0.5, 3, "note"), (0.5, "a\x1b[2J", "note"), (0.5, "x" * 201, "note"),
+])
+def test_a_bad_progress_is_refused_naming_the_field(fraction, note, field):
+    ctx = JobContext(1, "t", {}, 1, 1, _report_progress=lambda *args: pytest.fail("written"))
+    with pytest.raises(InvalidInput) as raised:
+        ctx.progress(fraction, note)
+    assert raised.value.field == field
+
+
+def test_get_run_sees_a_run_enqueued_in_the_session_and_none_for_no_run(app):
+    from jobsweb.core.database import db
+
+    with app.app_context():
+        run_id = enqueue("jobsweb.noop", session=db.session)
+        run = get_run(run_id)
+        assert (run.id, run.job_type, run.status, run.attempts, run.done) == (run_id, "jobsweb.noop", "queued", 0, False)
+        db.session.rollback()
+        assert get_run(run_id) is None
+        for bad in ("1", 0, 2**63, True, None):
+            with pytest.raises(InvalidInput, match="run_id"):
+                get_run(bad)
