@@ -33,9 +33,10 @@ def _seconds(value):
     return f"{value:g} s" if value < 120 else f"{value / 60:g} min"
 
 
-def hour_chart(rows):
-    """rows of (hour, succeeded, failed), oldest first: bars, y-axis ticks and hour labels (UTC
-    hours, which static/local-times.js relabels in the viewer's zone)."""
+def hour_chart(rows, label_every=6, dated=False):
+    """rows of (start, succeeded, failed), oldest first: bars, y-axis ticks and a label every
+    `label_every` bars: its UTC time, which static/local-times.js relabels in the viewer's zone,
+    or when `dated` its UTC day (bars of hours over a week)."""
     # At least 2, so the half-way tick is a whole number of attempts.
     top = nice_top(max([2] + [max(ok, bad) for _, ok, bad in rows]))
     slot = (WIDTH - LEFT) / max(len(rows), 1)
@@ -48,8 +49,9 @@ def hour_chart(rows):
             bars.append({"x": round(x + offset, 1), "y": round(BASE - height, 1), "width": round(slot / 2 - 2, 1),
                          "height": height, "kind": kind, "hour": utc.isoformat(),
                          "utc": utc.strftime("%H:%M"), "rest": f" · {count} {words}"})
-        if i % 6 == 0:
-            labels.append({"x": round(x + 2, 1), "hour": utc.isoformat(), "utc": utc.strftime("%H:%M")})
+        if i % label_every == 0:
+            labels.append({"x": round(x + 2, 1), "hour": None if dated else utc.isoformat(),
+                           "utc": utc.strftime("%a %d" if dated else "%H:%M")})
     return {"bars": bars, "ticks": _ticks(top, _count), "labels": labels, "left": LEFT, "base": BASE,
             "width": WIDTH, "top": top}
 
