@@ -600,7 +600,12 @@ def admin_pages(bench, history):
                  "runs: payload filter, dead": "/runs?" + urllib.parse.urlencode(
                      {"payload": json.dumps({"customer_id": 700}), "status": "dead"}),
                  "runs: payload filter, no match": "/runs?" + urllib.parse.urlencode({"payload": '{"invoice_id": -1}'}),
-                 "audit log": "/audit", "audit: by action": "/audit?action=cancel"}
+                 "audit log": "/audit", "audit: by action": "/audit?action=cancel",
+                 # Per job type metrics, read from their rollup (the first of the warm-up
+                 # requests adds the history's last week to it).
+                 "metrics: last hour": "/job-metrics?window=1h", "metrics: last 24 hours": "/job-metrics",
+                 "metrics: last 7 days": "/job-metrics?window=7d",
+                 "metrics: last 7 days, by p95": "/job-metrics?window=7d&sort=p95&job_type=jobsweb.noop"}
         out = {}
         for name, path in pages.items():
             times = []
