@@ -151,3 +151,38 @@ def test_a_quantile_is_interpolated_within_its_bucket():
     assert BOUNDS[i - 1] < quantile(cumulative, 10, 0.5) < BOUNDS[i]
     assert quantile(cumulative, 0, 0.5) is None
     assert quantile([0] * len(BOUNDS), 3, 0.95) == float("inf")  # every value past the last bound
+
+
+def test_a_long_backlog_is_counted_a_chunk_at_a_time_and_the_page_says_it_is_still_counting(
+        sign_in, sql, monkeypatch):
+    from jobsweb.ops import job_type_metrics
+    from jobsweb.web import metrics_pages
+
+    monkeypatch.setattr(job_type_metrics, "CHUNK", 1)
+    monkeypatch.setattr(metrics_pages, "SEAL_BUDGET", 0)  # one chunk per view
+    client = sign_in("viewer")
+    for hours in (5, 4, 3, 2):
+        # Two attempts of one instant, more than a chunk: both are counted by the same view.
+        finished(sql, "send_invoice", 1, n=2, ago=f"{hours} hours")
+    seen = []
+    for _ in range(6):
+        html = client.get("/job-metrics").get_data(as_text=True)
+        seen.append((rows(html).get("send_invoice", ["0"])[0], "Still counting older attempts" in html))
+    assert seen == [("2", True), ("4", True), ("6", True), ("8", True), ("8", False), ("8", False)]
+
+
+def test_a_view_does_not_wait_for_another_one_that_is_counting(sign_in, sql, database_url_for_tests):
+    import psycopg
+
+    from jobsweb.core.database import libpq_url
+
+    client = sign_in("viewer")
+    finished(sql, "send_invoice", 1, n=2)
+    client.get("/job-metrics")
+    finished(sql, "send_invoice", 1, n=5, ago="30 seconds")
+    sql("UPDATE job_type_metrics_state SET sealed_until = now() - interval '1 minute'")
+    with psycopg.connect(libpq_url(database_url_for_tests)) as other:
+        other.execute("SELECT 1 FROM job_type_metrics_state FOR UPDATE")  # counting, in another process
+        html = client.get("/job-metrics").get_data(as_text=True)
+        assert rows(html)["send_invoice"][0] == "2"
+    assert rows(client.get("/job-metrics").get_data(as_text=True))["send_invoice"][0] == "7"

@@ -13,6 +13,7 @@ retry time, so the wait of the attempts before is gone. It is counted for runs t
 (succeeded, dead, cancelled) when their attempt is rolled up.
 """
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -56,14 +57,23 @@ def _cumulative(seconds):
 
 ENSURE_STATE = "INSERT INTO job_type_metrics_state (id) VALUES (1) ON CONFLICT (id) DO NOTHING"
 
-# One view at a time adds attempts; the others wait on this row lock, then find nothing left.
-# `oldest`: no row older than the longest window is kept, so a first view (or one after weeks
-# without any) reads a week of attempts at most.
+# One view at a time adds attempts; SKIP LOCKED: the others read what is there rather than wait
+# behind it. No row older than the longest window is kept, so a first view (or one after weeks
+# without any) starts a week back.
 STATE = """
 SELECT sealed_until, bounds, now() - CAST(%(settle)s AS interval) AS cutoff,
        now() - CAST(%(hour_keep)s AS interval) AS oldest_hour,
        now() - CAST(%(minute_keep)s AS interval) AS oldest_minute
-FROM job_type_metrics_state WHERE id = 1 FOR UPDATE
+FROM job_type_metrics_state WHERE id = 1 FOR UPDATE SKIP LOCKED
+"""
+
+# When the CHUNK-th attempt from :since finished (index job_attempts_finished_outcome): a round
+# trip of the rollup reads about CHUNK attempts however many finished in an hour. NULL: fewer
+# are left.
+CHUNK = 20_000
+TICK = timedelta(microseconds=1)  # timestamptz's resolution
+CHUNK_END = """
+SELECT finished_at FROM job_attempts WHERE finished_at >= %(since)s ORDER BY finished_at OFFSET %(chunk)s LIMIT 1
 """
 
 FORGET = "DELETE FROM job_type_metrics"
@@ -100,6 +110,7 @@ DELETE FROM job_type_metrics WHERE (span = 'minute' AND bucket < %(oldest_minute
 """
 
 SEAL = "UPDATE job_type_metrics_state SET sealed_until = %(until)s WHERE id = 1"
+SEALED = "SELECT sealed_until FROM job_type_metrics_state WHERE id = 1"
 
 CURRENT_BUCKET = "SELECT date_trunc(%(span)s, now(), 'UTC')"
 
@@ -131,22 +142,38 @@ ORDER BY b.start
 """
 
 
-def seal():
-    """Add the attempts finished since the last view to the rollup, in one short transaction."""
-    execute(ENSURE_STATE)
-    state = execute(STATE, {"settle": SETTLE, "hour_keep": KEEP["hour"], "minute_keep": KEEP["minute"]}).one()
-    sealed_until = state.sealed_until
-    if state.bounds is None or tuple(state.bounds) != BOUNDS:
-        execute(FORGET)
-        execute(START_OVER, {"bounds": list(BOUNDS)})
-        sealed_until = None
-    since = max(sealed_until or state.oldest_hour, state.oldest_hour)
-    if since < state.cutoff:
-        execute(ROLL_UP, {"span": "hour", "since": since, "until": state.cutoff})
-        execute(ROLL_UP, {"span": "minute", "since": max(since, state.oldest_minute), "until": state.cutoff})
+def seal(budget):
+    """Add the attempts finished since the last view to the rollup, CHUNK at a time, one short
+    transaction each, for about `budget` seconds at most; the time up to which attempts are
+    counted (None: nothing yet)."""
+    stop_at = time.monotonic() + budget
+    while True:
+        execute(ENSURE_STATE)
+        state = execute(STATE, {"settle": SETTLE, "hour_keep": KEEP["hour"],
+                                "minute_keep": KEEP["minute"]}).first()
+        if state is None:  # another view is adding them
+            db.session.rollback()
+            return execute(SEALED).scalar()
+        sealed_until = state.sealed_until
+        if state.bounds is None or tuple(state.bounds) != BOUNDS:
+            execute(FORGET)
+            execute(START_OVER, {"bounds": list(BOUNDS)})
+            sealed_until = None
+        since = max(sealed_until or state.oldest_hour, state.oldest_hour)
+        if since >= state.cutoff:
+            db.session.commit()
+            return sealed_until
+        # Through the instant of the CHUNK-th attempt: a batch's finish shares one now(), and a
+        # chunk ending inside it would leave the rest of the batch for the next.
+        last = execute(CHUNK_END, {"since": since, "chunk": CHUNK - 1}).scalar()
+        until = state.cutoff if last is None else min(last + TICK, state.cutoff)
+        execute(ROLL_UP, {"span": "hour", "since": since, "until": until})
+        execute(ROLL_UP, {"span": "minute", "since": max(since, state.oldest_minute), "until": until})
         execute(PRUNE, {"oldest_minute": state.oldest_minute, "oldest_hour": state.oldest_hour})
-        execute(SEAL, {"until": state.cutoff})
-    db.session.commit()
+        execute(SEAL, {"until": until})
+        db.session.commit()
+        if until == state.cutoff or time.monotonic() > stop_at:
+            return until
 
 
 def quantile(cumulative, total, q):
@@ -178,9 +205,8 @@ class JobTypeFigures:
 
 
 def figures(window):
-    """Each job type's JobTypeFigures over `window` (a Window), after sealing, and the window's
-    start."""
-    seal()
+    """Each job type's JobTypeFigures over `window` (a Window) as far as the rollup has counted,
+    and the window's start."""
     since = execute(CURRENT_BUCKET, {"span": window.span}).scalar() + SPAN_LENGTH[window.span] - window.length
     args = {"span": window.span, "since": since}
     histograms = {}

@@ -1,6 +1,8 @@
 """The metrics page: each job type's attempts, failures, durations and waits over a window, and
 a chart of attempts over it (ops/job_type_metrics.py counts them)."""
 
+from datetime import datetime, timedelta, timezone
+
 from flask import Blueprint, abort, request
 
 from ..engine.link import NO_JIT
@@ -13,6 +15,10 @@ from .runlist import text_filter
 bp = Blueprint("job_metrics", __name__)
 
 DEFAULT_WINDOW = "24h"
+# Seconds a view spends adding attempts to the rollup before it answers with what is counted:
+# only the first views after an upgrade (a week of attempts) or a long quiet spell need more.
+SEAL_BUDGET = 1.0
+BEHIND = timedelta(minutes=1)  # counted up to longer ago than this: the page says so
 # Column key -> (heading, what it sorts by); the first order of a column is descending except
 # for the job type's name.
 COLUMNS = {
@@ -54,12 +60,14 @@ def index():
     sort = _choice("sort", COLUMNS, "runs")
     order = _choice("order", ("asc", "desc"), "asc" if sort == "job_type" else "desc")
     chosen = text_filter(request.args, "job_type") or None
+    counted_until = job_type_metrics.seal(SEAL_BUDGET)
     # A week of rows is summed here: cheap, but past jit_above_cost on a stock server, where
-    # compiling would cost more than the read. This request's transaction only.
+    # compiling would cost more than the read. This request's (read-only) transaction only.
     execute(NO_JIT)
     figures, since = job_type_metrics.figures(window)
+    behind = counted_until is None or datetime.now(timezone.utc) - counted_until > BEHIND
     figures.sort(key=COLUMNS[sort][1], reverse=order == "desc")
     chart = job_type_metrics.chart(window, since, chosen)
     return render("job_metrics.html", "partials/_job_metrics.html", window=window, windows=WINDOWS,
                   figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen,
-                  chart=chart, seconds=short_seconds, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")
+                  chart=chart, seconds=short_seconds, behind=behind, counted_until=counted_until, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")

@@ -165,7 +165,8 @@ def templates():
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
-                       hour_chart=hour_chart, run_chart=run_chart)
+                       hour_chart=hour_chart, run_chart=run_chart,
+                       utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
                        pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
