@@ -57,14 +57,20 @@ def _cumulative(seconds):
 
 ENSURE_STATE = "INSERT INTO job_type_metrics_state (id) VALUES (1) ON CONFLICT (id) DO NOTHING"
 
-# One view at a time adds attempts; SKIP LOCKED: the others read what is there rather than wait
-# behind it. No row older than the longest window is kept, so a first view (or one after weeks
-# without any) starts a week back.
+# The rollup's state: `pending` when attempts finished since it was sealed (index
+# job_attempts_finished_outcome), so a view with nothing to add writes nothing. Read first
+# without a lock; then, to add, locked: one view at a time adds attempts, and SKIP LOCKED lets
+# the others read what is there rather than wait behind it. No row older than the longest window
+# is kept, so a first view (or one after weeks without any) starts a week back.
 STATE = """
-SELECT sealed_until, bounds, now() - CAST(%(settle)s AS interval) AS cutoff,
+SELECT sealed_until, bounds = CAST(%(bounds)s AS float8[]) AS current,
+       EXISTS (SELECT 1 FROM job_attempts
+               WHERE finished_at >= greatest(sealed_until, now() - CAST(%(hour_keep)s AS interval))
+                 AND finished_at < now() - CAST(%(settle)s AS interval)) AS pending,
+       now() - CAST(%(settle)s AS interval) AS cutoff,
        now() - CAST(%(hour_keep)s AS interval) AS oldest_hour,
        now() - CAST(%(minute_keep)s AS interval) AS oldest_minute
-FROM job_type_metrics_state WHERE id = 1 FOR UPDATE SKIP LOCKED
+FROM job_type_metrics_state WHERE id = 1 {lock}
 """
 
 # When the CHUNK-th attempt from :since finished (index job_attempts_finished_outcome): a round
@@ -147,22 +153,25 @@ def seal(budget):
     transaction each, for about `budget` seconds at most; the time up to which attempts are
     counted (None: nothing yet)."""
     stop_at = time.monotonic() + budget
+    args = {"bounds": list(BOUNDS), "settle": SETTLE, "hour_keep": KEEP["hour"], "minute_keep": KEEP["minute"]}
     while True:
-        execute(ENSURE_STATE)
-        state = execute(STATE, {"settle": SETTLE, "hour_keep": KEEP["hour"],
-                                "minute_keep": KEEP["minute"]}).first()
+        state = execute(STATE.format(lock=""), args).first()
+        if state is None:
+            execute(ENSURE_STATE)
+            db.session.commit()
+            continue
+        if state.current and not state.pending:
+            return state.cutoff
+        state = execute(STATE.format(lock="FOR UPDATE SKIP LOCKED"), args).first()
         if state is None:  # another view is adding them
             db.session.rollback()
             return execute(SEALED).scalar()
         sealed_until = state.sealed_until
-        if state.bounds is None or tuple(state.bounds) != BOUNDS:
+        if not state.current:
             execute(FORGET)
             execute(START_OVER, {"bounds": list(BOUNDS)})
             sealed_until = None
         since = max(sealed_until or state.oldest_hour, state.oldest_hour)
-        if since >= state.cutoff:
-            db.session.commit()
-            return sealed_until
         # Through the instant of the CHUNK-th attempt: a batch's finish shares one now(), and a
         # chunk ending inside it would leave the rest of the batch for the next.
         last = execute(CHUNK_END, {"since": since, "chunk": CHUNK - 1}).scalar()
