@@ -186,3 +186,69 @@ def test_a_view_does_not_wait_for_another_one_that_is_counting(sign_in, sql, dat
         html = client.get("/job-metrics").get_data(as_text=True)
         assert rows(html)["send_invoice"][0] == "2"
     assert rows(client.get("/job-metrics").get_data(as_text=True))["send_invoice"][0] == "7"
+
+
+# -- in a real Chromium ------------------------------------------------------------------------
+
+SIZES = {"laptop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
+# axe's findings of impact moderate or worse, as (rule, [where]) pairs.
+NOT_MINOR = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+    .filter(v => ["moderate", "serious", "critical"].includes(v.impact))
+    .map(v => [v.id, v.nodes.slice(0, 4).map(n => n.target.join(" ") + " " + (n.failureSummary || ""))])"""
+
+
+def test_in_a_browser_the_page_has_no_axe_finding_fits_a_phone_and_sorts_and_links(
+        app, sql, make_user, browser, serve):
+    from playwright import sync_api
+
+    from tests.test_web_look import AXE, sign_in as browser_sign_in
+
+    if not AXE.exists():
+        raise RuntimeError(f"{AXE} is missing: `make test` installs axe-core from the npm registry")
+    finished(sql, "billing.charge_invoice", 0.8, n=30, waited=2)
+    finished(sql, "billing.charge_invoice", 12, n=3, outcome="failed", ago="3 hours")
+    finished(sql, "reports.nightly_export_of_every_customer_account", 95, n=2, ago="20 hours", waited=40)
+    finished(sql, "send_invoice", 0.05, n=12, ago="3 days")
+    queued_later = sql("INSERT INTO job_runs (job_type, run_at) VALUES ('send_invoice', now() + interval '1 day') "
+                       "RETURNING id")[0][0]
+    base = serve(app)
+    email = make_user("admin")
+    axe = AXE.read_text()
+    findings, sideways, refused = [], [], []
+    urls = ["/job-metrics", "/job-metrics?window=7d&sort=p95&job_type=send_invoice", "/job-metrics?window=1h",
+            f"/runs/{queued_later}", f"/runs/{queued_later}/delete"]
+    for scheme in ("light", "dark"):
+        context = browser.new_context(base_url=base, viewport=SIZES["laptop"], color_scheme=scheme, locale="en-GB")
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+        browser_sign_in(page, email)
+        for url in urls:
+            page.goto(url)
+            for size, viewport in SIZES.items():
+                page.set_viewport_size(viewport)
+                if not page.evaluate("() => typeof axe !== 'undefined'"):
+                    page.evaluate(axe)
+                findings += [(scheme, size, url, rule, where) for rule, where in page.evaluate(NOT_MINOR)]
+                width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+                if width[0] > width[1]:
+                    sideways.append((scheme, size, url, width))
+                if url == "/job-metrics":
+                    page.screenshot(path=f"/tmp/28b/metrics-{size}-{scheme}.png", full_page=True)
+            page.set_viewport_size(SIZES["laptop"])
+        if scheme == "light":
+            # Sorting and the links work as a person uses them.
+            page.goto("/job-metrics?window=7d")
+            page.get_by_role("link", name="p95 duration").click()
+            sync_api.expect(page.locator("th[aria-sort=descending]")).to_contain_text("p95 duration")
+            first = page.locator("table.metrics tbody tr").first
+            sync_api.expect(first).to_contain_text("reports.nightly_export_of_every_customer_account")
+            page.get_by_role("link", name="billing.charge_invoice", exact=True).click()
+            sync_api.expect(page).to_have_url(re.compile(r"/runs\?job_type=billing.charge_invoice$"))
+            page.goto("/")
+            page.get_by_role("navigation", name="Pages").get_by_role("link", name="Metrics").click()
+            sync_api.expect(page.get_by_role("heading", name="Metrics")).to_be_visible()
+        context.close()
+    assert findings == []
+    assert sideways == []
+    assert refused == []
