@@ -5,8 +5,8 @@ from datetime import datetime, timedelta, timezone
 
 from flask import Blueprint, abort, request
 
-from ..engine.link import NO_JIT
 from ..core.database import execute
+from ..engine.link import NO_JIT
 from ..ops import job_type_metrics
 from ..ops.job_type_metrics import WINDOWS
 from .rendering import render
