@@ -191,17 +191,14 @@ def test_a_view_does_not_wait_for_another_one_that_is_counting(sign_in, sql, dat
 # -- in a real Chromium ------------------------------------------------------------------------
 
 SIZES = {"laptop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
-# axe's findings of impact moderate or worse, as (rule, [where]) pairs.
-NOT_MINOR = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
-    .filter(v => ["moderate", "serious", "critical"].includes(v.impact))
-    .map(v => [v.id, v.nodes.slice(0, 4).map(n => n.target.join(" ") + " " + (n.failureSummary || ""))])"""
+NOT_MINOR = ["moderate", "serious", "critical"]
 
 
 def test_in_a_browser_the_page_has_no_axe_finding_fits_a_phone_and_sorts_and_links(
         app, sql, make_user, browser, serve):
     from playwright import sync_api
 
-    from tests.test_web_look import AXE, sign_in as browser_sign_in
+    from tests.test_web_look import AXE, look_at, sign_in as browser_sign_in
 
     if not AXE.exists():
         raise RuntimeError(f"{AXE} is missing: `make test` installs axe-core from the npm registry")
@@ -225,15 +222,12 @@ def test_in_a_browser_the_page_has_no_axe_finding_fits_a_phone_and_sorts_and_lin
         browser_sign_in(page, email)
         for url in urls:
             page.goto(url)
-            for size, viewport in SIZES.items():
-                page.set_viewport_size(viewport)
-                if not page.evaluate("() => typeof axe !== 'undefined'"):
-                    page.evaluate(axe)
-                findings += [(scheme, size, url, rule, where) for rule, where in page.evaluate(NOT_MINOR)]
-                width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
-                if width[0] > width[1]:
-                    sideways.append((scheme, size, url, width))
-                if url == "/job-metrics":
+            found, wide = look_at(page, axe, NOT_MINOR, SIZES)
+            findings += [(scheme, url, *f) for f in found]
+            sideways += [(scheme, url, *w) for w in wide]
+            if url == "/job-metrics":
+                for size, viewport in SIZES.items():
+                    page.set_viewport_size(viewport)
                     page.screenshot(path=f"/tmp/28b/metrics-{size}-{scheme}.png", full_page=True)
             page.set_viewport_size(SIZES["laptop"])
         if scheme == "light":

@@ -112,14 +112,18 @@ def bulk_delete():
 def run_now(run_id):
     """Make a queued run that is due later due now; listening workers are woken at commit."""
     run = _run_or_404(run_id)
-    due = run.run_at
+    due, status = run.run_at, run.status
     if run_actions.run_now(run_id):
         audit.record("run_now", "run", run_id, was_due=due.isoformat())
-        flash(f"Run {run_id} is due now.", "run:queued")
-    else:
-        flash(f"Run {run_id} is {run.status}{' and due already' if run.status == 'queued' else ''}: "
-              "only a queued run due later can be run now.", f"run:{run.status}")
+        return _back_to(run_id, f"Run {run_id} is due now.", "queued")
+    return _back_to(run_id, f"Run {run_id} is {status}{' and due already' if status == 'queued' else ''}: "
+                            "only a queued run due later can be run now.", status)
+
+
+def _back_to(run_id, message, status):
+    """Commit, and back to the run's page with `message`, shown while the run is `status`."""
     db.session.commit()
+    flash(message, f"run:{status}")
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
 
 
@@ -138,12 +142,9 @@ def reschedule(run_id):
     now = db.session.scalar(select(func.now()))
     if when <= now:
         abort(400, f"run_at: {raw} is not in the future; to run it at once, use Run now.")
-    due = run.run_at
+    due, status = run.run_at, run.status
     if run_actions.reschedule(run_id, when):
         audit.record("reschedule", "run", run_id, was_due=due.isoformat(), due=when.isoformat())
-        flash(f"Run {run_id} is due {when.strftime('%Y-%m-%d %H:%M')} {request.form.get('tz') or 'UTC'}.",
-              "run:queued")
-    else:
-        flash(f"Run {run_id} is {run.status}: only a queued run can be rescheduled.", f"run:{run.status}")
-    db.session.commit()
-    return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
+        return _back_to(run_id, f"Run {run_id} is due {when.strftime('%Y-%m-%d %H:%M')} "
+                                f"{request.form.get('tz') or 'UTC'}.", "queued")
+    return _back_to(run_id, f"Run {run_id} is {status}: only a queued run can be rescheduled.", status)
