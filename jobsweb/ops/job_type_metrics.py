@@ -51,8 +51,9 @@ WINDOWS = {w.key: w for w in (
 SPAN_LENGTH = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
 
 
-def _cumulative(seconds):
-    return ", ".join(f"count(*) FILTER (WHERE {seconds} <= {bound})" for bound in BOUNDS)
+def _cumulative(position):
+    """Counts under each bound, from rows grouped by their bucket's `position` (width_bucket)."""
+    return ", ".join(f"coalesce(sum(n) FILTER (WHERE {position} <= {k}), 0)" for k in range(len(BOUNDS)))
 
 
 ENSURE_STATE = "INSERT INTO job_type_metrics_state (id) VALUES (1) ON CONFLICT (id) DO NOTHING"
@@ -87,20 +88,28 @@ START_OVER = "UPDATE job_type_metrics_state SET sealed_until = NULL, bounds = %(
 
 # Attempts that ran to an end (succeeded or failed; interrupted and cancelled ones say nothing of
 # how long the job takes) finished in [since, until), added to their minute's or hour's row (UTC).
-# Index job_attempts_finished_outcome finds them; each joins its run by primary key.
+# Index job_attempts_finished_outcome finds them; each joins its run by primary key. They are
+# first grouped by the histogram buckets their duration and wait fall in (width_bucket: how many
+# bounds are at most the value), so the cumulative counts are summed over a few groups, not over
+# every attempt.
 ROLL_UP = f"""
 INSERT INTO job_type_metrics AS m (span, bucket, job_type, runs, failures, durations, waited, waits)
-SELECT %(span)s, date_trunc(%(span)s, a.finished_at, 'UTC'), r.job_type,
-       count(*), count(*) FILTER (WHERE a.outcome = 'failed'), ARRAY[{_cumulative("d.seconds")}]::bigint[],
-       count(w.seconds), ARRAY[{_cumulative("w.seconds")}]::bigint[]
-FROM job_attempts a
-JOIN job_runs r ON r.id = a.run_id
-CROSS JOIN LATERAL (SELECT extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds) d
-LEFT JOIN LATERAL (SELECT extract(epoch FROM a.started_at - r.run_at)::float8 AS seconds
-                   WHERE r.attempts = a.attempt AND r.status IN ('succeeded', 'dead', 'cancelled')) w ON true
-WHERE a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL
-  AND a.finished_at >= %(since)s AND a.finished_at < %(until)s
-GROUP BY 2, 3
+SELECT %(span)s, bucket, job_type, sum(n), sum(failed), ARRAY[{_cumulative("d")}]::bigint[],
+       coalesce(sum(n) FILTER (WHERE w IS NOT NULL), 0), ARRAY[{_cumulative("w")}]::bigint[]
+FROM (
+    SELECT date_trunc(%(span)s, a.finished_at, 'UTC') AS bucket, r.job_type,
+           width_bucket(extract(epoch FROM a.finished_at - a.started_at)::float8, CAST(%(bounds)s AS float8[])) AS d,
+           width_bucket(wait.seconds, CAST(%(bounds)s AS float8[])) AS w,
+           count(*) AS n, count(*) FILTER (WHERE a.outcome = 'failed') AS failed
+    FROM job_attempts a
+    JOIN job_runs r ON r.id = a.run_id
+    LEFT JOIN LATERAL (SELECT extract(epoch FROM a.started_at - r.run_at)::float8 AS seconds
+                       WHERE r.attempts = a.attempt AND r.status IN ('succeeded', 'dead', 'cancelled')) wait ON true
+    WHERE a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL
+      AND a.finished_at >= %(since)s AND a.finished_at < %(until)s
+    GROUP BY 1, 2, 3, 4
+) grouped
+GROUP BY bucket, job_type
 ON CONFLICT (span, bucket, job_type) DO UPDATE SET
     runs = m.runs + excluded.runs,
     failures = m.failures + excluded.failures,
@@ -176,8 +185,9 @@ def seal(budget):
         # chunk ending inside it would leave the rest of the batch for the next.
         last = execute(CHUNK_END, {"since": since, "chunk": CHUNK - 1}).scalar()
         until = state.cutoff if last is None else min(last + TICK, state.cutoff)
-        execute(ROLL_UP, {"span": "hour", "since": since, "until": until})
-        execute(ROLL_UP, {"span": "minute", "since": max(since, state.oldest_minute), "until": until})
+        execute(ROLL_UP, {"span": "hour", "since": since, "until": until, "bounds": list(BOUNDS)})
+        execute(ROLL_UP, {"span": "minute", "since": max(since, state.oldest_minute), "until": until,
+                          "bounds": list(BOUNDS)})
         execute(PRUNE, {"oldest_minute": state.oldest_minute, "oldest_hour": state.oldest_hour})
         execute(SEAL, {"until": until})
         db.session.commit()

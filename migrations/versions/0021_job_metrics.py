@@ -29,9 +29,9 @@ CREATE TABLE job_type_metrics (
     job_type   text NOT NULL,
     runs       bigint NOT NULL,  -- attempts that ran to an end: succeeded or failed
     failures   bigint NOT NULL,
-    durations  bigint[] NOT NULL,  -- cumulative: attempts that took at most each bound
+    durations  bigint[] NOT NULL,  -- cumulative: attempts that took less than each bound
     waited     bigint NOT NULL,  -- runs whose last attempt ended here (their wait is known)
-    waits      bigint[] NOT NULL,  -- cumulative: of those, the ones that waited at most each bound
+    waits      bigint[] NOT NULL,  -- cumulative: of those, the ones that waited less than each bound
     -- Serves the page's read: one span, the buckets since the window's start.
     PRIMARY KEY (span, bucket, job_type)
 );
