@@ -10,6 +10,7 @@ import math
 import os
 import random
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -579,7 +580,11 @@ def admin_pages(bench, history):
                      "'run', g FROM generate_series(1, 7300) g")
         conn.execute("ANALYZE jobsweb_audit_log")
         max_id, dead_id = conn.execute("SELECT max(id), max(id) FILTER (WHERE status = 'dead') FROM job_runs").fetchone()
-    port = 5599
+    # A free port rather than a fixed one: two benches on one machine (several worktrees) must
+    # not measure each other's server.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     env = dict(os.environ, DATABASE_URL=url, SECRET_KEY="0123456789abcdef-test-secret-key-0123456789-bench")
     server = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run", "--port", str(port),
                                "--no-reload", "--no-debugger"], cwd=ROOT, env=env,

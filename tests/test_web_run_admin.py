@@ -59,6 +59,7 @@ def test_delete_selected_asks_with_the_number_keeps_running_runs_and_audits_whic
     assert ask.status_code == 200 and "<h1>Delete 2 runs?</h1>" in html
     assert "Of the 3 ticked runs" in html and "1 running run will not be deleted" in html
     assert ">Delete 2 runs</button>" in html and 'name="confirmed" value="yes"' in html
+    assert 'aria-current="page">Runs</a>' in html  # still under Runs in the menu
     assert len(sql("SELECT id FROM job_runs")) == 4
     response = client.post("/runs/delete", data=dict(form, confirmed="yes"))
     assert response.status_code == 302 and "status=dead" in response.location  # back to the same filter
