@@ -4,6 +4,8 @@ return; the colours are the stylesheet's, so the dark scheme applies to them too
 
 from datetime import timezone
 
+from markupsafe import Markup, escape
+
 WIDTH = 520  # the SVG's viewBox width
 LEFT = 56  # room for the y-axis labels, at the phone size of their font too
 BASE = 124  # the x-axis's y
@@ -54,6 +56,18 @@ def hour_chart(rows, label_every=6, dated=False):
                            "utc": utc.strftime("%a %d" if dated else "%H:%M")})
     return {"bars": bars, "ticks": _ticks(top, _count), "labels": labels, "left": LEFT, "base": BASE,
             "width": WIDTH, "top": top}
+
+
+def bar_marks(chart, relabel=True):
+    """hour_chart's bars as SVG, each titled with its time and counts; with `relabel`, the time is
+    one static/local-times.js shows in the viewer's zone. Joined here rather than in the template:
+    a bar a minute over an hour is 120 elements, which Jinja took ~10 ms to write."""
+    marks = []
+    for b in chart["bars"]:
+        hour = f' data-hour="{escape(b["hour"])}" data-rest="{escape(b["rest"])}"' if relabel else ""
+        marks.append(f'<rect class="{escape(b["kind"])}" x="{b["x"]}" y="{b["y"]}" width="{b["width"]}" '
+                     f'height="{b["height"]}"><title{hour}>{escape(b["utc"])} UTC{escape(b["rest"])}</title></rect>')
+    return Markup("\n".join(marks))
 
 
 def run_chart(history, slots):
