@@ -18,10 +18,27 @@ PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/defi
 
 expect = sync_api.expect
 
-# axe's findings of impact serious or critical, as (rule, [where]) pairs.
-SERIOUS = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
-    .filter(v => v.impact === "serious" || v.impact === "critical")
+# axe's findings of the impacts given, as (rule, [where]) pairs.
+FINDINGS = """async (impacts) => (await axe.run(document, {resultTypes: ["violations"]})).violations
+    .filter(v => impacts.includes(v.impact))
     .map(v => [v.id, v.nodes.slice(0, 4).map(n => n.target.join(" ") + " " + (n.failureSummary || ""))])"""
+SERIOUS = ["serious", "critical"]
+
+
+def look_at(page, axe, impacts, sizes=SIZES):
+    """The open page at each of `sizes`: axe's findings of `impacts` as (size, rule, where), and
+    (size, [page width, window width]) when it scrolls sideways."""
+    findings, sideways = [], []
+    for size, viewport in sizes.items():
+        page.set_viewport_size(viewport)
+        # Evaluated through the driver, not a <script> in the page: the CSP refuses those.
+        if not page.evaluate("() => typeof axe !== 'undefined'"):
+            page.evaluate(axe)
+        findings += [(size, rule, where) for rule, where in page.evaluate(FINDINGS, impacts)]
+        width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        if width[0] > width[1]:
+            sideways.append((size, width))
+    return findings, sideways
 
 
 @pytest.fixture
@@ -106,15 +123,9 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
         urls += [p.format(run=run, definition=definition, external=external, reported=reported) for p in PAGES] + ["/runs/999999"]  # and an error page
         for url in urls:
             page.goto(url)
-            for size, viewport in SIZES.items():
-                page.set_viewport_size(viewport)
-                # Evaluated through the driver, not a <script> in the page: the CSP refuses those.
-                if not page.evaluate("() => typeof axe !== 'undefined'"):
-                    page.evaluate(axe)
-                findings += [(scheme, size, url, rule, where) for rule, where in page.evaluate(SERIOUS)]
-                width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
-                if width[0] > width[1]:
-                    sideways.append((scheme, size, url, width))
+            found, wide = look_at(page, axe, SERIOUS)
+            findings += [(scheme, url, *f) for f in found]
+            sideways += [(scheme, url, *w) for w in wide]
             page.set_viewport_size(SIZES["laptop"])
         if scheme == "light":
             page.context.clear_cookies()

@@ -305,6 +305,32 @@ WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
 RETURNING id
 """
 
+# Operators delete runs (admin only), with their attempts (ON DELETE CASCADE), in any status
+# but running: a worker holds a running run and would finish it into nothing. A run claimed
+# while this waited for its row lock is re-checked after the wait (READ COMMITTED) and kept.
+DELETE_RUNS = """
+DELETE FROM job_runs
+WHERE id = ANY(%(ids)s) AND status <> 'running'
+RETURNING id, job_type, status
+"""
+DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # what DELETE_RUNS takes
+
+# A queued run due later is made due now ("run now"); the caller sends NOTIFY in the same
+# transaction, so listening workers claim it at commit. A run claimed or cancelled meanwhile
+# is left alone (status), and so is one already due (nothing to do).
+RUN_QUEUED_NOW = """
+UPDATE job_runs SET run_at = now(), updated_at = now()
+WHERE id = %(id)s AND status = 'queued' AND run_at > now()
+RETURNING id
+"""
+
+# A queued run moved to another time (later or earlier, never into the past: the view checks).
+RESCHEDULE_QUEUED = """
+UPDATE job_runs SET run_at = %(run_at)s, updated_at = now()
+WHERE id = %(id)s AND status = 'queued'
+RETURNING id
+"""
+
 # Retention: the oldest finished runs of a status past its retention are deleted with their
 # attempts, one batch per transaction (ops/retention.py). SKIP LOCKED: a run an operator is
 # retrying right now is left for the next pass. The lock also re-checks status, so a run

@@ -21,7 +21,7 @@ from ..core.errors import InvalidInput
 from ..core.package_files import resource
 from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
-from .charts import hour_chart, run_chart
+from .charts import bar_marks, hour_chart, run_chart
 from .shown_text import MASK, is_secret, shown, without_controls
 
 STATUS_WORDS = {
@@ -179,7 +179,8 @@ def templates():
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
-                       hour_chart=hour_chart, run_chart=run_chart)
+                       hour_chart=hour_chart, bar_marks=bar_marks, run_chart=run_chart,
+                       utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
                        pretty=pretty, job_text=job_text, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines

@@ -1,0 +1,73 @@
+"""The metrics page: each job type's attempts, failures, durations and waits over a window, and
+a chart of attempts over it (ops/job_type_metrics.py counts them)."""
+
+from datetime import datetime, timedelta, timezone
+
+from flask import Blueprint, abort, request
+
+from ..core.database import execute
+from ..engine.link import NO_JIT
+from ..ops import job_type_metrics
+from ..ops.job_type_metrics import WINDOWS
+from .rendering import render
+from .runlist import text_filter
+
+bp = Blueprint("job_metrics", __name__)
+
+DEFAULT_WINDOW = "24h"
+# Seconds a view spends adding attempts to the rollup before it answers with what is counted:
+# only the first views after an upgrade (a week of attempts) or a long quiet spell need more.
+SEAL_BUDGET = 1.0
+BEHIND = timedelta(minutes=1)  # counted up to longer ago than this: the page says so
+# Column key -> (heading, what it sorts by); the first order of a column is descending except
+# for the job type's name.
+COLUMNS = {
+    "job_type": ("Job type", lambda f: f.job_type),
+    "runs": ("Runs", lambda f: f.runs),
+    "failures": ("Failed", lambda f: f.failures),
+    "failure_rate": ("Failure rate", lambda f: f.failure_rate),
+    "p50": ("p50 duration", lambda f: f.p50 or 0.0),
+    "p95": ("p95 duration", lambda f: f.p95 or 0.0),
+    "wait_p95": ("p95 wait", lambda f: f.wait_p95 or 0.0),
+}
+# How many bars carry a label on each window's chart; the week's are dated.
+LABEL_EVERY = {"1h": 10, "24h": 6, "7d": 6}
+
+
+def short_seconds(value):
+    """A percentile in words: '4.5 ms', '1.2 s', '3.5 min', '2.1 h'; past the last bound, 'over'."""
+    if value is None:
+        return "—"
+    if value == float("inf"):
+        return f"over {job_type_metrics.BOUNDS[-1] / 3600:.0f} h"
+    for limit, size, unit in ((1, 0.001, "ms"), (120, 1, "s"), (7200, 60, "min"), (None, 3600, "h")):
+        if limit is None or value < limit:
+            return f"{value / size:.2g} {unit}" if value / size < 10 else f"{value / size:.0f} {unit}"
+
+
+def _choice(name, allowed, default):
+    value = request.args.get(name, "").strip() or default
+    if value not in allowed:
+        abort(400, f"{name}: {value[:40]!r} is not one of {', '.join(allowed)}.")
+    return value
+
+
+@bp.get("/job-metrics")
+def index():
+    """Per job type: attempts, failures, p50/p95 duration and p95 wait over the chosen window,
+    sortable, each linked to its runs; a chart of attempts for all job types or the chosen one."""
+    window = WINDOWS[_choice("window", WINDOWS, DEFAULT_WINDOW)]
+    sort = _choice("sort", COLUMNS, "runs")
+    order = _choice("order", ("asc", "desc"), "asc" if sort == "job_type" else "desc")
+    chosen = text_filter(request.args, "job_type") or None
+    counted_until = job_type_metrics.seal(SEAL_BUDGET)
+    # A week of rows is summed here: cheap, but past jit_above_cost on a stock server, where
+    # compiling would cost more than the read. This request's (read-only) transaction only.
+    execute(NO_JIT)
+    figures, since = job_type_metrics.figures(window)
+    behind = counted_until is None or datetime.now(timezone.utc) - counted_until > BEHIND
+    figures.sort(key=COLUMNS[sort][1], reverse=order == "desc")
+    chart = job_type_metrics.chart(window, since, chosen)
+    return render("job_metrics.html", "partials/_job_metrics.html", window=window, windows=WINDOWS,
+                  figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen,
+                  chart=chart, seconds=short_seconds, behind=behind, counted_until=counted_until, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")
