@@ -2,7 +2,7 @@
 p95 wait from due to start, and attempts per interval for a chart.
 
 Read from job_attempts at each view, a week is most of a million-run table. So attempts are
-rolled up into job_type_metrics (migration 0021_job_metrics) by minute and by hour, with
+rolled up into job_type_metrics (migration 0019_job_metrics) by minute and by hour, with
 cumulative histograms under BOUNDS, and a view first adds the attempts finished since the last
 one (`seal`): a range scan of index job_attempts_finished_outcome. Percentiles are read from the
 histograms, as Prometheus's histogram_quantile does: within a bucket they are interpolated, so

@@ -1,7 +1,7 @@
 """Per job type metrics: attempts rolled up by minute and by hour, for the metrics page.
 
-Revision ID: 0021_job_metrics
-Revises: 0017_claim_fronts
+Revision ID: 0019_job_metrics
+Revises: 0018_run_progress
 Create Date: 2026-11-25
 
 The metrics page (web/metrics_pages.py) shows, for each job type over the last hour, day or
@@ -14,8 +14,8 @@ each view: one range scan of job_attempts_finished_outcome (0006) and the runs' 
 
 from alembic import op
 
-revision = "0021_job_metrics"
-down_revision = "0017_claim_fronts"
+revision = "0019_job_metrics"
+down_revision = "0018_run_progress"
 branch_labels = None
 depends_on = None
 
