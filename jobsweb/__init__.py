@@ -11,10 +11,11 @@ from .app import create_app
 from .core.errors import InvalidInput
 from .engine.enqueuing import enqueue, enqueue_many
 from .engine.registry import Cancelled, JobContext, PermanentError
+from .engine.workflows import batch, chain, get_batch
 from .extension import JobsWeb
 # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
 from .scheduling import definitions, schedule
 from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
-           "InvalidInput", "definitions", "schedule"]
+           "InvalidInput", "definitions", "schedule", "batch", "chain", "get_batch"]

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from .core.database import db, libpq_url
 from .core.models import JobRun
-from .engine import registry, statements, upkeep
+from .engine import registry, statements, upkeep, workflows
 from .engine.async_execution import run_async_handler
 from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
 from .engine.link import Link
@@ -100,7 +100,8 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
             "worker": worker, "ids": [ctx.run_id], "attempts": [ctx.attempt],
             "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
 
-    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease)
+    return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease,
+                      _read_batch=lambda run_id: workflows.batch_of_run(link.fetch, run_id))
 
 
 def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,

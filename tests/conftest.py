@@ -18,7 +18,8 @@ TEST_DATABASE = "jobsweb_test"
 SECRET_KEY = "0123456789abcdef-test-secret-key-0123456789-test"  # the standalone app wants 32+ characters
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
           "jobsweb_users, job_duration_totals, job_metrics_state, jobsweb_alert_deliveries, "
-          "jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, jobsweb_sign_in_failures")
+          "jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, jobsweb_sign_in_failures, "
+          "job_batches, job_run_deps")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.

@@ -125,6 +125,13 @@ class JobContext:
     # from the worker's loop thread, so it must be thread-safe).
     _on_cancel: object = None
     _cancel_waker: asyncio.Event | None = None  # of that event loop, set by _on_cancel
+    _read_batch: object = None  # run id -> its batch's state (workflows.batch_of_run), from the worker
+
+    @functools.cached_property
+    def batch(self):
+        """The batch this run is a member or a callback of (.id, .payload, .counts), else None;
+        read when first asked for."""
+        return self._read_batch(self.run_id) if self._read_batch is not None else None
 
     @property
     def cancelled(self):
