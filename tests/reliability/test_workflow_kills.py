@@ -1,0 +1,92 @@
+"""Drill: workers killed -9 while they end batch members and release waiting runs: every
+callback is enqueued and run exactly once, and no run starts before what it waits for succeeded."""
+
+import os
+import random
+import signal
+import time
+
+from jobsweb.engine.workflows import batch
+from tests.conftest import wait_for
+from tests.processes import finish
+from tests.reliability.conftest import size
+
+WORKERS = 3
+LEASE = 2  # seconds: a killed worker's runs are retried about this long after the kill
+
+
+def ended(sql):
+    return sql("SELECT count(*) FROM job_runs WHERE status NOT IN ('succeeded', 'dead', 'cancelled')")[0][0] == 0
+
+
+def enqueue_batches(app, batches, members, max_sleep):
+    """`batches` batches of `members` members: the first of each, then the rest after it, every
+    tenth also after the one before it; an on_finish and an on_success callback each."""
+    payload = {"max_sleep": max_sleep}
+    with app.app_context():
+        for _ in range(batches):
+            with batch(on_finish="test.effect", on_success="test.effect", payload=payload) as group:
+                root = group.enqueue("test.effect", payload)
+                previous = root
+                for n in range(1, members):
+                    after = [root, previous] if n % 10 == 0 else [root]
+                    previous = group.enqueue("test.effect", payload, after=after)
+
+
+def test_callbacks_run_once_and_no_run_starts_early_while_workers_are_killed(app, sql, spawn_worker, worker_log,
+                                                                              figures):
+    batches = size("WORKFLOW_BATCHES", 20)
+    members = size("WORKFLOW_MEMBERS", 25)
+    kill_every = size("WORKFLOW_KILL_EVERY", 0.7)  # seconds, on average
+    enqueue_batches(app, batches, members, 0.01)
+
+    def start():
+        return spawn_worker("--forever", "--poll-interval", "0.05", "--concurrency", "4",
+                            output=worker_log(), JOBSWEB_LEASE_SECONDS=LEASE)
+
+    alive = [start() for _ in range(WORKERS)]
+    kills = 0
+    started = time.monotonic()
+    give_up = started + max(180, batches * members / 10)
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] > 0,
+             message="runs to start")
+    while not ended(sql):
+        assert time.monotonic() < give_up, sql("SELECT status, count(*) FROM job_runs GROUP BY status")
+        victim = random.choice(alive)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        kills += 1
+        alive[alive.index(victim)] = start()
+        deadline = time.monotonic() + random.uniform(0.5, 1.5) * kill_every
+        while time.monotonic() < deadline and not ended(sql):
+            time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE pid = ANY(%s) AND stopped_at IS NULL",
+                         [[p.pid for p in alive]])[0][0] == WORKERS, message="the last workers to start")
+    for proc in alive:
+        proc.send_signal(signal.SIGTERM)
+    outputs = [finish(proc, timeout=60) for proc in alive]
+    assert [code for code, _ in outputs] == [0] * WORKERS, outputs
+
+    runs = batches * (members + 2)
+    assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", runs)]
+    # Each batch finished once and has one callback run of each kind, each run (effect) once.
+    assert sql("SELECT count(*) FROM job_batches WHERE finishes = 1 AND pending = 0") == [(batches,)]
+    assert sql("SELECT batch_callback, count(*), count(DISTINCT batch_id) FROM job_runs "
+               "WHERE batch_callback IS NOT NULL GROUP BY 1 ORDER BY 1") == \
+        [("on_finish", batches, batches), ("on_success", batches, batches)]
+    assert sql("SELECT count(*), count(DISTINCT run_id) FROM test_executions") == [(runs, runs)]
+    # No attempt of a run started before every run it waits for had succeeded ...
+    early_dependents = sql(
+        "SELECT count(*) FROM job_run_deps d JOIN job_runs a ON a.id = d.after_id "
+        "JOIN job_attempts t ON t.run_id = d.run_id WHERE t.started_at < a.finished_at")[0][0]
+    # ... and no callback's attempt before its batch's last member ended.
+    early_callbacks = sql(
+        "SELECT count(*) FROM job_runs c JOIN job_attempts t ON t.run_id = c.id "
+        "WHERE c.batch_callback IS NOT NULL AND t.started_at < (SELECT max(m.finished_at) FROM job_runs m "
+        "WHERE m.batch_id = c.batch_id AND m.batch_callback IS NULL)")[0][0]
+    assert (early_dependents, early_callbacks) == (0, 0)
+    assert kills
+    figures(batches=batches, members=batches * members, workers=WORKERS, kills=kills, seconds=round(elapsed, 1),
+            callbacks=2 * batches, early_dependents=early_dependents, early_callbacks=early_callbacks,
+            lease_expired_attempts=sql("SELECT count(*) FROM job_attempts WHERE error_type = 'lease_expired'")[0][0])
