@@ -91,6 +91,11 @@ class JobRun(Model):
     priority: Mapped[int] = mapped_column(server_default="0")  # smaller runs first
     unique_key: Mapped[str | None] = mapped_column(Text)  # one unfinished run per key
     deleted_definition: Mapped[str | None] = mapped_column(Text)  # its definition's name, once deleted
+    batch_id: Mapped[int | None] = mapped_column(BigInteger)  # a member of this batch, or its callback
+    batch_callback: Mapped[str | None] = mapped_column(Text)  # 'on_finish' / 'on_success': a callback run
+    waiting_for: Mapped[int | None]  # runs of after= not yet ended; None without after=
+    run_after_failure: Mapped[bool] = mapped_column(server_default="false")
+    awaited: Mapped[bool] = mapped_column(server_default="false")  # some run waits for this one
     created_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TIMESTAMPTZ, server_default=func.now())
 

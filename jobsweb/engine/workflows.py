@@ -36,6 +36,15 @@ SELECT b.id, b.payload, b.on_finish, b.on_success, b.members, b.pending, b.finis
 FROM job_batches b
 WHERE b.id = %(batch_id)s
 """
+# What a run waits for and what waits for it (the primary key of job_run_deps and
+# job_run_deps_after), for its page: at most `limit` of each, oldest first.
+RUN_DEPENDENCIES = """
+(SELECT 'waits_for' AS side, r.id, r.job_type, r.status FROM job_run_deps d JOIN job_runs r ON r.id = d.after_id
+ WHERE d.run_id = %(run_id)s ORDER BY r.id LIMIT %(limit)s)
+UNION ALL
+(SELECT 'waited_by', r.id, r.job_type, r.status FROM job_run_deps d JOIN job_runs r ON r.id = d.run_id
+ WHERE d.after_id = %(run_id)s ORDER BY r.id LIMIT %(limit)s)
+"""
 BATCH_OF_RUN = "SELECT batch_id FROM job_runs WHERE id = %(run_id)s"
 OPEN_BATCHES = "SELECT count(*) FROM job_batches WHERE finished_at IS NULL"
 # The members of a batch not yet ended, for cancel_batch; failed and dead ones for retry.
@@ -90,6 +99,14 @@ def get_batch(batch_id):
 def open_batches():
     """How many batches have members not yet ended."""
     return execute(OPEN_BATCHES).scalar()
+
+
+def dependencies(run_id, limit=100):
+    """{"waits_for": [rows], "waited_by": [rows]} of run `run_id`, each row (id, job_type, status)."""
+    found = {"waits_for": [], "waited_by": []}
+    for row in execute(RUN_DEPENDENCIES, {"run_id": run_id, "limit": limit}):
+        found[row.side].append(row)
+    return found
 
 
 def batch_members(batch_id, statuses):

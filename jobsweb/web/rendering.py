@@ -24,7 +24,7 @@ from ..scheduling.schedule import Schedule
 from .charts import hour_chart, run_chart
 
 STATUS_WORDS = {
-    "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
+    "waiting": "Waiting", "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
     "dead": "Dead", "cancelled": "Cancelled",
 }
 MASK = "••••••"

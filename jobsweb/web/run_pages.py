@@ -7,7 +7,7 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine import registry, run_actions
+from ..engine import registry, run_actions, workflows
 from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats
@@ -108,9 +108,9 @@ def detail(run_id):
                                   .order_by(JobAttempt.attempt.desc())).all()
     definition = db.session.get(JobDefinition, run.definition_id) if run.definition_id else None
     return render("run.html", "partials/_run.html", run=run, attempts=attempts, definition=definition,
-                  audit_entries=audit.entries_for("run", run_id),
+                  audit_entries=audit.entries_for("run", run_id), dependencies=workflows.dependencies(run_id),
                   # The page polls while its run may still change.
-                  active=run.status in ACTIVE_STATUSES, retryable=RETRYABLE,
+                  active=run.status in ACTIVE_STATUSES or run.status == "waiting", retryable=RETRYABLE,
                   cancellable=CANCELLABLE)
 
 

@@ -12,13 +12,14 @@ from flask import Blueprint, send_from_directory
 from flask_wtf.csrf import CSRFError
 
 from . import (access, audit_pages, dashboard, definition_form, definition_pages, enqueue_form, guards,
-               incident_pages, outage, pings, probes, queue_pages, run_pages, sign_in, user_pages, worker_pages)
+               incident_pages, outage, pings, probes, queue_pages, run_pages, sign_in, user_pages, worker_pages,
+               batch_pages)
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
 
 PAGES = (probes, sign_in, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, run_pages,
-         user_pages, worker_pages, queue_pages, audit_pages, pings)
+         user_pages, worker_pages, queue_pages, audit_pages, pings, batch_pages)
 
 
 def _htmx_folder():
