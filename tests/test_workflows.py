@@ -8,6 +8,7 @@ import pytest
 from jobsweb import InvalidInput, batch, chain, enqueue, get_batch
 from jobsweb.core.database import db, libpq_url
 from jobsweb.engine import run_actions
+from tests.test_metrics import metrics_app, scrape  # noqa: F401, F811 (a fixture)
 from tests.test_worker import make_worker
 
 
@@ -238,3 +239,30 @@ def test_bad_callbacks_and_steps_are_refused_naming_the_field(app, sql):
             chain([("test.record", {}), ("no.such.job", {})])
         assert refused.value.field == "job_type"
     assert sql("SELECT (SELECT count(*) FROM job_runs), (SELECT count(*) FROM job_batches)") == [(0, 0)]
+
+
+def test_flask_jobs_batch_prints_the_batchs_state(app, runner, sql):
+    with app.app_context():
+        with batch(on_finish="test.batch_callback") as export:
+            export.enqueue_many("test.record", [{}, {}])
+            export.enqueue("jobsweb.fail", max_attempts=1)
+    make_worker(app).run()
+    result = runner.invoke(args=["jobs", "batch", str(export.id)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"batch {export.id}: finished ") and lines[0].endswith("3 of 3 members ended")
+    assert lines[1:] == ["  succeeded: 2", "  dead: 1",
+                         f"  on_finish: run {export.callbacks['on_finish']} succeeded "
+                         f"(batch {export.id} finished with 1 member dead or cancelled)"]
+    missing = runner.invoke(args=["jobs", "batch", "999"])
+    assert missing.exit_code == 1 and "there is no batch 999" in missing.output
+
+
+def test_metrics_count_the_open_batches(app, metrics_app, sql):  # noqa: F811 (the fixture)
+    with app.app_context():
+        for _ in range(2):
+            with batch(on_finish="test.batch_callback") as export:
+                export.enqueue("test.record")
+        with batch() as empty:
+            assert empty.id
+    assert scrape(metrics_app)[("jobsweb_batches_open", ())] == 2

@@ -86,7 +86,8 @@ callbacks AS (
                           batch_id, batch_callback)
     SELECT cb.job_type, b.payload, s.status, CASE WHEN s.status = 'cancelled' THEN now() END,
            CASE WHEN b.pending = 0 THEN 'batch ' || b.id || ' finished'
-                || CASE WHEN b.failures > 0 THEN ' with ' || b.failures || ' members dead or cancelled' ELSE '' END
+                || CASE WHEN b.failures > 0 THEN ' with ' || b.failures || CASE WHEN b.failures = 1 THEN ' member'
+                        ELSE ' members' END || ' dead or cancelled' ELSE '' END
            END,
            cb.max_attempts, cb.queue, cb.priority, b.id, cb.role
     FROM batch b

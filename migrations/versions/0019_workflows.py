@@ -183,7 +183,8 @@ BEGIN
                     reason = 'batch ' || _batch.id || ' finished'
                              || CASE WHEN _batch.finishes > 1 THEN ' again (' || _batch.finishes || ' times)' ELSE '' END
                              || CASE WHEN _batch.failures > 0
-                                     THEN ' with ' || _batch.failures || ' members dead or cancelled' ELSE '' END,
+                                     THEN ' with ' || _batch.failures || CASE WHEN _batch.failures = 1 THEN ' member'
+                                          ELSE ' members' END || ' dead or cancelled' ELSE '' END,
                     run_at = now(), updated_at = now()
                 FROM (SELECT r.id FROM job_runs r WHERE r.batch_id = _batch.id AND r.status = 'waiting'
                         AND r.batch_callback IS NOT NULL ORDER BY r.id FOR NO KEY UPDATE) l
