@@ -227,6 +227,15 @@ def test_bad_after_is_refused_naming_the_field_and_writes_nothing(app, sql, afte
     assert sql("SELECT count(*) FROM job_runs") == [(0,)]
 
 
+def test_a_unique_key_with_after_is_refused(app, sql):
+    with app.app_context():
+        first = enqueue("test.record")
+        with pytest.raises(InvalidInput) as refused:
+            enqueue("test.record", after=[first], unique_key="nightly")
+    assert refused.value.field == "unique_key"
+    assert sql("SELECT count(*) FROM job_runs") == [(1,)]
+
+
 def test_bad_callbacks_and_steps_are_refused_naming_the_field(app, sql):
     with app.app_context():
         with pytest.raises(InvalidInput) as refused:

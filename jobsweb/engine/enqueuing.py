@@ -169,7 +169,12 @@ def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queu
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
               "unique_key": check_unique_key(unique_key), "after_failure": after_failure, "batch_id": None}
-    return params, dependencies.check_after(after, after_failure)
+    after = dependencies.check_after(after, after_failure)
+    if after and unique_key is not None:
+        # A waiting run holds no key (job_runs_unique_key covers queued, running and failed runs):
+        # released later, it could collide with a run that took the key meanwhile.
+        raise InvalidInput("unique_key", "cannot be combined with after=")
+    return params, after
 
 
 def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=None, priority=None,

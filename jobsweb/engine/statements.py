@@ -229,6 +229,22 @@ WITH outcome AS (
         %(delays)s::float8[], %(give_up)s::bool[], %(outputs)s::text[]
     ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up, output)
 ),
+-- Workflows: the batches of these runs and the runs waiting for them are locked first, in id
+-- order (batches, then runs), before any run is updated. The trigger job_runs_workflow (migration
+-- 0019_workflows) then counts them down in rows this transaction holds already, and workers
+-- ending runs of the same batches queue behind each other instead of deadlocking. A run outside
+-- any workflow finds nothing here (batch_id NULL, awaited false).
+workflow_locked AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM (
+                SELECT b.id FROM job_batches b
+                WHERE b.id IN (SELECT r.batch_id FROM job_runs r WHERE r.id IN (SELECT id FROM outcome))
+                ORDER BY b.id FOR NO KEY UPDATE) batches)
+         + (SELECT count(*) FROM (
+                SELECT w.id FROM job_run_deps d JOIN job_runs w ON w.id = d.run_id
+                WHERE d.after_id IN (SELECT r.id FROM job_runs r WHERE r.id IN (SELECT id FROM outcome) AND r.awaited)
+                  AND w.status = 'waiting'
+                ORDER BY w.id FOR NO KEY UPDATE OF w) dependents) AS locked
+),
 decided AS (
     SELECT o.*,
            CASE
@@ -238,7 +254,7 @@ decided AS (
                WHEN o.give_up OR r.attempts >= r.max_attempts THEN 'dead'
                ELSE 'failed'
            END AS new_status
-    FROM outcome o JOIN job_runs r ON r.id = o.id
+    FROM outcome o JOIN job_runs r ON r.id = o.id CROSS JOIN workflow_locked
 ),
 finished AS (
     UPDATE job_runs r
