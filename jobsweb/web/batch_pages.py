@@ -9,6 +9,7 @@ from ..engine import run_actions, workflows
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
 from .rendering import render
+from .run_pages import bulk_message
 
 bp = Blueprint("batches", __name__, url_prefix="/batches")
 
@@ -51,11 +52,7 @@ def _act(batch_id, action):
         changed, requested = run_actions.cancel(workflows.batch_members(batch_id, CANCELLABLE))
     audit.record(f"batch_{action}", "batch", batch_id, changed=len(changed), cancel_requested=len(requested))
     db.session.commit()
-    verb = "Retried" if action == "retry" else "Cancelled"
-    message = f"{verb} {len(changed)} member{'s' * (len(changed) != 1)} of batch {batch_id}."
-    if requested:
-        message += f" Asked {len(requested)} running member{'s' * (len(requested) != 1)} to stop."
-    flash(message)
+    flash(bulk_message(action, len(changed), len(requested), "member", f" of batch {batch_id}"))
     return redirect(url_for("jobsweb.batches.detail", batch_id=batch_id))
 
 

@@ -79,12 +79,17 @@ def bulk():
     audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
                  changed=changed, cancel_requested=requested)
     db.session.commit()
-    verb = "Retried" if action == "retry" else "Cancelled"
-    message = f"{verb} {changed} run{'s' * (changed != 1)}."
-    if requested:
-        message += f" Asked {requested} running run{'s' * (requested != 1)} to stop."
-    flash(message)
+    flash(bulk_message(action, changed, requested))
     return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
+
+
+def bulk_message(action, changed, requested, what="run", where=""):
+    """What a retry or cancel of many runs did: "Cancelled 3 runs. Asked 1 running run to stop." """
+    verb = "Retried" if action == "retry" else "Cancelled"
+    message = f"{verb} {changed} {what}{'s' * (changed != 1)}{where}."
+    if requested:
+        message += f" Asked {requested} running {what}{'s' * (requested != 1)} to stop."
+    return message
 
 
 def _tell(status, now, then):

@@ -1,14 +1,11 @@
 """Drill: workers killed -9 while they end batch members and release waiting runs: every
 callback is enqueued and run exactly once, and no run starts before what it waits for succeeded."""
 
-import os
-import random
-import signal
 import time
 
 from jobsweb.engine.workflows import batch
 from tests.conftest import wait_for
-from tests.processes import finish
+from tests.processes import kill_at_random, stop_workers
 from tests.reliability.conftest import size
 
 WORKERS = 3
@@ -53,23 +50,15 @@ def test_callbacks_run_once_and_no_run_starts_early_while_workers_are_killed(app
     give_up = started + max(180, batches * members / 10)
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] > 0,
              message="runs to start")
-    while not ended(sql):
+
+    def before_kill(victim):
+        nonlocal kills
         assert time.monotonic() < give_up, sql("SELECT status, count(*) FROM job_runs GROUP BY status")
-        victim = random.choice(alive)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait()
         kills += 1
-        alive[alive.index(victim)] = start()
-        deadline = time.monotonic() + random.uniform(0.5, 1.5) * kill_every
-        while time.monotonic() < deadline and not ended(sql):
-            time.sleep(0.05)
+
+    kill_at_random(alive, start, kill_every, lambda: ended(sql), before_kill)
     elapsed = time.monotonic() - started
-    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE pid = ANY(%s) AND stopped_at IS NULL",
-                         [[p.pid for p in alive]])[0][0] == WORKERS, message="the last workers to start")
-    for proc in alive:
-        proc.send_signal(signal.SIGTERM)
-    outputs = [finish(proc, timeout=60) for proc in alive]
-    assert [code for code, _ in outputs] == [0] * WORKERS, outputs
+    stop_workers(sql, alive)
 
     runs = batches * (members + 2)
     assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", runs)]
