@@ -18,7 +18,6 @@ RUN_STATUSES = ("waiting", "queued", "running", "succeeded", "failed", "dead", "
 ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
 RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
 CANCELLABLE = ("waiting", "queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
-ENDED = ("succeeded", "dead", "cancelled")  # what a run waiting for it, or its batch, counts as ended
 
 # -- runs come into being: queued or waiting (or, for schedule slots, skipped / missed) -------
 

@@ -18,8 +18,6 @@ from .flow import check_priority, check_queue
 from ..core.database import db, execute
 from ..core.errors import InvalidInput
 
-CALLBACKS = ("on_finish", "on_success")
-
 CREATE_BATCH = "INSERT INTO job_batches (payload, on_finish, on_success) VALUES (%(payload)s, %(on_finish)s, " \
                "%(on_success)s) RETURNING id"
 
