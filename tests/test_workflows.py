@@ -165,6 +165,14 @@ def test_a_batch_in_a_rolled_back_transaction_leaves_nothing(app, sql):
                "(SELECT count(*) FROM job_run_deps)") == [(0, 0, 0)]
 
 
+def test_a_batch_whose_block_raises_leaves_nothing(app, sql):
+    with app.app_context(), pytest.raises(InvalidInput):
+        with batch(on_finish="test.batch_callback") as export:
+            export.enqueue("test.record")
+            export.enqueue("test.record", {"bad": float("nan")})
+    assert sql("SELECT (SELECT count(*) FROM job_runs), (SELECT count(*) FROM job_batches)") == [(0, 0)]
+
+
 def test_a_batch_is_invisible_until_its_block_ends(app, sql):
     with app.app_context():
         with batch(on_finish="test.batch_callback") as export:

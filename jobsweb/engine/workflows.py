@@ -6,6 +6,7 @@ the batch to finish; the trigger job_runs_workflow (migration 0019_workflows) re
 exactly once, in the transaction that ends the last member.
 """
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from flask import current_app
@@ -137,7 +138,7 @@ class Batch:
         self.payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
         self.on_finish, self.on_success = on_finish, on_success
         self._session = session
-        self._transaction = None
+        self._transaction = ExitStack()  # the batch's own transaction, without session=
         self._conn = None
         self.id = None
         self.callbacks = {}
@@ -146,25 +147,22 @@ class Batch:
         if self._session is not None:
             self._conn = self._session.connection()
         else:
-            self._transaction = db.engine.begin()
-            self._conn = self._transaction.__enter__()
+            self._conn = self._transaction.enter_context(db.engine.begin())
         self.id = self._conn.exec_driver_sql(CREATE_BATCH, {"payload": Jsonb(self.payload), "on_finish": self.on_finish,
                                                              "on_success": self.on_success}).scalar()
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                roles, job_types, attempts, queues, priorities = zip(*self._callbacks) if self._callbacks \
-                    else ((), (), (), (), ())
-                rows = self._conn.exec_driver_sql(statements.CLOSE_BATCH, {
-                    "batch_id": self.id, "roles": list(roles), "job_types": list(job_types),
-                    "max_attempts": list(attempts), "queues": list(queues), "priorities": list(priorities)}).all()
-                self.callbacks = dict(zip(roles, (row[0] for row in rows)))
-        finally:
-            if self._transaction is not None:
-                self._transaction.__exit__(exc_type, exc, tb)
-            self._conn = None
+        conn, self._conn = self._conn, None
+        if exc_type is not None:
+            return self._transaction.__exit__(exc_type, exc, tb)  # rolled back; the error goes on
+        with self._transaction:  # committed, or rolled back if closing fails
+            roles, job_types, attempts, queues, priorities = zip(*self._callbacks) if self._callbacks \
+                else ((), (), (), (), ())
+            rows = conn.exec_driver_sql(statements.CLOSE_BATCH, {
+                "batch_id": self.id, "roles": list(roles), "job_types": list(job_types),
+                "max_attempts": list(attempts), "queues": list(queues), "priorities": list(priorities)}).all()
+            self.callbacks = dict(zip(roles, (row[0] for row in rows)))
 
     def _open(self):
         if self._conn is None:
