@@ -10,7 +10,9 @@ which attempt it is (`attempts`), and reports through RETURNING which rows it ch
 whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
 Times are the database's `now()`. Other engine SQL (lease recovery's look-up of expired leases
 too): upkeep.py; runs reported from outside (`flask jobs exec`, ping URLs) change status in
-reported_runs.py."""
+reported_runs.py. Runs of workflows (after=, batches) leave 'waiting' through the trigger
+job_runs_workflow (migration 0019_workflows), in the transaction of the status change that
+releases or cancels them."""
 
 # skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran;
 # waiting runs wait for other runs (after=) or, as a batch's callbacks, for the batch to finish.
