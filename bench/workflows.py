@@ -62,18 +62,25 @@ def claim_with_waiting(bench):
 
 
 def batch_and_callback(bench):
-    """Seconds to enqueue a batch of `workflow_batch` members (enqueue_many in the batch), and
-    from its last member's end to its on_finish callback's start, with BATCH_WORKERS workers."""
-    from jobsweb import batch
+    """Seconds to enqueue a batch of `workflow_batch` members (enqueue_many in the batch), beside
+    the same enqueue_many outside a batch just before (what the machine allows now), and from the
+    batch's last member's end to its on_finish callback's start, with BATCH_WORKERS workers."""
+    from jobsweb import batch, enqueue_many
 
     s = bench.sizes
+    plain_url, plain_app = migrated(bench, "bench_batch_plain")
+    with plain_app.app_context():
+        started = time.perf_counter()
+        enqueue_many("jobsweb.noop", [{}] * s["workflow_batch"])
+        plain_seconds = time.perf_counter() - started
     url, app = migrated(bench, "bench_batch")
     with app.app_context():
         started = time.perf_counter()
         with batch(on_finish="jobsweb.noop") as members:
             members.enqueue_many("jobsweb.noop", [{}] * s["workflow_batch"])
         enqueue_seconds = time.perf_counter() - started
-    bench.log(f"batch of {s['workflow_batch']:,} enqueued in {enqueue_seconds:.2f} s")
+    bench.log(f"batch of {s['workflow_batch']:,} enqueued in {enqueue_seconds:.2f} s "
+              f"(enqueue_many alone: {plain_seconds:.2f} s)")
     procs = [spawn_worker(url, BATCH_CONCURRENCY, "--forever", "--quiet", "--poll-interval", "1")
              for _ in range(BATCH_WORKERS)]
     try:
@@ -87,7 +94,8 @@ def batch_and_callback(bench):
             proc.terminate()
             proc.communicate(timeout=60)
     bench.log(f"on_finish started {gap * 1000:.1f} ms after the last member ended")
-    return {"members": s["workflow_batch"], "enqueue_seconds": enqueue_seconds, "callback_seconds": float(gap),
+    return {"members": s["workflow_batch"], "enqueue_seconds": enqueue_seconds, "plain_seconds": plain_seconds,
+            "callback_seconds": float(gap),
             "workers": BATCH_WORKERS, "concurrency": BATCH_CONCURRENCY}
 
 
