@@ -52,6 +52,24 @@ def test_a_dead_dependency_cancels_everything_below_it_with_the_reason(app, sql)
     assert sql("SELECT count(*) FROM test_executions WHERE run_id IN (%s, %s)", [b, c]) == [(0,)]
 
 
+def test_retrying_the_dead_run_revives_what_its_end_cancelled_and_the_rest_then_runs(app, sql):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        b = enqueue("test.record", after=[a])
+        c = enqueue("test.record", after=[b])
+        other = enqueue("test.record")
+        d = enqueue("test.record", after=[other, b])
+        make_worker(app).run()
+        assert statuses(sql, a, b, c, d) == ["dead", "cancelled", "cancelled", "cancelled"]
+        run_actions.retry([a])
+        db.session.commit()
+    assert statuses(sql, a, b, c, d) == ["queued", "waiting", "waiting", "waiting"]
+    assert sql("SELECT waiting_for FROM job_runs WHERE id = ANY(%s) ORDER BY id", [[b, c, d]]) == [(1,), (1,), (1,)]
+    make_worker(app).run()
+    assert statuses(sql, a, b, c, d) == ["succeeded"] * 4
+    assert times(sql, c)[0] >= times(sql, b)[1] >= times(sql, a)[1]
+
+
 def test_after_failure_run_runs_it_anyway_once_its_dependencies_ended(app, sql):
     with app.app_context():
         a = enqueue("jobsweb.fail", max_attempts=1)

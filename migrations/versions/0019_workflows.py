@@ -26,7 +26,8 @@ and then reads its count (READ COMMITTED re-reads a row it waited for); only one
   would overflow the stack), each with its reason ("run 812 ended dead"); a dependent enqueued
   with after_failure="run" (run_after_failure) is counted down instead, as for a success.
 - A run leaving dead or cancelled (an operator's retry) that itself waits for runs waits again
-  for those not succeeded; its dependents that run after failure wait for it again.
+  for those not succeeded; its dependents that run after failure wait for it again, and the
+  runs its end cancelled (and those cancelled below them) wait again, in one recursive statement.
 - A batch member ending takes one off job_batches.pending (and counts a dead or cancelled one in
   `failures`); at zero the batch finishes: its waiting on_finish callback run is queued, its
   on_success callback queued if no member failed, else cancelled with the reason (and runs
@@ -142,13 +143,31 @@ BEGIN
         SELECT count(*) FILTER (WHERE status = 'queued') INTO _released FROM counted;
     END IF;
 
-    -- Retried (left dead or cancelled): its dependents that ran after failure wait for it again ...
+    -- Retried (left dead or cancelled): its dependents that ran after failure wait for it again,
+    -- and the runs its end cancelled, with everything cancelled below them, wait again: each for
+    -- those of its runs not succeeded (this one included). Only the part that failed runs again.
     IF _ended_before AND NOT _ended_now THEN
         IF NEW.awaited AND OLD.status <> 'succeeded' THEN
             UPDATE job_runs w SET waiting_for = w.waiting_for + 1, updated_at = now()
             FROM (SELECT r.id FROM job_run_deps d JOIN job_runs r ON r.id = d.run_id
                   WHERE d.after_id = NEW.id AND r.status = 'waiting' AND r.run_after_failure
                   ORDER BY r.id FOR NO KEY UPDATE OF r) l
+            WHERE w.id = l.id;
+            WITH RECURSIVE revived(id) AS (
+                SELECT w.id FROM job_run_deps d JOIN job_runs w ON w.id = d.run_id
+                WHERE d.after_id = NEW.id AND w.status = 'cancelled'
+                  AND w.reason = 'run ' || NEW.id || ' ended ' || OLD.status
+                UNION
+                SELECT w.id FROM revived x
+                JOIN job_run_deps d ON d.after_id = x.id JOIN job_runs w ON w.id = d.run_id
+                WHERE w.status = 'cancelled' AND w.reason = 'run ' || x.id || ' ended cancelled'
+            )
+            UPDATE job_runs w
+            SET status = 'waiting', finished_at = NULL, reason = NULL, updated_at = now(),
+                waiting_for = (SELECT count(*) FROM job_run_deps d JOIN job_runs a ON a.id = d.after_id
+                               WHERE d.run_id = w.id AND a.status <> 'succeeded')
+            FROM (SELECT r.id FROM job_runs r WHERE r.id IN (SELECT id FROM revived) AND r.status = 'cancelled'
+                  ORDER BY r.id FOR NO KEY UPDATE) l
             WHERE w.id = l.id;
         END IF;
         -- ... and, if it waits for runs itself, it waits again for those not ended as it needs.
