@@ -39,11 +39,16 @@ def test_a_diamond_runs_each_run_only_after_everything_it_waits_for_succeeded(ap
     assert times(sql, d)[0] >= max(times(sql, b)[1], times(sql, c)[1])
 
 
+def three_steps(first_job_type):
+    """a (one attempt), b after a, c after b: their ids."""
+    a = enqueue(first_job_type, max_attempts=1)
+    b = enqueue("test.record", after=[a])
+    return a, b, enqueue("test.record", after=[b])
+
+
 def test_a_dead_dependency_cancels_everything_below_it_with_the_reason(app, sql):
     with app.app_context():
-        a = enqueue("jobsweb.fail", max_attempts=1)
-        b = enqueue("test.record", after=[a])
-        c = enqueue("test.record", after=[b])
+        a, b, c = three_steps("jobsweb.fail")
         unrelated = enqueue("test.record")
     make_worker(app).run()
     assert statuses(sql, a, b, c, unrelated) == ["dead", "cancelled", "cancelled", "succeeded"]
@@ -54,9 +59,7 @@ def test_a_dead_dependency_cancels_everything_below_it_with_the_reason(app, sql)
 
 def test_retrying_the_dead_run_revives_what_its_end_cancelled_and_the_rest_then_runs(app, sql):
     with app.app_context():
-        a = enqueue("test.fail_first", max_attempts=1)
-        b = enqueue("test.record", after=[a])
-        c = enqueue("test.record", after=[b])
+        a, b, c = three_steps("test.fail_first")
         other = enqueue("test.record")
         d = enqueue("test.record", after=[other, b])
         make_worker(app).run()
