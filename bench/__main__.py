@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import claim_conditions, measures, process_measures, report
+from . import claim_conditions, measures, process_measures, report, workflows
 from .server import KINDS, Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +37,7 @@ FULL = {
     "queues_workers": (2, 16), "queues_rate": 500,
     "claim_seconds": 10, "jit_drain": 5000,
     "backlog_due": 10_000, "backlog_future": 1_000_000, "backlog_paused": 100_000, "backlog_claim": 100,
+    "workflow_waiting": 1_000_000, "workflow_batch": 100_000, "workflow_chain": 1000,
 }
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
@@ -50,6 +51,7 @@ QUICK = {
     "queues_workers": (1, 16), "queues_rate": 500,
     "claim_seconds": 3, "jit_drain": 1000,
     "backlog_due": 1000, "backlog_future": 20_000, "backlog_paused": 2000, "backlog_claim": 100,
+    "workflow_waiting": 20_000, "workflow_batch": 2000, "workflow_chain": 50,
 }
 
 
@@ -60,7 +62,7 @@ ALONE = {
     "queues": measures.flow_control, "pages": measures.admin_pages_alone,
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
     "alerts": process_measures.alerts_without_workers,
-    "jit": claim_conditions.jit, "backlog": claim_conditions.backlog,
+    "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
 }
 
 
@@ -113,6 +115,7 @@ def suite(bench):
     results["whole"] = process_measures.whole_process(bench)
     results["alerts"] = process_measures.alerts_without_workers(bench)
     results["backlog"] = claim_conditions.backlog(bench)
+    results["workflows"] = workflows.workflows(bench)
     # Last: it switches the server's JIT settings (and puts them back as shipped).
     results["jit"] = claim_conditions.jit(bench)
     results["seconds"] = time.monotonic() - bench.started

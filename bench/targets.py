@@ -144,6 +144,21 @@ def server_targets(r):
          "what a claim reads besides the runs it takes: working from fronts (migration 0017), one index "
          "descent per (queue, priority) that has claimable runs, the backlog's included (§14)"),
     ]
+    wf = r["workflows"]
+    c, b, ch = wf["claim"], wf["batch"], wf["chain"]
+    rows += [
+        (f"a batch of {b['members']:,} members enqueued in ≤ 3 s", f"{b['enqueue_seconds']:.2f} s",
+         b["enqueue_seconds"] <= 3, "one INSERT per 10,000 members (ENQUEUE_MANY), as enqueue_many (§16)"),
+        (f"its on_finish callback starts ≤ 1 s after the last member ends ({b['workers']} workers)",
+         f"{b['callback_seconds']:.3f} s", b["callback_seconds"] <= 1,
+         "released in the transaction that ends the last member; its wake-up reaches the listening workers at "
+         "that commit (§16)"),
+        (f"a chain of {ch['steps']:,} steps: step end → next start ≤ 20 ms (median)", f"{ch['median_ms']:.1f} ms",
+         ch["median_ms"] <= 20, "the next step is queued in the finishing transaction and wakes the worker (§16)"),
+        (f"claim p95 with {c['waiting_runs']:,} waiting runs ≤ 1.2× with none",
+         f"{fmt(c['waiting']['p95'], 3)} vs {fmt(c['none']['p95'], 3)} ms = {fmt(c['ratio_p95'], 2)}×",
+         c["ratio_p95"] <= 1.2, "waiting runs are outside the claim's partial indexes (§16)"),
+    ]
     j = r["jit"]
     if not r["settings"]["jit_available"]:
         na = "n/a (no JIT)"

@@ -31,6 +31,7 @@ DRILLS = {  # name -> test file under tests/
     "deploy": "reliability/test_deploy.py",
     "input": "reliability/test_bad_input.py",
     "dst": "reliability/test_dst_walk.py",
+    "workflows": "reliability/test_workflow_kills.py",
     # Outages and faults on the path. Each starts private servers of both kinds itself, so these
     # run on the embedded and the stock server whatever --server says.
     "down": "test_database_down.py",
@@ -52,6 +53,9 @@ def arguments():
     parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills, on average")
     parser.add_argument("--chaos-max-sleep", type=float, default=0.01,
                         help="seconds a chaos handler sleeps at most")
+    parser.add_argument("--workflow-batches", type=int, default=200)
+    parser.add_argument("--workflow-members", type=int, default=100, help="members per batch")
+    parser.add_argument("--workflow-kill-every", type=float, default=1.0, help="seconds between kills, on average")
     parser.add_argument("--restart-jobs", type=int, default=5_000)
     parser.add_argument("--storm-rounds", type=int, default=200)
     parser.add_argument("--deploy-jobs", type=int, default=1_000)
@@ -76,6 +80,8 @@ def main():
     env = {**os.environ, "JOBSWEB_TEST_SERVER": args.server, "DRILL_FIGURES": str(figures),
            "DRILL_CHAOS_JOBS": str(args.chaos_jobs), "DRILL_CHAOS_KILL_EVERY": str(args.kill_every),
            "DRILL_CHAOS_MAX_SLEEP": str(args.chaos_max_sleep), "DRILL_RESTART_JOBS": str(args.restart_jobs),
+           "DRILL_WORKFLOW_BATCHES": str(args.workflow_batches), "DRILL_WORKFLOW_MEMBERS": str(args.workflow_members),
+           "DRILL_WORKFLOW_KILL_EVERY": str(args.workflow_kill_every),
            "DRILL_STORM_ROUNDS": str(args.storm_rounds), "DRILL_DEPLOY_QUICK_JOBS": str(args.deploy_jobs),
            "DRILL_DOWN_JOBS": str(args.down_jobs), "DRILL_DOWN_SECONDS": str(args.down_seconds),
            "DRILL_PROPERTY_EXAMPLES": str(args.examples), "DRILL_FORM_EXAMPLES": str(args.form_examples),

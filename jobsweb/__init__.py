@@ -13,10 +13,12 @@ from .core.schema import alembic_include_name
 from .engine.enqueuing import enqueue, enqueue_many
 from .engine.registry import Cancelled, JobContext, PermanentError
 from .engine.run_status import Run, get_run
+from .engine.workflows import batch, chain, get_batch
 from .extension import JobsWeb
 # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
 from .scheduling import definitions, schedule
 from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
-           "InvalidInput", "definitions", "schedule", "alembic_include_name", "get_run", "Run"]
+           "InvalidInput", "definitions", "schedule", "alembic_include_name", "get_run", "Run", "batch", "chain",
+           "get_batch"]

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DATABASE = os.environ.get("TEST_DATABASE_NAME", "jobsweb_test")
 SECRET_KEY = "0123456789abcdef-test-secret-key-0123456789-test"  # the standalone app wants 32+ characters
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
-          "jobsweb_users, job_duration_totals, job_metrics_state, job_type_metrics, job_type_metrics_state, jobsweb_alert_deliveries, "
-          "jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, jobsweb_sign_in_failures")
+          "jobsweb_users, job_duration_totals, job_metrics_state, job_type_metrics, job_type_metrics_state, "
+          "jobsweb_alert_deliveries, jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, "
+          "jobsweb_sign_in_failures, job_batches, job_run_deps")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -58,7 +59,8 @@ ON_BOTH_SERVERS = (
     "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
     "test_worker_processes.py", "test_worker_cancel.py", "test_worker_wakeup.py", "test_async_handlers.py",
     "test_flow_control.py", "test_flow_processes.py", "test_effects.py", "test_exec.py", "test_output.py",
-    "test_job_objects.py", "test_testing_helpers.py", "test_progress.py", "test_external.py", "test_bounds.py", "test_deadlines.py",
+    "test_job_objects.py", "test_testing_helpers.py", "test_progress.py", "test_external.py", "test_bounds.py",
+    "test_deadlines.py", "test_workflows.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",

@@ -235,3 +235,18 @@ async def async_progress(ctx):
     await ctx.sleep(0)
     ctx.progress(0.75, "three quarters")
     return "done"
+
+
+@job("test.batch_callback")
+def batch_callback(ctx):
+    """Report the batch it is a callback of, as ctx.batch shows it."""
+    batch = ctx.batch
+    return {"batch": batch.id, "payload": batch.payload, "counts": batch.counts, "finishes": batch.finishes}
+
+
+@job("test.fail_first")
+def fail_first(ctx):
+    """Fail the first attempt, succeed after: a dead run that a retry fixes."""
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails on purpose")
+    return {"attempt": ctx.attempt}

@@ -1,6 +1,12 @@
 """Helpers for tests and drills that run real worker processes (tests/reliability, test_worker_processes)."""
 
+import os
+import random
+import signal
+import time
+
 from jobsweb import enqueue
+from tests.conftest import wait_for
 
 
 def add_many(app, job_type, count, payload=None, **kwargs):
@@ -30,3 +36,30 @@ def finish(proc, timeout=30):
         with open(proc.output.name) as f:
             output = f.read()
     return proc.returncode, output
+
+
+def kill_at_random(alive, start, kill_every, done, before_kill=None):
+    """SIGKILL a random worker of `alive`, replaced by start(), every `kill_every` seconds on
+    average (0.5x to 1.5x) until done(); before_kill(victim) first, to note or give up."""
+    while not done():
+        victim = random.choice(alive)
+        if before_kill is not None:
+            before_kill(victim)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        alive[alive.index(victim)] = start()
+        deadline = time.monotonic() + random.uniform(0.5, 1.5) * kill_every
+        while time.monotonic() < deadline and not done():
+            time.sleep(0.05)
+
+
+def stop_workers(sql, alive):
+    """SIGTERM the workers, once each has started (one still starting up has no SIGTERM handler
+    yet and would die of the signal); their outputs, each asserted to have exited 0."""
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE pid = ANY(%s) AND stopped_at IS NULL",
+                         [[p.pid for p in alive]])[0][0] == len(alive), message="the last workers to start")
+    for proc in alive:
+        proc.send_signal(signal.SIGTERM)
+    outputs = [finish(proc, timeout=60) for proc in alive]
+    assert [code for code, _ in outputs] == [0] * len(alive), outputs
+    return outputs

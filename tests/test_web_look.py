@@ -7,6 +7,7 @@ import re
 import pytest
 from playwright import sync_api
 
+from jobsweb import batch
 from tests.conftest import PASSWORD, ROOT, csrf_token
 from tests.test_web_incidents import overdue_incident
 
@@ -14,7 +15,8 @@ AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 SIZES = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
          "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users", "/audit",
-         "/definitions?kind=external", "/definitions/{external}", "/runs/{reported}"]
+         "/definitions?kind=external", "/definitions/{external}", "/runs/{reported}", "/batches/{batch}",
+         "/runs/{waiting}"]
 
 expect = sync_api.expect
 
@@ -111,6 +113,9 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
         "VALUES (%s, 1, 'succeeded', now(), 'pg_dump: <done> & 2 tables dumped')", [reported])
     sql("INSERT INTO jobsweb_audit_log (user_email, action, target_type, target_id) "
         "VALUES ('ada@example.com', 'retry', 'run', %s)", [run])
+    with app.app_context():
+        with batch(on_finish="jobsweb.noop", payload={"export": 7}) as export:
+            waiting = export.enqueue("jobsweb.noop", after=[export.enqueue("jobsweb.noop")])
     email = make_user("admin")
     axe = AXE.read_text()
     findings, sideways, refused = [], [], []
@@ -120,7 +125,8 @@ def test_every_page_fits_a_phone_and_has_no_serious_axe_finding_at_both_sizes_li
         page.goto("/sign-in")
         urls = ["/sign-in"]
         sign_in(page, email)
-        urls += [p.format(run=run, definition=definition, external=external, reported=reported) for p in PAGES] + ["/runs/999999"]  # and an error page
+        urls += [p.format(run=run, definition=definition, external=external, reported=reported, batch=export.id,
+                          waiting=waiting) for p in PAGES] + ["/runs/999999"]  # and an error page
         for url in urls:
             page.goto(url)
             found, wide = look_at(page, axe, SERIOUS)

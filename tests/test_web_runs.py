@@ -301,7 +301,7 @@ def test_the_status_chips_count_exactly_up_to_a_cap_and_estimate_beyond(sign_in,
     chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
                        client.get("/runs").get_data(as_text=True))
     assert {status: count for status, _, count in chips} == {
-        "queued": "0", "running": "0", "succeeded": "0", "failed": "0", "dead": "3", "cancelled": "0",
+        "waiting": "0", "queued": "0", "running": "0", "succeeded": "0", "failed": "0", "dead": "3", "cancelled": "0",
         "skipped": "0", "missed": "0"} | {"queued": "2"}
     monkeypatch.setattr(stats, "CHIP_COUNT_CAP", 2)
     sql("ANALYZE job_runs")

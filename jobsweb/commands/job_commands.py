@@ -1,4 +1,5 @@
-"""`flask jobs migrate`, `jobs enqueue` and `jobs prune`: the schema, ad-hoc runs, retention."""
+"""`flask jobs migrate`, `jobs enqueue`, `jobs batch` and `jobs prune`: the schema, ad-hoc runs, a
+batch's state, retention."""
 
 import click
 from flask import current_app
@@ -6,6 +7,8 @@ from flask import current_app
 from ..core import schema
 from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
 from ..engine.flow import check_priority
+from ..engine.statements import RUN_STATUSES
+from ..engine.workflows import get_batch
 from ..ops import retention
 from .groups import jobs, plain_errors, when
 
@@ -41,6 +44,26 @@ def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts, qu
                          priority=None if priority is None else check_priority(priority),
                          unique_key=unique_key)
     click.echo(run_id)
+
+
+@jobs.command("batch")
+@click.argument("batch_id", type=click.IntRange(min=1))
+def batch_command(batch_id):
+    """Print the state of batch BATCH_ID: open or finished, its members by status, its callbacks."""
+    with plain_errors():
+        state = get_batch(batch_id)
+    if state is None:
+        raise click.ClickException(f"there is no batch {batch_id}")
+    ended = state.members - state.pending
+    click.echo(f"batch {state.id}: {'finished ' + when(state.finished_at, 'UTC') if state.finished else 'open'}, "
+               f"{ended:,} of {state.members:,} members ended"
+               + (f", finished {state.finishes} times" if state.finishes > 1 else ""))
+    for status in RUN_STATUSES:
+        if status in state.counts:
+            click.echo(f"  {status}: {state.counts[status]:,}")
+    for callback in state.callbacks:
+        click.echo(f"  {callback['callback']}: run {callback['id']} {callback['status']}"
+                   + (f" ({callback['reason']})" if callback["reason"] else ""))
 
 
 @jobs.command("prune")

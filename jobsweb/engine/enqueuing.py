@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from flask import current_app
 
-from . import inline, registry, statements, upkeep
+from . import dependencies, inline, registry, statements, upkeep
 from ..core.database import db
 from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
@@ -128,15 +128,31 @@ def check_job_type(job_type):
 
 
 def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None,
-            queue=None, priority=None, unique_key=None, session=None):
+            queue=None, priority=None, unique_key=None, after=None, after_failure="cancel", session=None):
     """Create a run of `job_type` and return its id.
 
     With an idempotency key that already exists, nothing is created and the existing run's id
     is returned; with a unique key, the same while a run with that key is unfinished (queued,
     running, or failed and due a retry). `queue` and `priority` default to the job type's.
+    With `after` (run ids), the run waits until every one of them succeeded; one ending dead
+    or cancelled cancels it, unless after_failure="run".
     Without `session` the run is committed at once; with `session` (for example db.session)
     it joins that transaction, so the run exists only if your own writes commit.
     """
+    params, after = run_params(job_type, payload, run_at=run_at, idempotency_key=idempotency_key,
+                               max_attempts=max_attempts, queue=queue, priority=priority,
+                               unique_key=unique_key, after=after, after_failure=after_failure)
+    if inline.active(current_app.config):
+        return inline.run(job_type, json.loads(params["payload"]), params["max_attempts"])
+    if session is not None:
+        return insert(session.connection(), params, after)
+    with db.engine.begin() as conn:
+        return insert(conn, params, after)
+
+
+def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queue, priority, unique_key,
+               after, after_failure):
+    """ENQUEUE's parameters for one run, every input checked, and its after= as run ids."""
     config = current_app.config
     registered = check_job_type(job_type)
     payload_text = _checked_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])[1]
@@ -149,27 +165,40 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
         if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
             raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
-    if inline.active(config):
-        return inline.run(job_type, json.loads(payload_text), max_attempts)
     params = {"job_type": job_type, "payload": payload_text, "run_at": run_at,
               "max_attempts": max_attempts, "idempotency_key": idempotency_key,
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
-              "unique_key": check_unique_key(unique_key)}
-    if session is not None:
-        return _insert(session.connection(), params)
-    with db.engine.begin() as conn:
-        return _insert(conn, params)
+              "unique_key": check_unique_key(unique_key), "after_failure": after_failure, "batch_id": None}
+    after = dependencies.check_after(after, after_failure)
+    if after and unique_key is not None:
+        # A waiting run holds no key (job_runs_unique_key covers queued, running and failed runs):
+        # released later, it could collide with a run that took the key meanwhile.
+        raise InvalidInput("unique_key", "cannot be combined with after=")
+    return params, after
 
 
 def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=None, priority=None,
-                 session=None):
+                 after=None, after_failure="cancel", session=None):
     """Create one run of `job_type` per payload, in a few statements; return their ids in order.
 
     For bulk loads (tens of thousands of runs a second): every payload is checked first, so
     one bad payload writes nothing. No idempotency keys here: use enqueue() for those.
+    With `after`, every run waits for those runs, as with enqueue().
     Without `session` the runs are committed at once; with it they join that transaction.
     """
+    params, texts, after = many_params(job_type, payloads, run_at=run_at, max_attempts=max_attempts, queue=queue,
+                                       priority=priority, after=after, after_failure=after_failure)
+    if inline.active(current_app.config):
+        return [inline.run(job_type, json.loads(text), params["max_attempts"]) for text in texts]
+    if session is not None:
+        return insert_many(session.connection(), params, texts, after)
+    with db.engine.begin() as conn:
+        return insert_many(conn, params, texts, after)
+
+
+def many_params(job_type, payloads, *, run_at, max_attempts, queue, priority, after, after_failure):
+    """ENQUEUE_MANY's parameters, the payloads as checked JSON texts, and after= as run ids."""
     config = current_app.config
     registered = check_job_type(job_type)
     max_bytes = config["JOBSWEB_MAX_PAYLOAD_BYTES"]
@@ -179,17 +208,12 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=No
             texts.append(_checked_payload(payload, max_bytes)[1])
         except InvalidInput as exc:
             raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
-    if inline.active(config):
-        return [inline.run(job_type, json.loads(text), check_max_attempts(max_attempts, registered, config))
-                for text in texts]
     params = {"job_type": job_type, "run_at": check_run_at(run_at),
               "max_attempts": check_max_attempts(max_attempts, registered, config),
               "queue": check_queue(registered.queue if queue is None else queue),
-              "priority": check_priority(registered.priority if priority is None else priority)}
-    if session is not None:
-        return _insert_many(session.connection(), params, texts)
-    with db.engine.begin() as conn:
-        return _insert_many(conn, params, texts)
+              "priority": check_priority(registered.priority if priority is None else priority),
+              "after_failure": after_failure, "batch_id": None}
+    return params, texts, dependencies.check_after(after, after_failure)
 
 
 class Job:
@@ -206,17 +230,13 @@ class Job:
     def __repr__(self):
         return f"<jobsweb job {self.name!r}>"
 
-    def enqueue(self, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None, queue=None,
-                priority=None, unique_key=None, session=None):
+    def enqueue(self, payload=None, **options):
         """Create a run of this job type and return its id: enqueue(name, ...) for this name."""
-        return enqueue(self.name, payload, run_at=run_at, idempotency_key=idempotency_key,
-                       max_attempts=max_attempts, queue=queue, priority=priority, unique_key=unique_key,
-                       session=session)
+        return enqueue(self.name, payload, **options)
 
-    def enqueue_many(self, payloads, *, run_at=None, max_attempts=None, queue=None, priority=None, session=None):
+    def enqueue_many(self, payloads, **options):
         """Create one run of this job type per payload; their ids (enqueue_many for this name)."""
-        return enqueue_many(self.name, payloads, run_at=run_at, max_attempts=max_attempts, queue=queue,
-                            priority=priority, session=session)
+        return enqueue_many(self.name, payloads, **options)
 
 
 def check_max_attempts(max_attempts, registered, config):
@@ -228,23 +248,30 @@ def check_max_attempts(max_attempts, registered, config):
     return max_attempts
 
 
-def _insert_many(conn, params, texts):
+def insert_many(conn, params, texts, after):
+    """Insert the runs of many_params() on `conn`; their ids in order."""
+    params = dict(params, **dependencies.wait_state(conn, after, params["after_failure"]))
     ids = []
     for start in range(0, len(texts), ENQUEUE_MANY_CHUNK):
         rows = conn.exec_driver_sql(statements.ENQUEUE_MANY,
                                     dict(params, payloads=texts[start:start + ENQUEUE_MANY_CHUNK]))
         ids.extend(sorted(row[0] for row in rows))
-    if ids and (params["run_at"] is None or params["run_at"] <= datetime.now(timezone.utc)):
+    dependencies.record(conn, ids, after)
+    if ids and params["status"] == "queued" and (params["run_at"] is None
+                                                  or params["run_at"] <= datetime.now(timezone.utc)):
         conn.exec_driver_sql(statements.NOTIFY)
     return ids
 
 
-def _insert(conn, params):
+def insert(conn, params, after):
+    """Insert the run of run_params() on `conn`; its id (or the id of the run holding its key)."""
+    params = dict(params, **dependencies.wait_state(conn, after, params["after_failure"]))
     for _ in range(KEY_CONFLICT_TRIES):
         row = conn.exec_driver_sql(statements.ENQUEUE, params).first()
         if row is None:  # a key exists: a unique index chose the earlier run
             row = conn.exec_driver_sql(upkeep.RUN_BY_KEY, params).first()
         if row is not None:
+            dependencies.record(conn, [row[0]], after)
             return row[0]
         # The unfinished run holding the unique key finished between the two statements,
         # freeing the key: insert again.

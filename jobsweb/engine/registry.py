@@ -136,6 +136,13 @@ class JobContext:
     _report_progress: object = None  # the worker's (or drain()'s) write of ctx.progress
     _progress_unsent: tuple | None = None  # (progress, note) held back by the interval
     _progress_sent_at: float = -math.inf  # time.monotonic() of the last write
+    _read_batch: object = None  # run id -> its batch's state (workflows.batch_of_run), from the worker
+
+    @functools.cached_property
+    def batch(self):
+        """The batch this run is a member or a callback of (.id, .payload, .counts), else None;
+        read when first asked for."""
+        return self._read_batch(self.run_id) if self._read_batch is not None else None
 
     @property
     def cancelled(self):

@@ -10,47 +10,99 @@ which attempt it is (`attempts`), and reports through RETURNING which rows it ch
 whose lease was taken over can never overwrite a newer attempt, and learns that it lost the run.
 Times are the database's `now()`. Other engine SQL (lease recovery's look-up of expired leases
 too): upkeep.py; runs reported from outside (`flask jobs exec`, ping URLs) change status in
-reported_runs.py."""
+reported_runs.py. Runs of workflows (after=, batches) leave 'waiting' through the trigger
+job_runs_workflow (migration 0020_workflows), in the transaction of the status change that
+releases or cancels them."""
 
-# skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran.
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
+# skipped (overlap policy) and missed (misfire policy) are schedule slots that never ran;
+# waiting runs wait for other runs (after=) or, as a batch's callbacks, for the batch to finish.
+RUN_STATUSES = ("waiting", "queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
 ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
 RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
-CANCELLABLE = ("queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
+CANCELLABLE = ("waiting", "queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
 
-# -- runs come into being: queued (or, for schedule slots, skipped / missed) ------------------
+# -- runs come into being: queued or waiting (or, for schedule slots, skipped / missed) -------
 
 # Enqueue one run. ON CONFLICT lets the unique indexes on idempotency_key and (for unfinished
 # runs) unique_key decide between concurrent enqueuers: the loser inserts nothing and reads the
 # winner's id afterwards (RUN_BY_KEY). The queue's job_queues row is created on first use.
 # A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
+# status is 'queued', or, for a run of after= (engine/workflows.py decided it under
+# LOCK_DEPENDENCIES' locks), 'waiting' for `waiting_for` runs, or 'cancelled' at once because
+# one of them had ended dead or cancelled (`reason` says which). batch_id: a batch's member.
 # The payload travels as JSON text cast here: a host's session may be on psycopg2, which cannot
 # adapt psycopg 3's Jsonb.
 ENQUEUE = """
 WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING),
 inserted AS (
     INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key, queue,
-                          priority, unique_key)
+                          priority, unique_key, status, waiting_for, run_after_failure, reason,
+                          finished_at, batch_id)
     VALUES (%(job_type)s, %(payload)s::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s,
-            %(idempotency_key)s, %(queue)s, %(priority)s, %(unique_key)s)
+            %(idempotency_key)s, %(queue)s, %(priority)s, %(unique_key)s, %(status)s,
+            %(waiting_for)s, %(run_after_failure)s, %(reason)s,
+            CASE WHEN %(status)s = 'cancelled' THEN now() END, %(batch_id)s)
     ON CONFLICT DO NOTHING
-    RETURNING id, run_at
+    RETURNING id, run_at, status
 )
 SELECT id FROM inserted
-LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '') WHERE inserted.run_at <= now()) wake ON true
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '')
+                   WHERE inserted.run_at <= now() AND inserted.status = 'queued') wake ON true
 """
 
 # Enqueue many runs of one job type in one statement: one round trip and one index pass per
 # chunk instead of one per run. Payloads travel as one text[] (cheaper to send than jsonb[]);
-# WITH ORDINALITY keeps their order, so ids come out in the order of the payloads.
+# WITH ORDINALITY keeps their order, so ids come out in the order of the payloads. Status,
+# dependencies and batch as in ENQUEUE, the same for every run.
 ENQUEUE_MANY = """
 WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING)
-INSERT INTO job_runs (job_type, payload, run_at, max_attempts, queue, priority)
+INSERT INTO job_runs (job_type, payload, run_at, max_attempts, queue, priority, status, waiting_for,
+                      run_after_failure, reason, finished_at, batch_id)
 SELECT %(job_type)s, p.payload::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s,
-       %(queue)s, %(priority)s
+       %(queue)s, %(priority)s, %(status)s, %(waiting_for)s, %(run_after_failure)s, %(reason)s,
+       CASE WHEN %(status)s = 'cancelled' THEN now() END, %(batch_id)s
 FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, n)
 ORDER BY p.n
 RETURNING id
+"""
+
+# A batch closes (the end of `with batch(...)`, in the transaction that inserted its members):
+# its counts are set from its members, and its callback runs are created, waiting for the
+# batch to finish (the trigger job_runs_workflow, migration 0020_workflows, releases them), or
+# released here already if no member is left to end. A callback's payload is the batch's.
+CLOSE_BATCH = """
+WITH counted AS (
+    SELECT count(*) AS members,
+           count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead', 'cancelled')) AS pending,
+           count(*) FILTER (WHERE status IN ('dead', 'cancelled')) AS failures
+    FROM job_runs WHERE batch_id = %(batch_id)s AND batch_callback IS NULL
+),
+batch AS (
+    UPDATE job_batches b
+    SET members = c.members, pending = c.pending, failures = c.failures,
+        finished_at = CASE WHEN c.pending = 0 THEN now() END, finishes = (c.pending = 0)::int
+    FROM counted c WHERE b.id = %(batch_id)s
+    RETURNING b.id, b.payload, b.pending, b.failures
+),
+callbacks AS (
+    INSERT INTO job_runs (job_type, payload, status, finished_at, reason, max_attempts, queue, priority,
+                          batch_id, batch_callback)
+    SELECT cb.job_type, b.payload, s.status, CASE WHEN s.status = 'cancelled' THEN now() END,
+           CASE WHEN b.pending = 0 THEN 'batch ' || b.id || ' finished'
+                || CASE WHEN b.failures > 0 THEN ' with ' || b.failures || CASE WHEN b.failures = 1 THEN ' member'
+                        ELSE ' members' END || ' dead or cancelled' ELSE '' END
+           END,
+           cb.max_attempts, cb.queue, cb.priority, b.id, cb.role
+    FROM batch b
+    CROSS JOIN unnest(%(roles)s::text[], %(job_types)s::text[], %(max_attempts)s::int[], %(queues)s::text[],
+                      %(priorities)s::int[]) AS cb(role, job_type, max_attempts, queue, priority)
+    CROSS JOIN LATERAL (SELECT CASE WHEN b.pending > 0 THEN 'waiting'
+                                    WHEN cb.role = 'on_success' AND b.failures > 0 THEN 'cancelled'
+                                    ELSE 'queued' END AS status) s
+    RETURNING id, status
+)
+SELECT c.id, c.status FROM callbacks c
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '') WHERE c.status = 'queued') wake ON true
 """
 
 # Wake the workers LISTENing on this channel (engine/wakeup.py) when a run becomes due now.
@@ -180,6 +232,22 @@ WITH outcome AS (
         %(delays)s::float8[], %(give_up)s::bool[], %(outputs)s::text[]
     ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up, output)
 ),
+-- Workflows: the batches of these runs and the runs waiting for them are locked first, in id
+-- order (batches, then runs), before any run is updated. The trigger job_runs_workflow (migration
+-- 0020_workflows) then counts them down in rows this transaction holds already, and workers
+-- ending runs of the same batches queue behind each other instead of deadlocking. A run outside
+-- any workflow finds nothing here (batch_id NULL, awaited false).
+workflow_locked AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM (
+                SELECT b.id FROM job_batches b
+                WHERE b.id IN (SELECT r.batch_id FROM job_runs r WHERE r.id IN (SELECT id FROM outcome))
+                ORDER BY b.id FOR NO KEY UPDATE) batches)
+         + (SELECT count(*) FROM (
+                SELECT w.id FROM job_run_deps d JOIN job_runs w ON w.id = d.run_id
+                WHERE d.after_id IN (SELECT r.id FROM job_runs r WHERE r.id IN (SELECT id FROM outcome) AND r.awaited)
+                  AND w.status = 'waiting'
+                ORDER BY w.id FOR NO KEY UPDATE OF w) dependents) AS locked
+),
 decided AS (
     SELECT o.*,
            CASE
@@ -189,7 +257,7 @@ decided AS (
                WHEN o.give_up OR r.attempts >= r.max_attempts THEN 'dead'
                ELSE 'failed'
            END AS new_status
-    FROM outcome o JOIN job_runs r ON r.id = o.id
+    FROM outcome o JOIN job_runs r ON r.id = o.id CROSS JOIN workflow_locked
 ),
 finished AS (
     UPDATE job_runs r
@@ -287,11 +355,12 @@ WHERE id = ANY(%(ids)s) AND status IN ('failed', 'dead', 'cancelled')
 RETURNING id
 """
 
-# queued/failed -> cancelled at once: no worker holds them.
+# waiting/queued/failed -> cancelled at once: no worker holds them. Runs waiting for one that is
+# cancelled are cancelled with it (the trigger job_runs_workflow).
 CANCEL_WAITING = """
 UPDATE job_runs
 SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s) AND status IN ('queued', 'failed')
+WHERE id = ANY(%(ids)s) AND status IN ('waiting', 'queued', 'failed')
 RETURNING id
 """
 

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 
-from . import registry, upkeep
+from . import registry, upkeep, workflows
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
@@ -242,11 +242,16 @@ class Worker(LeaseHolder, TripKeeper):
 
     # -- runs starting and ending --------------------------------------------------------
 
+    def read_batch(self, run_id):
+        """JobContext.batch, called from a handler thread: the batch of run `run_id`."""
+        return workflows.batch_of_run(self.link.fetch, run_id)
+
     def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id,
                run_timeout, run_lease, backoff_base, backoff_cap):
         job = registry.get(job_type)
         ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
-                         _extend_lease=self.extend_lease, _report_progress=self.report_progress)
+                         _extend_lease=self.extend_lease, _report_progress=self.report_progress,
+                         _read_batch=self.read_batch)
         # A definition's own settings (copied onto its runs) come before the job type's.
         timeout = run_timeout or job.timeout or self.default_timeout
         deadline = time.monotonic() + timeout if timeout else None

@@ -10,6 +10,7 @@ from prometheus_client.utils import floatToGoString
 
 from . import fleet, queue_stats, stats
 from ..core.database import db, execute
+from ..engine import workflows
 from ..scheduling import definitions
 from .alerts import INCIDENT_KINDS
 from .durations import BOUNDS
@@ -93,6 +94,9 @@ class DatabaseCollector:
             running.add_metric([queue.name], queue.running)
             paused.add_metric([queue.name], int(queue.paused))
         yield from (depth, running, paused)
+
+        yield GaugeMetricFamily("jobsweb_batches_open", "Batches with members not yet ended.",
+                                value=workflows.open_batches())
 
         incidents = GaugeMetricFamily("jobsweb_incidents_open", "Open alert incidents, by kind.",
                                       labels=["kind"])

@@ -25,7 +25,7 @@ from .charts import bar_marks, hour_chart, run_chart
 from .shown_text import MASK, is_secret, shown, without_controls
 
 STATUS_WORDS = {
-    "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
+    "waiting": "Waiting", "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
     "dead": "Dead", "cancelled": "Cancelled",
 }
 

@@ -7,7 +7,7 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine import registry, run_actions
+from ..engine import registry, run_actions, workflows
 from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats
@@ -79,12 +79,17 @@ def bulk():
     audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
                  changed=changed, cancel_requested=requested)
     db.session.commit()
-    verb = "Retried" if action == "retry" else "Cancelled"
-    message = f"{verb} {changed} run{'s' * (changed != 1)}."
-    if requested:
-        message += f" Asked {requested} running run{'s' * (requested != 1)} to stop."
-    flash(message)
+    flash(bulk_message(action, changed, requested))
     return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
+
+
+def bulk_message(action, changed, requested, what="run", where=""):
+    """What a retry or cancel of many runs did: "Cancelled 3 runs. Asked 1 running run to stop." """
+    verb = "Retried" if action == "retry" else "Cancelled"
+    message = f"{verb} {changed} {what}{'s' * (changed != 1)}{where}."
+    if requested:
+        message += f" Asked {requested} running {what}{'s' * (requested != 1)} to stop."
+    return message
 
 
 def _tell(status, now, then):
@@ -108,9 +113,9 @@ def detail(run_id):
                                   .order_by(JobAttempt.attempt.desc())).all()
     definition = db.session.get(JobDefinition, run.definition_id) if run.definition_id else None
     return render("run.html", "partials/_run.html", run=run, attempts=attempts, definition=definition,
-                  audit_entries=audit.entries_for("run", run_id),
+                  audit_entries=audit.entries_for("run", run_id), dependencies=workflows.dependencies(run_id),
                   # The page polls while its run may still change.
-                  active=run.status in ACTIVE_STATUSES, retryable=RETRYABLE,
+                  active=run.status in ACTIVE_STATUSES or run.status == "waiting", retryable=RETRYABLE,
                   cancellable=CANCELLABLE)
 
 

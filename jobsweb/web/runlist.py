@@ -45,6 +45,7 @@ class RunFilter:
     queue: str = ""
     priority: int | None = None
     payload: dict | None = None  # runs whose payload contains this JSON object
+    batch_id: int | None = None  # members of this batch
     zone: tzinfo = timezone.utc  # the viewer's, which since and until are typed in
 
     @classmethod
@@ -58,7 +59,8 @@ class RunFilter:
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), text_filter(args, "job_type"),
                    number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
                    _error_text(args), text_filter(args, "worker"),
-                   text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args), zone)
+                   text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args),
+                   number(args, "batch"), zone)
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -85,6 +87,8 @@ class RunFilter:
             out["priority"] = self.priority
         if self.payload:
             out["payload"] = json.dumps(self.payload, ensure_ascii=False)
+        if self.batch_id is not None:
+            out["batch"] = self.batch_id
         return out
 
     def conditions(self):
@@ -113,6 +117,9 @@ class RunFilter:
             # contains no key, so it never matched anyway).
             where.append(and_(JobRun.payload.contains(cast(self.payload, JSONB)),
                               JobRun.payload != cast({}, JSONB)))
+        if self.batch_id is not None:
+            # Index job_runs_batch; a batch's callbacks are its runs too, but not its members.
+            where += [JobRun.batch_id == self.batch_id, JobRun.batch_callback.is_(None)]
         if self.worker:
             # Finished attempts are recorded with their worker (index job_attempts_worker); the
             # attempt a worker is running now is only in locked_by (few running runs).

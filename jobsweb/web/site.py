@@ -11,15 +11,15 @@ from pathlib import Path
 from flask import Blueprint, send_from_directory
 from flask_wtf.csrf import CSRFError
 
-from . import (access, audit_pages, dashboard, definition_form, definition_pages, enqueue_form, guards,
-               incident_pages, metrics_pages, outage, pings, probes, queue_pages, run_admin_pages, run_pages,
+from . import (access, audit_pages, batch_pages, dashboard, definition_form, definition_pages, enqueue_form,
+               guards, incident_pages, metrics_pages, outage, pings, probes, queue_pages, run_admin_pages, run_pages,
                sign_in, user_pages, worker_pages)
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
 
-PAGES = (probes, sign_in, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, run_pages, run_admin_pages,
-         user_pages, worker_pages, queue_pages, metrics_pages, audit_pages, pings)
+PAGES = (probes, sign_in, dashboard, definition_form, definition_pages, enqueue_form, incident_pages, run_pages,
+         run_admin_pages, user_pages, worker_pages, queue_pages, metrics_pages, audit_pages, pings, batch_pages)
 
 
 def _htmx_folder():

@@ -1,12 +1,9 @@
 """Drill 1, kill -9 chaos: workers die mid-run at random; no run is lost, no effect repeats."""
 
-import os
-import random
-import signal
 import time
 
 from tests.conftest import wait_for
-from tests.processes import finish, insert_many
+from tests.processes import insert_many, kill_at_random, stop_workers
 from tests.reliability.conftest import size
 
 WORKERS = 4
@@ -36,29 +33,18 @@ def test_workers_killed_at_random_lose_no_run_and_repeat_no_effect(app, sql, spa
     give_up = started + max(180, jobs / 10)
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] > 0,
              message="runs to start")
-    while not terminal(sql):
+
+    def before_kill(victim):
         if time.monotonic() > give_up:
             [(done,)] = sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
             raise AssertionError(f"only {done} of {jobs} runs succeeded in {time.monotonic() - started:.0f} s "
                                  f"of {len(kills)} kills: workers got next to nothing done between kills")
-        victim = random.choice(alive)
-        [(at, worker_id)] = sql("SELECT clock_timestamp(), (SELECT id FROM job_workers WHERE pid = %s "
-                                "AND stopped_at IS NULL)", [victim.pid])
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait()
-        kills.append((at, worker_id))
-        alive[alive.index(victim)] = start()
-        deadline = time.monotonic() + random.uniform(0.5, 1.5) * kill_every
-        while time.monotonic() < deadline and not terminal(sql):
-            time.sleep(0.05)
+        kills.append(sql("SELECT clock_timestamp(), (SELECT id FROM job_workers WHERE pid = %s "
+                         "AND stopped_at IS NULL)", [victim.pid])[0])
+
+    kill_at_random(alive, start, kill_every, lambda: terminal(sql), before_kill)
     elapsed = time.monotonic() - started
-    # A worker still starting up has no SIGTERM handler yet and would die of the signal.
-    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE pid = ANY(%s) AND stopped_at IS NULL",
-                         [[p.pid for p in alive]])[0][0] == WORKERS, message="the last workers to start")
-    for proc in alive:
-        proc.send_signal(signal.SIGTERM)
-    outputs = [finish(proc, timeout=60) for proc in alive]
-    assert [code for code, _ in outputs] == [0] * WORKERS, outputs
+    stop_workers(sql, alive)
 
     # Every run terminal and succeeded: none lost (max_attempts is far above the kill count).
     assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", jobs)]

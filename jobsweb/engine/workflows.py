@@ -1,0 +1,237 @@
+"""Batches with callbacks, and chains: runs enqueued together that wait for one another.
+
+A batch's members and the batch itself are written in one transaction (the caller's, with
+`session=`): nothing of it is visible before it commits. Its callbacks are runs that wait for
+the batch to finish; the trigger job_runs_workflow (migration 0020_workflows) releases them,
+exactly once, in the transaction that ends the last member.
+"""
+
+import json
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from flask import current_app
+
+from . import statements
+from .enqueuing import check_job_type, check_max_attempts, check_payload, insert, insert_many, many_params, \
+    run_params
+from .flow import check_priority, check_queue
+from ..core.database import db, execute
+from ..core.errors import InvalidInput
+
+# The payload travels as JSON text cast here, as ENQUEUE's: a host's session may be on psycopg2.
+CREATE_BATCH = "INSERT INTO job_batches (payload, on_finish, on_success) VALUES (%(payload)s::jsonb, " \
+               "%(on_finish)s, %(on_success)s) RETURNING id"
+
+# A batch's state: its row, its members' counts by status (job_runs_batch, index only) and its
+# callback runs, newest first (job_runs_batch_callbacks).
+BATCH = """
+SELECT b.id, b.payload, b.on_finish, b.on_success, b.members, b.pending, b.finishes, b.created_at, b.finished_at,
+       coalesce((SELECT jsonb_object_agg(status, n) FROM (
+                     SELECT status, count(*) AS n FROM job_runs
+                     WHERE batch_id = b.id AND batch_callback IS NULL GROUP BY status) c), '{}') AS counts,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('id', r.id, 'callback', r.batch_callback, 'status', r.status,
+                                                     'reason', r.reason) ORDER BY r.id DESC)
+                 FROM job_runs r WHERE r.batch_id = b.id AND r.batch_callback IS NOT NULL), '[]') AS callbacks
+FROM job_batches b
+WHERE b.id = %(batch_id)s
+"""
+# What a run waits for and what waits for it (the primary key of job_run_deps and
+# job_run_deps_after), for its page: at most `limit` of each, oldest first.
+RUN_DEPENDENCIES = """
+(SELECT 'waits_for' AS side, r.id, r.job_type, r.status FROM job_run_deps d JOIN job_runs r ON r.id = d.after_id
+ WHERE d.run_id = %(run_id)s ORDER BY r.id LIMIT %(limit)s)
+UNION ALL
+(SELECT 'waited_by', r.id, r.job_type, r.status FROM job_run_deps d JOIN job_runs r ON r.id = d.run_id
+ WHERE d.after_id = %(run_id)s ORDER BY r.id LIMIT %(limit)s)
+"""
+BATCH_OF_RUN = "SELECT batch_id FROM job_runs WHERE id = %(run_id)s"
+OPEN_BATCHES = "SELECT count(*) FROM job_batches WHERE finished_at IS NULL"
+# The members of a batch not yet ended, for cancel_batch; failed and dead ones for retry.
+BATCH_MEMBERS = """
+SELECT id FROM job_runs WHERE batch_id = %(batch_id)s AND batch_callback IS NULL AND status = ANY(%(statuses)s)
+ORDER BY id
+"""
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """A batch as it is now: counts holds its members by status, e.g. {"succeeded": 98, "dead": 1}."""
+
+    id: int
+    payload: dict
+    on_finish: str | None
+    on_success: str | None
+    members: int
+    pending: int  # members not yet ended
+    finishes: int  # times it finished (a retried member reopens it)
+    created_at: object
+    finished_at: object  # None while open
+    counts: dict = field(default_factory=dict)
+    callbacks: list = field(default_factory=list)  # {"id", "callback", "status", "reason"}, newest first
+
+    @property
+    def finished(self):
+        return self.finished_at is not None
+
+
+def read_batch(fetch, batch_id):
+    """The BatchState of `batch_id` (None if there is none), read with fetch(sql, params) -> rows."""
+    rows = fetch(BATCH, {"batch_id": batch_id})
+    return BatchState(*rows[0]) if rows else None
+
+
+def batch_of_run(fetch, run_id):
+    """The BatchState of the batch run `run_id` belongs to (a member or a callback), or None."""
+    rows = fetch(BATCH_OF_RUN, {"run_id": run_id})
+    return read_batch(fetch, rows[0][0]) if rows and rows[0][0] is not None else None
+
+
+def _fetch(sql, params):
+    return execute(sql, params).all()
+
+
+def get_batch(batch_id):
+    """The state of batch `batch_id` (a BatchState), or None if there is none."""
+    return read_batch(_fetch, batch_id)
+
+
+def open_batches():
+    """How many batches have members not yet ended."""
+    return execute(OPEN_BATCHES).scalar()
+
+
+def dependencies(run_id, limit=100):
+    """{"waits_for": [rows], "waited_by": [rows]} of run `run_id`, each row (id, job_type, status)."""
+    found = {"waits_for": [], "waited_by": []}
+    for row in execute(RUN_DEPENDENCIES, {"run_id": run_id, "limit": limit}):
+        found[row.side].append(row)
+    return found
+
+
+def batch_members(batch_id, statuses):
+    """Ids of the members of `batch_id` in these statuses."""
+    return [row.id for row in execute(BATCH_MEMBERS, {"batch_id": batch_id, "statuses": list(statuses)})]
+
+
+def _callback(role, job_type, config):
+    try:
+        registered = check_job_type(job_type)
+        return (role, job_type, check_max_attempts(None, registered, config), check_queue(registered.queue),
+                check_priority(registered.priority))
+    except InvalidInput as exc:
+        raise InvalidInput(role, exc.message) from None
+
+
+class Batch:
+    """`with batch(...) as b:` enqueues b's members (b.enqueue, b.enqueue_many) and the batch in
+    one transaction; its callbacks run once every member has ended (on_finish) or succeeded
+    (on_success). b.id is the batch's id; b.callbacks, once the block ended, the callback runs'
+    ids by name ({"on_finish": 812}), which other runs may wait for."""
+
+    def __init__(self, on_finish=None, on_success=None, payload=None, session=None):
+        config = current_app.config
+        for role, job_type in (("on_finish", on_finish), ("on_success", on_success)):
+            if job_type is not None and not isinstance(job_type, str):
+                raise InvalidInput(role, f"must be a job type's name, got {type(job_type).__name__}")
+        self._callbacks = [_callback(role, job_type, config)
+                           for role, job_type in (("on_finish", on_finish), ("on_success", on_success)) if job_type]
+        self.payload = check_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+        self.on_finish, self.on_success = on_finish, on_success
+        self._session = session
+        self._transaction = ExitStack()  # the batch's own transaction, without session=
+        self._conn = None
+        self.id = None
+        self.callbacks = {}
+
+    def __enter__(self):
+        if self._session is not None:
+            self._conn = self._session.connection()
+        else:
+            self._conn = self._transaction.enter_context(db.engine.begin())
+        self.id = self._conn.exec_driver_sql(CREATE_BATCH, {"payload": json.dumps(self.payload), "on_finish": self.on_finish,
+                                                             "on_success": self.on_success}).scalar()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        conn, self._conn = self._conn, None
+        if exc_type is not None:
+            return self._transaction.__exit__(exc_type, exc, tb)  # rolled back; the error goes on
+        with self._transaction:  # committed, or rolled back if closing fails
+            roles, job_types, attempts, queues, priorities = zip(*self._callbacks) if self._callbacks \
+                else ((), (), (), (), ())
+            rows = conn.exec_driver_sql(statements.CLOSE_BATCH, {
+                "batch_id": self.id, "roles": list(roles), "job_types": list(job_types),
+                "max_attempts": list(attempts), "queues": list(queues), "priorities": list(priorities)}).all()
+            self.callbacks = dict(zip(roles, (row[0] for row in rows)))
+
+    def _open(self):
+        if self._conn is None:
+            raise RuntimeError("a batch takes members only inside its `with batch(...)` block")
+        return self._conn
+
+    def enqueue(self, job_type, payload=None, **options):
+        """Enqueue a member: enqueue()'s arguments but session; returns its run id."""
+        params, after = run_params(job_type, payload, **_run_options(options))
+        return insert(self._open(), dict(params, batch_id=self.id), after)
+
+    def enqueue_many(self, job_type, payloads, **options):
+        """Enqueue members, one per payload: enqueue_many()'s arguments but session; their ids."""
+        options = dict({"run_at": None, "max_attempts": None, "queue": None, "priority": None, "after": None,
+                        "after_failure": "cancel"}, **options)
+        params, texts, after = many_params(job_type, payloads, **options)
+        return insert_many(self._open(), dict(params, batch_id=self.id), texts, after)
+
+
+def _run_options(options):
+    return dict({"run_at": None, "idempotency_key": None, "max_attempts": None, "queue": None, "priority": None,
+                 "unique_key": None, "after": None, "after_failure": "cancel"}, **options)
+
+
+def batch(on_finish=None, on_success=None, payload=None, session=None):
+    """A Batch, to use as `with batch(on_finish="report") as b: b.enqueue(...)`."""
+    return Batch(on_finish=on_finish, on_success=on_success, payload=payload, session=session)
+
+
+class Chain(int):
+    """What chain() returns: the first step's run id (cancelling it cancels every step after
+    it), with `ids`, every step's run id in order, and `last`, the run to wait for."""
+
+    ids: tuple
+
+    @property
+    def last(self):
+        return self.ids[-1]
+
+
+def chain(steps, *, after=None, after_failure="cancel", session=None):
+    """Enqueue steps, each (job_type, payload) or (job_type, payload, {enqueue options}), each
+    waiting for the one before (the first for `after`), in one transaction; returns a Chain."""
+    steps = list(steps)
+    if not steps:
+        raise InvalidInput("steps", "must hold at least one (job_type, payload) step")
+    checked = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, (list, tuple)) or not 1 <= len(step) <= 3 or \
+                (len(step) == 3 and not isinstance(step[2], dict)):
+            raise InvalidInput("steps", f"step {index} must be (job_type, payload) or (job_type, payload, options)")
+        job_type, payload, options = tuple(step) + (None, {})[len(step) - 1:]
+        if {"after", "after_failure", "session"} & set(options):
+            raise InvalidInput("steps", f"step {index}: after, after_failure and session are the chain's")
+        checked.append(run_params(job_type, payload, **_run_options(dict(
+            options, after=after if index == 0 else None, after_failure=after_failure if index == 0 else "cancel"))))
+
+    def enqueue_steps(conn):
+        ids = []
+        for index, (params, first_after) in enumerate(checked):
+            ids.append(insert(conn, params, first_after if index == 0 else [ids[-1]]))
+        return ids
+
+    if session is not None:
+        ids = enqueue_steps(session.connection())
+    else:
+        with db.engine.begin() as conn:
+            ids = enqueue_steps(conn)
+    result = Chain(ids[0])
+    result.ids = tuple(ids)
+    return result

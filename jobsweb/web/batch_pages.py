@@ -1,0 +1,70 @@
+"""A batch's page: its counts as a bar, its members (the runs list's table, filtered to it), its
+callback runs; retry its failed members, cancel the rest."""
+
+from flask import Blueprint, abort, flash, redirect, request, url_for
+
+from . import audit, runlist
+from ..core.database import db
+from ..engine import run_actions, workflows
+from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
+from .access import role_required
+from .rendering import render
+from .run_pages import bulk_message
+
+bp = Blueprint("batches", __name__, url_prefix="/batches")
+
+MEMBERS_PAGE = 25
+
+
+def _batch_or_404(batch_id):
+    state = workflows.get_batch(batch_id)
+    if state is None:
+        abort(404, f"There is no batch {batch_id}.")
+    return state
+
+
+@bp.get("/<int:batch_id>")
+def detail(batch_id):
+    """One batch: counts by status, progress, its callbacks and a page of its members."""
+    state = _batch_or_404(batch_id)
+    member_filter = runlist.RunFilter.from_args(request.args)
+    member_filter.batch_id = batch_id
+    before = runlist.number(request.args, "before")
+    rows, next_before = runlist.page(member_filter, before, size=MEMBERS_PAGE)
+    bar, x = [], 0.0
+    for status in RUN_STATUSES:
+        if n := state.counts.get(status):
+            width = 100 * n / max(state.members, 1)
+            bar.append({"status": status, "count": n, "x": round(x, 3), "width": round(width, 3)})
+            x += width
+    return render("batch.html", "partials/_batch.html", batch=state, bar=bar, rows=rows, next_before=next_before,
+                  before=before, filter=member_filter, live=False,
+                  queue_links={queue: url_for("jobsweb.runs.index", **dict(member_filter.args(), queue=queue))
+                               for queue in {run.queue for run, _ in rows}},
+                  audit_entries=audit.entries_for("batch", batch_id))
+
+
+def _act(batch_id, action):
+    _batch_or_404(batch_id)
+    if action == "retry":
+        changed, requested = run_actions.retry(workflows.batch_members(batch_id, RETRYABLE)), []
+    else:
+        changed, requested = run_actions.cancel(workflows.batch_members(batch_id, CANCELLABLE))
+    audit.record(f"batch_{action}", "batch", batch_id, changed=len(changed), cancel_requested=len(requested))
+    db.session.commit()
+    flash(bulk_message(action, len(changed), len(requested), "member", f" of batch {batch_id}"))
+    return redirect(url_for("jobsweb.batches.detail", batch_id=batch_id))
+
+
+@bp.post("/<int:batch_id>/retry")
+@role_required("operator")
+def retry(batch_id):
+    """Queue the batch's failed, dead and cancelled members again (a finished batch reopens)."""
+    return _act(batch_id, "retry")
+
+
+@bp.post("/<int:batch_id>/cancel")
+@role_required("operator")
+def cancel(batch_id):
+    """Cancel every member of the batch not yet ended; ask the workers of running ones to stop."""
+    return _act(batch_id, "cancel")
