@@ -95,6 +95,16 @@ def pretty_json(value, words=()):
     return json.dumps(mask_secrets(value, words), indent=2, sort_keys=True, ensure_ascii=False)
 
 
+PAYLOAD_LINE_CHARS = 120
+
+
+def payload_line(value):
+    """A payload on one line, secrets masked, cut at PAYLOAD_LINE_CHARS (a row of the runs list)."""
+    line = json.dumps(mask_secrets(value, current_app.config["JOBSWEB_MASK_KEYS"]), ensure_ascii=False,
+                      separators=(", ", ": "))
+    return line if len(line) <= PAYLOAD_LINE_CHARS else line[:PAYLOAD_LINE_CHARS - 1] + "…"
+
+
 def time_ago(moment, now=None):
     """'3 min ago' / 'in 2 h': how far a time is from now, in words."""
     if moment is None:
@@ -167,6 +177,6 @@ def templates():
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
                        hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, payload_line=payload_line, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env
