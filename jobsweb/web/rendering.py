@@ -7,6 +7,7 @@ app, its `base.html`, its filters and its globals stay its own, and jobsweb's ne
 """
 
 import json
+import re
 import shlex
 from datetime import datetime, timezone
 from functools import cache
@@ -26,6 +27,12 @@ from .charts import hour_chart, run_chart
 STATUS_WORDS = {
     "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
     "dead": "Dead", "cancelled": "Cancelled",
+}
+# A run's Result card without a result: "yet" only while it may still get one.
+RESULT_WORDS = {
+    "queued": "No result yet.", "running": "No result yet.", "failed": "No result yet: it will be retried.",
+    "dead": "No result: the run died without one.", "cancelled": "No result: the run was cancelled.",
+    "skipped": "No result: the run was skipped.", "missed": "No result: the run never ran.",
 }
 MASK = "••••••"
 
@@ -122,17 +129,30 @@ def seconds_words(seconds):
             return f"{int(seconds // size)} {unit}"
 
 
-def when(moment):
+def when(moment, exact=False):
     """A time as a <time> element: its text is UTC to the second, which static/local-times.js
     turns into the viewer's own zone ("3 min ago", the exact local time on hover); without
-    JavaScript the UTC text stays, labelled as such."""
+    JavaScript the UTC text stays, labelled as such. `exact`: the local time is in the text as
+    well ("3 min ago · 14:05:09"), for the pages about one thing, where a phone has no hover."""
     if moment is None:
         return "—"
     utc = moment.astimezone(timezone.utc)
     # Joined with escape() rather than Markup.format, whose Formatter took half of this
     # function's time (two calls per row of the runs list).
-    return Markup(f'<time datetime="{escape(utc.isoformat())}" data-local title="{escape(time_ago(moment))}">'
-                  f'{escape(utc.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>')
+    return Markup(f'<time datetime="{escape(utc.isoformat())}" data-local{" data-exact" if exact else ""} '
+                  f'title="{escape(time_ago(moment))}">{escape(utc.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>')
+
+
+UTC_IN_TEXT = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC")
+
+
+def local_times(text):
+    """Text written for notifications, with each "2026-11-25 12:10:00 UTC" in it shown like the
+    page's other times (the viewer's zone, how long ago, the exact time)."""
+    def one(match):
+        moment = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        return str(when(moment, exact=True))
+    return Markup(UTC_IN_TEXT.sub(one, str(escape(text))))
 
 
 def ago(moment, now=None):
@@ -174,9 +194,10 @@ def templates():
     """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
-                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
+                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, RESULT_WORDS=RESULT_WORDS,
+                       describe_schedule=describe_schedule,
                        hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, payload_line=payload_line, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, payload_line=payload_line, local_times=local_times, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env

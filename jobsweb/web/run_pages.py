@@ -7,7 +7,7 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine import run_actions
+from ..engine import flow, run_actions
 from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats
@@ -47,7 +47,10 @@ def index():
                   queue_links=queue_links, job_type_links=job_type_links,
                   total=runlist.total(counts, run_filter),
                   to_retry=runlist.total(counts, run_filter, RETRYABLE),
-                  to_cancel=runlist.total(counts, run_filter, CANCELLABLE))
+                  to_cancel=runlist.total(counts, run_filter, CANCELLABLE),
+                  # A queued row of a paused queue or job type says so: no worker will take it.
+                  paused_queues=set(stats.paused_queues()),
+                  paused_types={job_type for job_type, _ in flow.paused_types()})
 
 
 @bp.post("/bulk")
