@@ -112,6 +112,20 @@ def payload_line(value):
     return line if len(line) <= PAYLOAD_LINE_CHARS else line[:PAYLOAD_LINE_CHARS - 1] + "…"
 
 
+def audit_detail(detail):
+    """An audit entry's detail in words: "filter: status dead, tz Europe/Berlin; changed: 3"
+    rather than Python's repr of the dicts and lists it holds; empty values left out."""
+    def words(value):
+        if isinstance(value, dict):
+            return ", ".join(f"{key.replace('_', ' ')} {words(item)}" for key, item in value.items()
+                             if item not in (None, "", [], {}))
+        if isinstance(value, (list, tuple)):
+            return " or ".join(words(item) for item in value)
+        return str(value)
+    return "; ".join(f"{key.replace('_', ' ')}: {words(value)}" for key, value in (detail or {}).items()
+                     if value not in (None, "", {}, [], 0))
+
+
 def time_ago(moment, now=None):
     """'3 min ago' / 'in 2 h': how far a time is from now, in words."""
     if moment is None:
@@ -198,6 +212,6 @@ def templates():
                        describe_schedule=describe_schedule,
                        hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, payload_line=payload_line, local_times=local_times, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, payload_line=payload_line, local_times=local_times, audit_detail=audit_detail, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env
