@@ -11,16 +11,16 @@ from tests.conftest import PASSWORD, ROOT, csrf_token
 from tests.test_web_incidents import overdue_incident
 
 AXE = ROOT / ".cache" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
-SIZES = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+SIZES = {"laptop": {"width": 1366, "height": 900}, "phone": {"width": 390, "height": 844}}
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
          "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users", "/audit",
          "/definitions?kind=external", "/definitions/{external}", "/runs/{reported}"]
 
 expect = sync_api.expect
 
-# axe's findings of impact serious or critical, as (rule, [where]) pairs.
+# axe's findings of impact moderate, serious or critical, as (rule, [where]) pairs.
 SERIOUS = """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
-    .filter(v => v.impact === "serious" || v.impact === "critical")
+    .filter(v => ["moderate", "serious", "critical"].includes(v.impact))
     .map(v => [v.id, v.nodes.slice(0, 4).map(n => n.target.join(" ") + " " + (n.failureSummary || ""))])"""
 
 
