@@ -20,21 +20,28 @@ def dead_runs(sql, job_type, n, payload="{}"):
         "SELECT %s, 'dead', 1, 'boom', 'RuntimeError', %s, now() FROM generate_series(1, %s)", [job_type, payload, n])
 
 
+def operator_on(open_context, make_user, path):
+    """(page, questions): an operator's page at `path` whose confirm dialogs are answered yes and
+    kept in `questions`."""
+    page = open_context()
+    sign_in_page(page, make_user("operator"))
+    page.goto(path)
+    questions = []
+    page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    return page, questions
+
+
 def test_retry_all_matching_a_job_type_only_a_separate_worker_imports_retries_exactly_its_runs(
         sql, make_user, open_context):
     dead_runs(sql, "billing.charge_invoice", 30)  # no module of the web process registers it
     dead_runs(sql, "jobsweb.noop", 5)
     dead_runs(sql, "reports.nightly", 2)
-    page = open_context()
-    sign_in_page(page, make_user("operator"))
-    page.goto("/runs")
+    page, questions = operator_on(open_context, make_user, "/runs")
     expect(page.locator('#job-type-names option[value="billing.charge_invoice"]')).to_have_count(1)
     page.get_by_label("Job type").fill("billing.charge_invoice")
     page.get_by_role("button", name="Apply").click()
     expect(page).to_have_url(re.compile(r"job_type=billing\.charge_invoice"))
     expect(page.locator("#runs-table")).to_contain_text("Showing 30 of 30 runs that match")
-    questions = []
-    page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     page.get_by_role("button", name="Retry all matching").click()
     expect(page.get_by_text("Retried 30 of 30 runs that match.")).to_be_visible()
     assert questions[0].startswith("Retry 30 runs (failed, dead or cancelled) that match this filter?")
@@ -75,11 +82,7 @@ def test_pausing_a_job_type_offers_those_of_the_runs_and_preselects_none(sql, ma
 def test_retry_all_matching_says_how_many_it_would_retry_and_which_it_left(sql, make_user, open_context):
     dead_runs(sql, "jobsweb.noop", 37)
     dead_runs(sql, "jobsweb.external", 2)  # reported from outside: nothing can run them again
-    page = open_context()
-    sign_in_page(page, make_user("operator"))
-    page.goto("/runs?status=dead")
-    questions = []
-    page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    page, questions = operator_on(open_context, make_user, "/runs?status=dead")
     page.get_by_role("button", name="Retry all matching").click()
     expect(page.locator(".flash, [role=status]").first).to_contain_text(
         "Retried 37 of 39 runs that match. 2 runs left as they were: reported from outside")
@@ -91,11 +94,7 @@ def test_cancel_selected_with_nothing_ticked_does_not_ask_and_says_so_with_a_num
         sql, make_user, open_context):
     add_run(sql)
     add_run(sql)
-    page = open_context()
-    sign_in_page(page, make_user("operator"))
-    page.goto("/runs")
-    questions = []
-    page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    page, questions = operator_on(open_context, make_user, "/runs")
     page.get_by_role("button", name="Cancel selected").click()
     expect(page.get_by_text("No runs are ticked")).to_be_visible()
     assert questions == []
