@@ -24,6 +24,7 @@ from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
+from ..ops import stats
 from .local_time import read_local, viewer_zone, zone_name
 
 PAGE_SIZE = 50
@@ -244,12 +245,15 @@ def matching_ids_in_batches(run_filter, statuses, batch_size):
         before = ids[-1]
 
 
-# A filter's counts by status: exact while at most COUNT_CAP runs match, read by one scan that
-# stops after COUNT_CAP + 1 matching runs (LIMIT) and within COUNT_BUDGET_MS; beyond either,
-# the planner's estimate for each status (EXPLAIN), shown as "≈". A filter that matches few runs
-# through no index (error text) would otherwise read the whole table to say "12".
+# A filter's counts by status: exact while at most COUNT_CAP runs match, counted by one scan that
+# stops after COUNT_CAP + 1 matching runs (LIMIT) and within COUNT_BUDGET_MS. Beyond either, the
+# planner's estimate of the filter's runs (one EXPLAIN), shared out by status as the runs counted
+# were (or, with none counted, as the whole table's statistics say), shown as "≈". The scan is
+# not even started when the planner expects far more than the cap (a job type of a million
+# runs); the budget bounds a filter that matches few runs through no index (error text), which
+# would otherwise read the whole table to say "12".
 COUNT_CAP = 10_000
-COUNT_BUDGET_MS = 20
+COUNT_BUDGET_MS = 10
 COUNT_BUDGET = "SET LOCAL statement_timeout = %d" % COUNT_BUDGET_MS
 
 
@@ -266,30 +270,34 @@ def _compile_explain(element, compiler, **kw):
     return "EXPLAIN (FORMAT JSON) " + compiler.process(element.statement, **kw)
 
 
-def _estimate(where):
-    plan = db.session.execute(_Explain(select(JobRun.id).where(*where))).scalar()
-    return int(plan[0]["Plan"]["Plan Rows"])
-
-
-def filtered_counts(run_filter, statuses):
-    """{status: (count, exact?)} of the runs matching the filter's other conditions, whatever
-    statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least the cap)."""
-    _plan_for_the_values(run_filter)
-    where = run_filter.conditions(with_statuses=False)
+def _capped_count(where):
+    """{status: runs} of the first COUNT_CAP + 1 runs matching, or None past the budget."""
     capped = select(JobRun.status).where(*where).limit(COUNT_CAP + 1).subquery()
     # A savepoint, always rolled back: it ends the budget's SET LOCAL with it, and a cancelled
     # count leaves the page's transaction usable.
     savepoint = db.session.begin_nested()
     try:
         execute(COUNT_BUDGET)
-        counted = dict(db.session.execute(select(capped.c.status, func.count()).group_by(capped.c.status)).all())
+        return dict(db.session.execute(select(capped.c.status, func.count()).group_by(capped.c.status)).all())
     except OperationalError:  # the budget ran out (QueryCanceled)
-        counted = None
-    savepoint.rollback()
+        return None
+    finally:
+        savepoint.rollback()
+
+
+def filtered_counts(run_filter, statuses):
+    """{status: (count, exact?)} of the runs matching the filter's other conditions, whatever
+    statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least what was counted)."""
+    _plan_for_the_values(run_filter)
+    where = run_filter.conditions(with_statuses=False)
+    expected = db.session.execute(_Explain(select(JobRun.id).where(*where))).scalar()[0]["Plan"]["Plan Rows"]
+    counted = _capped_count(where) if expected <= 2 * COUNT_CAP else None
     if counted is not None and sum(counted.values()) <= COUNT_CAP:
         return {status: (counted.get(status, 0), True) for status in statuses}
-    _plan_for_the_values(run_filter)  # the rollback ended it too
-    return {status: (max(_estimate([*where, JobRun.status == status]), (counted or {}).get(status, 0)), False)
+    shares = counted or dict(execute(stats.ESTIMATED_COUNTS).all())
+    whole = sum(shares.values()) or 1
+    found = counted or {}
+    return {status: (max(round(expected * shares.get(status, 0) / whole), found.get(status, 0)), False)
             for status in statuses}
 
 
