@@ -5,6 +5,8 @@ Every value comes from the environment a PaaS sets, with defaults for a single s
 
 import os
 
+from jobsweb.core.logs import gunicorn_logging
+
 
 def _whole(name, default):
     """A whole number from the environment. (gunicorn itself parses WEB_CONCURRENCY before this
@@ -32,6 +34,9 @@ graceful_timeout = 20  # seconds a deploy gives in-flight requests after SIGTERM
 accesslog = "-"
 errorlog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
+# gunicorn's lines and the app's in jobsweb's format (JOBSWEB_LOG_FORMAT, text or json), with
+# the control characters of a request line or a webhook's reply escaped.
+logconfig_dict = gunicorn_logging()
 # The router terminates TLS and says so in X-Forwarded-Proto: gunicorn believes it from these
 # addresses only (FORWARDED_ALLOW_IPS, gunicorn's own variable; "*" when the router's address
 # is not fixed, which is safe only if nothing else can reach $PORT). The app itself reads the

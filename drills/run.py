@@ -5,7 +5,8 @@
     python drills/run.py --server stock       # on Debian's PostgreSQL 15 (JIT on), not the embedded one
     make drills DRILLS="chaos storm"
 
-Each drill is a test in tests/reliability; its short form runs in `make test`. This script
+Each drill is a test (in tests/reliability, and the outage tests in tests/ which start servers
+of both kinds themselves); its short form runs in `make test`. This script
 runs the same tests with the sizes below (through DRILL_* variables), collects the figures
 each drill records, and prints them as a table.
 """
@@ -21,15 +22,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-DRILLS = {  # name -> test file in tests/reliability
-    "chaos": "test_chaos.py",
-    "restart": "test_database_restart.py",
-    "rehearsal": "test_restart_rehearsal.py",
-    "storm": "test_cron_storm.py",
-    "lease": "test_lost_lease.py",
-    "deploy": "test_deploy.py",
-    "input": "test_bad_input.py",
-    "dst": "test_dst_walk.py",
+DRILLS = {  # name -> test file under tests/
+    "chaos": "reliability/test_chaos.py",
+    "restart": "reliability/test_database_restart.py",
+    "rehearsal": "reliability/test_restart_rehearsal.py",
+    "storm": "reliability/test_cron_storm.py",
+    "lease": "reliability/test_lost_lease.py",
+    "deploy": "reliability/test_deploy.py",
+    "input": "reliability/test_bad_input.py",
+    "dst": "reliability/test_dst_walk.py",
+    # Outages and faults on the path. Each starts private servers of both kinds itself, so these
+    # run on the embedded and the stock server whatever --server says.
+    "down": "test_database_down.py",
+    "stop-in-outage": "test_stop_during_outage.py",
+    "network": "test_network_faults.py",
+    "web-outage": "test_web_outage.py",
+    "exec-outage": "test_exec_outage.py",
+    "slots": "test_server_limits.py",
 }
 
 
@@ -46,6 +55,8 @@ def arguments():
     parser.add_argument("--restart-jobs", type=int, default=5_000)
     parser.add_argument("--storm-rounds", type=int, default=200)
     parser.add_argument("--deploy-jobs", type=int, default=1_000)
+    parser.add_argument("--down-jobs", type=int, default=2_000, help="runs under way when the database stops")
+    parser.add_argument("--down-seconds", type=float, default=10.0, help="seconds the database stays stopped")
     parser.add_argument("--examples", type=int, default=2_000, help="hypothesis examples per property")
     parser.add_argument("--form-examples", type=int, default=300, help="hypothesis examples per form")
     parser.add_argument("--dst-hours", type=int, default=26,
@@ -66,11 +77,12 @@ def main():
            "DRILL_CHAOS_JOBS": str(args.chaos_jobs), "DRILL_CHAOS_KILL_EVERY": str(args.kill_every),
            "DRILL_CHAOS_MAX_SLEEP": str(args.chaos_max_sleep), "DRILL_RESTART_JOBS": str(args.restart_jobs),
            "DRILL_STORM_ROUNDS": str(args.storm_rounds), "DRILL_DEPLOY_QUICK_JOBS": str(args.deploy_jobs),
+           "DRILL_DOWN_JOBS": str(args.down_jobs), "DRILL_DOWN_SECONDS": str(args.down_seconds),
            "DRILL_PROPERTY_EXAMPLES": str(args.examples), "DRILL_FORM_EXAMPLES": str(args.form_examples),
            "DRILL_DST_HOURS": str(args.dst_hours), "DRILL_DST_ALL_ZONES": str(int(args.dst_zones == "all"))}
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               *[f"tests/reliability/{DRILLS[name]}" for name in chosen]]
+               *[f"tests/{DRILLS[name]}" for name in chosen]]
     code = subprocess.call(command, cwd=ROOT, env=env)
     print(f"\n{len(chosen)} drill(s) on the {args.server} server in {time.monotonic() - started:.0f} s, pytest exit code {code}\n")
     for line in figures.read_text().splitlines():

@@ -14,7 +14,7 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import commands
-from .core import embedded, settings
+from .core import embedded, logs, settings
 from .core.database import migrate, own_db
 from .core.package_files import resource
 from .extension import JobsWeb
@@ -43,6 +43,9 @@ def create_app(test_config=None):
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = _local_secret_key(Path(app.instance_path) / "secret_key")
     settings.check_secret_key(app.config["SECRET_KEY"])
+    # Before app.logger exists: Flask then adds no handler of its own, and the app's lines (a
+    # webhook's reply in a warning) are jobsweb's, escaped, under any WSGI server.
+    logs.setup(app.config["JOBSWEB_LOG_FORMAT"], app.config["JOBSWEB_LOG_LEVEL"])
     hops = app.config["JOBSWEB_PROXY_HOPS"]
     if hops:
         # Behind a PaaS router: the client's address, scheme (https, for Secure cookies) and host

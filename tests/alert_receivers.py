@@ -11,7 +11,9 @@ class Receiver:
 
     def __init__(self):
         self.posts = []
+        self.paths = []  # as the request line said them
         self.fail_first = 0
+        self.failure_reply = b"receiver is down"
         self.answering = threading.Event()
         self.answering.set()
         self.lock = threading.Lock()
@@ -22,11 +24,12 @@ class Receiver:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with receiver.lock:
                     receiver.posts.append(body)
+                    receiver.paths.append(self.path)
                     failing = len(receiver.posts) <= receiver.fail_first
                 receiver.answering.wait()
                 self.send_response(500 if failing else 200)
                 self.end_headers()
-                self.wfile.write(b"receiver is down" if failing else b"ok")
+                self.wfile.write(receiver.failure_reply if failing else b"ok")
 
             def log_message(self, *args):
                 pass

@@ -1,5 +1,6 @@
 """Fixtures: a real PostgreSQL started by the suite, migrated once; each test on empty tables."""
 
+import json
 import os
 from contextlib import contextmanager
 import subprocess
@@ -50,7 +51,7 @@ TEST_SERVER = os.environ.get("JOBSWEB_TEST_SERVER", "embedded")
 # browsers, the configuration, CLI and packaging tests, whose SQL is the ORM's and not the queue's.
 # Not listed because they start servers of their own (of each kind, or stock only) and so run
 # in the embedded run: test_stop_during_outage.py, test_exec_outage.py, test_network_faults.py,
-# test_web_outage.py, test_hosted_settings.py.
+# test_web_outage.py, test_database_down.py, test_server_limits.py, test_hosted_settings.py.
 ON_BOTH_SERVERS = (
     # engine: enqueue, claim, finish, retry, flow control, the worker loop and its processes
     "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
@@ -203,6 +204,21 @@ def spawn_worker(database_url_for_tests):
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+@pytest.fixture
+def figures(request):
+    """record(**numbers): print a drill's figures and append them to $DRILL_FIGURES (JSON lines):
+    the drills of tests/reliability and the outage tests, which drills/run.py runs at full size."""
+
+    def record(**numbers):
+        line = json.dumps({"drill": request.node.name, **numbers}, default=str)
+        print(line)
+        if os.environ.get("DRILL_FIGURES"):
+            with open(os.environ["DRILL_FIGURES"], "a") as f:
+                f.write(line + "\n")
+
+    return record
 
 
 @pytest.fixture

@@ -182,6 +182,28 @@ def test_an_unreachable_webhook_is_an_error_not_a_crash(app, sql):
     assert error.startswith("could not POST to http://127.0.0.1:9/…")
 
 
+def test_a_webhook_url_with_a_non_ascii_path_is_sent_percent_encoded(alerting, receiver, sql):
+    alerting.config.update(JOBSWEB_ALERT_WEBHOOK_URL=receiver.url + "/ü?x=ä%2F", JOBSWEB_ALERT_ALLOW_PRIVATE_IPS=True)
+    with committed(alerting):
+        notify.queue_test("ann@example.com")
+    assert deliver(alerting) == 1
+    assert receiver.paths == ["/hooks/secret-token/%C3%BC?x=%C3%A4%2F"]
+
+
+def test_any_exception_in_a_send_records_the_delivery_as_failed_and_waits_to_retry(app, sql):
+    app.config.update(JOBSWEB_ALERT_WEBHOOK_URL="http://127.0.0.1:9/x", JOBSWEB_ALERT_RETRY_BASE=60)
+    with committed(app):
+        notify.queue_test("ann@example.com")
+    # A row from before define() checked URLs: urlsplit raises ValueError, not a SendError.
+    sql("UPDATE jobsweb_alert_deliveries SET target = 'http://[::1/x'")
+    assert deliver(app) == 0
+    [(status, attempts, error, waits)] = sql("SELECT status, attempts, last_error, next_attempt_at > now() + "
+                                            "interval '30 seconds' FROM jobsweb_alert_deliveries")
+    assert (status, attempts, error, waits) == ("pending", 1, "ValueError: Invalid IPv6 URL", True)
+    assert deliver(app) == 0  # not again at once: its backoff has not passed
+    assert sql("SELECT attempts FROM jobsweb_alert_deliveries") == [(1,)]
+
+
 def test_email_alerts_reach_an_smtp_server(app, smtp_sink, sql):
     app.config.update(JOBSWEB_SMTP_HOST="127.0.0.1", JOBSWEB_SMTP_PORT=smtp_sink.port,
                       JOBSWEB_SMTP_STARTTLS=False, JOBSWEB_ALERT_EMAIL_TO=["ops@example.com", "oncall@example.com"],

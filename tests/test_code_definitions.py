@@ -173,3 +173,18 @@ def test_the_next_sync_overwrites_an_edit_made_in_the_admin(app, runner, sql):
     assert sql("SELECT payload, source FROM job_definitions") == [({"edited": True}, "code")]
     assert sync(runner) == (0, "report: updated\n")
     assert sql("SELECT payload FROM job_definitions") == [({"v": 1},)]
+
+
+def test_what_sync_creates_updates_and_disables_is_audited_and_what_it_leaves_is_not(runner, sql):
+    declare(payload={"v": 1})
+    sync(runner)
+    sync(runner)
+    declare(payload={"v": 2})
+    sync(runner)
+    from jobsweb.engine import registry
+
+    registry._registry.pop("report")
+    assert sync(runner)[0] == 0
+    assert sql("SELECT user_email LIKE 'cli:%%', action, detail FROM jobsweb_audit_log ORDER BY id") == [
+        (True, "sync_created", {"name": "report"}), (True, "sync_updated", {"name": "report"}),
+        (True, "sync_disabled", {"name": "report"})]

@@ -130,6 +130,7 @@ def test_enqueue_refuses_bad_flow_input_naming_the_field_and_writes_nothing(app,
     (["--rate", "5/0"], "rate: must be N/SECONDS"),
     (["--rate", "-5/1"], "rate: must be N/SECONDS"),
     (["--rate", "1.5/1"], "rate: must be N/SECONDS"),
+    (["--rate", "1000000/1"], "rate: may allow at most 10000 starts per window, got '1000000/1'"),
     (["--limit", "2", "--no-limit"], "limit: give a value or --no-..., not both"),
 ])
 def test_the_queue_command_refuses_bad_limits_and_rates_and_writes_nothing(runner, sql, args, message):

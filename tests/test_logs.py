@@ -1,6 +1,7 @@
 import io
 import json
 import logging
+import re
 from datetime import datetime, timezone
 
 from jobsweb import enqueue
@@ -102,3 +103,16 @@ def test_text_and_json_times_read_as_logging_formats_them_within_and_across_seco
         assert text.format(record).startswith(plain.format(record) + " INFO t: m")
         expected = datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
         assert json.loads(json_lines.format(record))["time"] == expected
+
+
+FORGING = "down\n[2026-01-01 00:00:00,000] INFO in notify: all good\r\x1b[2J\x1b]52;c;ZXZpbA==\x07\x9b31m\u202etxt\u2028x"
+
+
+def test_text_and_json_lines_escape_every_control_character_and_stay_one_line():
+    record = logging.LogRecord("jobsweb.notify", logging.WARNING, __file__, 1, "reply: %s", (FORGING,), None)
+    text, line = TextFormatter().format(record), JsonFormatter().format(record)
+    assert text.endswith("reply: down\\n[2026-01-01 00:00:00,000] INFO in notify: all good\\r\\x1b[2J"
+                         "\\x1b]52;c;ZXZpbA==\\x07\\x9b31m\\u202etxt\\u2028x")
+    for written in (text, line):
+        assert not re.search("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]", written)
+    assert json.loads(line)["message"] == f"reply: {FORGING}"

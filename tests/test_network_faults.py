@@ -76,32 +76,36 @@ def stop_in_time(proc):
     return time.monotonic() - began, output
 
 
-def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, workers):
+def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, workers, figures):
     add(db, 8)
     proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05",
                    "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
     wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
 
     proxy.blackhole = True
-    _, output = stop_in_time(proc)
+    took, output = stop_in_time(proc)
     assert output.count("database unavailable") <= 3
     assert "could not record the last" in output
+    figures(shutdown_timeout=SHUTDOWN_TIMEOUT, sigterm_to_exit_seconds=round(took, 2),
+            lines_logged=len(output.splitlines()))
 
 
-def test_sigterm_on_a_slow_link_records_every_outcome_before_the_deadline(db, proxy, workers):
+def test_sigterm_on_a_slow_link_records_every_outcome_before_the_deadline(db, proxy, workers, figures):
     add(db, 8, payload='{"seconds": 0.5}')
     proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05",
                    "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
     wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
 
     proxy.latency = 0.2  # each chunk, either way: every statement is under way for 0.4 s or more
-    _, output = stop_in_time(proc)
+    took, output = stop_in_time(proc)
     assert "database unavailable" not in output
     # Nothing lost: what finished was written; what was released went back to the queue.
     assert db("SELECT count(*) FROM job_runs WHERE status = 'running'") == [(0,)]
+    figures(shutdown_timeout=SHUTDOWN_TIMEOUT, latency_each_way_seconds=0.2, sigterm_to_exit_seconds=round(took, 2),
+            runs_released_to_the_queue=db("SELECT count(*) FROM job_runs WHERE status = 'queued'")[0][0])
 
 
-def test_a_forever_worker_notices_a_blackhole_comes_back_and_keeps_its_leases(db, proxy, workers):
+def test_a_forever_worker_notices_a_blackhole_comes_back_and_keeps_its_leases(db, proxy, workers, figures):
     # One long run that must outlive the blackhole without being taken over (heartbeats resume
     # before its lease ends), and short ones that complete once the path is back.
     db("INSERT INTO job_runs (job_type, payload, run_at) VALUES ('jobsweb.sleep', '{\"seconds\": 30}', now())")
@@ -115,15 +119,19 @@ def test_a_forever_worker_notices_a_blackhole_comes_back_and_keeps_its_leases(db
     add(db, 5, payload='{"seconds": 0}')  # written directly: the worker would claim them now
     began = time.monotonic()
     read_until(proc, "database unavailable")
-    assert time.monotonic() - began <= 30, "noticed within 30 s"
+    noticed = time.monotonic() - began
+    assert noticed <= 30, "noticed within 30 s"
     proxy.blackhole = False
+    healed = time.monotonic()
 
     wait_for(lambda: statuses(db) == {"succeeded": 6}, timeout=90, message="every run succeeded")
     assert db("SELECT max(attempt), count(*) FROM job_attempts") == [(1, 6)]
     stop_in_time(proc)
+    figures(lease_seconds=45, blackhole_noticed_after_seconds=round(noticed, 1),
+            seconds_from_path_back_to_all_done=round(time.monotonic() - healed, 1), takeovers=0)
 
 
-def test_connections_reset_under_load_lose_nothing_and_run_nothing_twice(db, proxy, workers):
+def test_connections_reset_under_load_lose_nothing_and_run_nothing_twice(db, proxy, workers, figures):
     add(db, 300, "jobsweb.noop", "{}")
     procs = [workers("--forever", "--concurrency", "4", "--poll-interval", "0.05") for _ in range(2)]
     for _ in range(3):  # resets while claims and finishes are under way
@@ -134,3 +142,4 @@ def test_connections_reset_under_load_lose_nothing_and_run_nothing_twice(db, pro
     assert db("SELECT count(*) FROM job_attempts WHERE outcome = 'succeeded'") == [(300,)]
     for proc in procs:
         stop_in_time(proc)
+    figures(runs=300, resets=3, attempts=db("SELECT count(*) FROM job_attempts")[0][0], succeeded_twice=0)

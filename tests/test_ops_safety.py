@@ -28,6 +28,22 @@ def test_private_and_special_addresses_are_refused(address, kind):
     assert webhook.refused_address("93.184.216.34") is None
 
 
+@pytest.mark.parametrize("address, kind", [
+    ("100.100.100.200", "non-public"), ("100.64.0.1", "non-public"), ("198.18.0.1", "private"),
+    ("192.0.2.10", "private"), ("2002:a9fe:a9fe::1", "6to4-wrapped private"),
+    ("2002:7f00:1::1", "6to4-wrapped loopback"),
+    ("2001:0:4136:e378:8000:63bf:3f57:fdf2", "Teredo-wrapped private"),
+    ("64:ff9b::a9fe:a9fe", "NAT64-wrapped private"), ("::127.0.0.1", "reserved"), ("2001:db8::1", "private")])
+def test_shared_documentation_and_tunnelled_private_addresses_are_refused(address, kind):
+    assert webhook.refused_address(address) == kind
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "2606:4700::1111", "2002:808:808::1", "64:ff9b::808:808",
+                                     "::ffff:8.8.8.8"])
+def test_public_addresses_and_tunnels_to_them_may_receive_webhooks(address):
+    assert webhook.refused_address(address) is None
+
+
 def test_a_webhook_to_loopback_is_refused_unless_private_addresses_are_allowed():
     receiver = Receiver()
     try:

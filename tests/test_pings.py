@@ -38,6 +38,13 @@ def test_a_ping_records_a_succeeded_run_without_sign_in_or_csrf(client, token, s
     assert sql("SELECT last_status FROM job_definitions") == [("succeeded",)]
 
 
+@pytest.mark.parametrize("path", ["", "/start", "/fail", "/0"])
+def test_a_head_request_is_never_a_ping(client, token, sql, path):
+    response = client.head(f"/ping/{token}{path}")
+    assert response.status_code == 405 and response.headers["Allow"] == "GET, POST"
+    assert runs(sql) == []
+
+
 def test_start_opens_a_running_run_that_the_next_success_closes_with_its_body_as_output(client, token, sql):
     assert client.get(f"/ping/{token}/start").status_code == 200
     assert sql("SELECT status, locked_by, locked_until > now() FROM job_runs") == [("running", "ping", True)]

@@ -83,3 +83,58 @@ def test_bad_audit_filters_are_a_400_with_a_message(sign_in, query, words):
     client = sign_in("admin")
     response = client.get(f"/audit?{query}")
     assert response.status_code == 400 and words in response.get_data(as_text=True)
+
+
+def test_an_edit_entry_lists_the_changed_fields_with_secrets_masked(admin, sql):
+    from tests.conftest import csrf_token
+
+    form = {"name": "nightly", "job_type": "jobsweb.noop", "schedule": "@daily", "timezone": "UTC",
+            "payload": '{"batch": 5, "api_token": "old-secret"}', "overlap": "skip", "misfire": "latest",
+            "grace_seconds": "300", "alert_webhook_url": "https://hooks.example.com/services/T0/OLDSECRET",
+            "csrf_token": csrf_token(admin, "/")}
+    assert admin.post("/definitions/new", data=form).status_code == 302
+    [(definition_id,)] = sql("SELECT id FROM job_definitions")
+    edited = {**form, "payload": '{"batch": 6, "api_token": "new-secret"}', "grace_seconds": "600",
+              "alert_webhook_url": "https://evil.example.net/collect/NEWSECRET"}
+    assert admin.post(f"/definitions/{definition_id}/edit", data=edited).status_code == 302
+    [(detail,)] = sql("SELECT detail FROM jobsweb_audit_log WHERE action = 'edit'")
+    assert detail == {"name": "nightly", "changes": {
+        "payload": [{"batch": 5, "api_token": "••••••"}, {"batch": 6, "api_token": "••••••"}],
+        "grace_seconds": [300, 600],
+        "alert_webhook_url": ["https://hooks.example.com/…", "https://evil.example.net/…"]}}
+    html = admin.get("/audit").get_data(as_text=True)
+    assert "changed" in html and "alert webhook url (https://hooks.example.com/… → https://evil.example.net/…)" in html
+    assert "old-secret" not in html and "new-secret" not in html and "OLDSECRET" not in html
+
+
+def test_cli_changes_to_users_definitions_and_queues_are_audited_by_the_os_user(app, runner, sql):
+    import getpass
+
+    password = "a long unusual passphrase"
+    commands = [
+        ["users", "create", "ann@example.com", "--role", "operator", "--password", password],
+        ["users", "deactivate", "ann@example.com"],
+        ["users", "reactivate", "ann@example.com"],
+        ["users", "reset-password", "ann@example.com", "--password", "another long passphrase"],
+        ["users", "unlock", "ann@example.com"],
+        ["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@daily", "--payload", '{"token": "t1"}'],
+        ["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@hourly", "--payload", '{"token": "t2"}'],
+        ["jobs", "define", "nightly", "--type", "jobsweb.noop", "--schedule", "@hourly", "--payload", '{"token": "t2"}'],
+        ["jobs", "pause", "nightly"],
+        ["jobs", "resume", "nightly"],
+        ["jobs", "run-now", "nightly"],
+        ["jobs", "queue", "mail", "--limit", "3", "--rate", "5/1"],
+        ["jobs", "pause-type", "jobsweb.noop"],
+        ["jobs", "resume-type", "jobsweb.noop"],
+    ]
+    for args in commands:
+        result = runner.invoke(args=args)
+        assert result.exit_code == 0, (args, result.output)
+    entries = sql("SELECT user_email, action, detail FROM jobsweb_audit_log ORDER BY id")
+    assert {who for who, _, _ in entries} == {f"cli:{getpass.getuser()}"}
+    assert [action for _, action, _ in entries] == [
+        "create_user", "deactivate_user", "reactivate_user", "reset_password", "unlock",
+        "create", "edit", "pause", "resume", "run_now", "set_queue", "pause_type", "resume_type"]
+    edit = entries[6][2]
+    assert edit["changes"] == {"schedule": ["@daily", "@hourly"], "payload": [{"token": "••••••"}, {"token": "••••••"}]}
+    assert entries[10][2] == {"queue": "mail", "limit": 3, "rate": "5/1"}

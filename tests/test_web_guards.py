@@ -67,6 +67,31 @@ def test_nul_in_the_forms_fields_is_refused_in_place(sign_in, sql):
                "(SELECT count(*) FROM jobsweb_users)") == [(0, 0, 1)]
 
 
+@pytest.mark.parametrize("character, words", [("\u202e", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+                                              ("\u2067", "U+2067 (RIGHT-TO-LEFT ISOLATE)"),
+                                              ("\x9b", "U+009B (a C1 control character)")])
+def test_bidi_overrides_and_c1_controls_are_refused_in_names_naming_the_field(sign_in, runner, sql, registry_snapshot,
+                                                                              character, words):
+    from jobsweb import job
+    from jobsweb.core.errors import InvalidInput
+
+    client = sign_in("admin")
+    token = csrf_token(client, "/")
+    definition = client.post("/definitions/new", data={
+        "name": f"backup{character}gpj.exe", "job_type": "jobsweb.noop", "schedule": "@daily", "timezone": "UTC",
+        "payload": "{}", "overlap": "skip", "misfire": "latest", "grace_seconds": "300", "csrf_token": token})
+    assert definition.status_code == 422
+    assert f"must not contain {words}" in definition.get_data(as_text=True)  # beside the name field
+    user = runner.invoke(args=["users", "create", f"ann{character}@example.com", "--password", "a long unusual passphrase"])
+    assert user.exit_code == 2 and f"email: must not contain {words}" in user.output
+    pause = runner.invoke(args=["jobs", "pause-type", f"mail{character}"])
+    assert pause.exit_code == 2 and f"job_type: must not contain {words}" in pause.output
+    with pytest.raises(InvalidInput, match="name: must not contain"):
+        job(f"send{character}")(lambda ctx: None)
+    assert sql("SELECT (SELECT count(*) FROM job_definitions), (SELECT count(*) FROM jobsweb_users), "
+               "(SELECT count(*) FROM job_paused_types)") == [(0, 1, 0)]
+
+
 def test_a_line_break_in_next_does_not_reach_the_location_header(client, make_user):
     email = make_user("viewer")
     response = client.post("/sign-in?next=/runs%0d%0aSet-Cookie:%20x=1", data={

@@ -124,47 +124,50 @@ def assert_short_503(status, body, took):
 
 
 def test_during_a_blackhole_healthz_answers_503_within_2_s_pages_a_short_503_and_both_recover_by_themselves(
-        server_url, proxy, gunicorn):
+        server_url, proxy, gunicorn, figures):
     browser = Browser(gunicorn(proxy.url(server_url[1]))).sign_in()
     assert browser.get("/")[0] == 200
 
     proxy.blackhole = True
     # First the page, on the pooled connection the path went silent under (its pre-ping is cut),
     # then the probe, on a new one (whose connect times out).
-    status, body, took = browser.get("/")
-    print(f"dashboard during a blackhole: {status} after {took:.2f} s")
-    assert_short_503(status, body, took)
+    status, body, page = browser.get("/")
+    assert_short_503(status, body, page)
     assert "did not answer in time" in body
-    status, body, took = browser.get("/healthz")
-    print(f"healthz during a blackhole: {status} after {took:.2f} s")
-    assert status == 503 and took < HEALTH_BOUND
+    status, body, probe = browser.get("/healthz")
+    assert status == 503 and probe < HEALTH_BOUND
     assert json.loads(body) == {"status": "unavailable", "reason": "database did not answer within 1.5 s"}
-    status, body, took = browser.get(f"/ping/{ping_token(server_url[1])}")
-    print(f"ping during a blackhole: {status} after {took:.2f} s")
+    status, body, ping = browser.get(f"/ping/{ping_token(server_url[1])}")
     assert (status, body) == (503, "Not recorded: database did not answer in time. Try again in a moment.\n")
-    assert took < PAGE_BOUND
+    assert ping < PAGE_BOUND
 
     proxy.blackhole = False
+    healed = time.monotonic()
     wait_for(lambda: browser.get("/healthz")[0] == 200, timeout=20, message="healthz to recover")
     wait_for(lambda: browser.get("/")[0] == 200, timeout=20, message="the dashboard to recover")
+    figures(dashboard_503_seconds=round(page, 2), healthz_503_seconds=round(probe, 2), ping_503_seconds=round(ping, 2),
+            seconds_from_path_back_to_dashboard_200=round(time.monotonic() - healed, 2))
 
 
 def test_with_the_server_stopped_healthz_and_pages_answer_503_at_once_and_recover_when_it_starts(
-        server_url, gunicorn):
+        server_url, gunicorn, figures):
     server, url = server_url
     browser = Browser(gunicorn(url)).sign_in()
     server.stop("immediate")
     try:
-        status, body, took = browser.get("/healthz")
-        assert status == 503 and took < HEALTH_BOUND
+        status, body, probe = browser.get("/healthz")
+        assert status == 503 and probe < HEALTH_BOUND
         assert json.loads(body)["reason"] == "database unreachable"
-        status, body, took = browser.get("/runs")
-        assert_short_503(status, body, took)
-        assert took < HEALTH_BOUND  # a refused connection needs no timeout
+        status, body, page = browser.get("/runs")
+        assert_short_503(status, body, page)
+        assert page < HEALTH_BOUND  # a refused connection needs no timeout
     finally:
         server.start()
+    started = time.monotonic()
     wait_for(lambda: browser.get("/healthz")[0] == 200, timeout=20, message="healthz to recover")
     assert browser.get("/runs")[0] == 200
+    figures(healthz_503_seconds=round(probe, 3), runs_page_503_seconds=round(page, 3),
+            seconds_from_start_to_runs_page_200=round(time.monotonic() - started, 2))
 
 
 def test_a_ping_while_the_server_is_stopped_answers_503_saying_it_was_not_recorded(server_url):

@@ -58,6 +58,8 @@ def test_only_an_admin_sets_limits_and_bad_ones_are_refused_naming_the_field(sig
     assert "limit: must be a whole number of at least 1" in bad.get_data(as_text=True)
     bad = admin.post("/queues/limits", data={"csrf_token": token, "queue": "mail", "limit": "", "rate": "fast"})
     assert bad.status_code == 422 and "rate: must be N/SECONDS" in bad.get_data(as_text=True)
+    bad = admin.post("/queues/limits", data={"csrf_token": token, "queue": "mail", "limit": "", "rate": "1000000/1"})
+    assert bad.status_code == 422 and "rate: may allow at most 10000 starts per window" in bad.get_data(as_text=True)
     assert admin.post("/queues/pause", data={"csrf_token": token, "queue": "bad name"}).status_code == 400
     assert sql("SELECT count(*) FROM job_queues") == [(0,)]
 

@@ -66,7 +66,7 @@ def test_audit_details_read_as_words_and_name_the_definition(app, sign_in, sql):
             '{"filter": {"tz": "Europe/Berlin", "status": ["dead", "failed"]}, "changed": 3}'),
            ('ada@example.com', 'pause', 'definition', %s, '{}')""", [definition])
     html = sign_in("admin").get("/audit").get_data(as_text=True)
-    assert "filter: tz Europe/Berlin, status dead or failed; changed: 3" in html
+    assert "filter: tz Europe/Berlin, status dead or failed, changed: 3" in html
     assert "{&#39;" not in html and "[&#39;" not in html  # no Python repr
     assert f'<a href="/definitions/{definition}">definition nightly report</a>' in html
 

@@ -273,6 +273,29 @@ def test_a_bad_payload_filter_is_a_400_that_names_the_field(sign_in, raw, words)
     assert htmx.status_code == 400 and words in htmx.get_data(as_text=True)
 
 
+@pytest.mark.parametrize("guess", ['{"password": "hunter2"}', '{"stripe": {"api_key": "sk_live_1"}}',
+                                   '{"items": [{"access_token": "tok"}]}', '{"Password": "hunter2"}'])
+def test_a_masked_value_cannot_be_confirmed_through_the_payload_filter(sign_in, sql, guess):
+    add_run(sql, "dead", payload='{"user": "ann", "password": "hunter2", "stripe": {"api_key": "sk_live_1"},'
+                                 ' "items": [{"access_token": "tok"}]}')
+    client = sign_in("viewer")
+    response = client.get("/runs", query_string={"payload": guess})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 400 and "is a masked key (JOBSWEB_MASK_KEYS)" in html and run_ids(html) == []
+    operator = sign_in("operator")
+    bulk = operator.post("/runs/bulk", data={"action": "retry-all", "payload": guess,
+                                             "csrf_token": csrf_token(operator, "/runs")})
+    assert bulk.status_code == 400 and sql("SELECT status FROM job_runs") == [("dead",)]
+
+
+@pytest.mark.parametrize("guess", ["password=hunter2", "postgres://app:hunter2@db"])
+def test_a_masked_value_in_an_error_cannot_be_confirmed_through_the_error_search(sign_in, sql, guess):
+    add_run(sql, "dead", error="connect failed: password=hunter2 url=postgres://app:hunter2@db/prod")
+    response = sign_in("viewer").get("/runs", query_string={"q": guess})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 400 and "holds a masked value" in html and run_ids(html) == []
+
+
 def test_the_status_chips_count_exactly_up_to_a_cap_and_estimate_beyond(sign_in, sql, monkeypatch):
     from jobsweb.ops import stats
 

@@ -3,8 +3,10 @@ schedules`, and `jobs queue/pause-type/resume-type`."""
 
 import click
 from flask import current_app, url_for
+from sqlalchemy import select
 
 from ..core.database import db
+from ..core.models import JobDefinition
 from ..core.errors import InvalidInput, check_job_type_name
 from ..engine import flow
 from ..engine.enqueuing import parse_payload
@@ -12,6 +14,7 @@ from ..engine.flow import check_priority
 from ..scheduling import code_definitions, definitions
 from ..scheduling.definitions import MISFIRE_POLICIES, OVERLAP_POLICIES
 from ..scheduling.schedule import Schedule
+from ..web import audit
 from .groups import committed, jobs, plain_errors, when
 
 
@@ -45,12 +48,18 @@ def define_command(name, job_type, schedule, timezone, payload, max_attempts, ov
         if job_type is None and not external:
             raise InvalidInput("type", "is required (or --external for a job jobsweb only watches)")
         payload = parse_payload(payload, current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"])
+        before = audit.settings_of(db.session.scalar(select(JobDefinition).where(JobDefinition.name == name.strip())))
         definition = definitions.define(name, job_type, schedule, timezone=timezone, payload=payload,
                                         max_attempts=max_attempts, overlap=overlap, misfire=misfire,
                                         alert_after_failures=alert_after, alert_webhook_url=alert_webhook,
                                         alert_email_to=alert_email, queue=queue, external=external,
                                         grace_seconds=grace, max_duration=max_duration,
                                         priority=None if priority is None else check_priority(priority))
+        if before is None:
+            audit.record_command("create", "definition", definition.id, name=definition.name,
+                                 schedule=definition.schedule)
+        elif edited := audit.changes(before, definition):
+            audit.record_command("edit", "definition", definition.id, name=definition.name, changes=edited)
         db.session.commit()
         words = Schedule(definition.schedule, definition.timezone).describe()
     click.echo(f"{definition.name}: {words}; next run {when(definition.next_run_at, definition.timezone)}")
@@ -74,18 +83,28 @@ def _schedule_words(definition):
 def sync_command():
     """Create or update the definitions declared in code (@job(..., schedule=...)); run it at
     every release. Admin-made definitions are left alone; those no longer declared are disabled."""
-    changes = committed(code_definitions.sync)
+    changes = committed(_sync)
     if not code_definitions.declared():
         click.echo("no job type declares a schedule in code (are the modules with @job imported?)")
     for change in changes:
         click.echo(str(change))
 
 
+def _sync():
+    changes = code_definitions.sync()
+    for change in changes:
+        if change.action != "unchanged":
+            definition = definitions.get(change.name)
+            audit.record_command(f"sync_{change.action.replace(' ', '_')}", "definition", definition.id,
+                                 name=change.name)
+    return changes
+
+
 @jobs.command("pause")
 @click.argument("name")
 def pause_command(name):
     """Stop creating runs for NAME (runs already queued still run)."""
-    committed(definitions.pause, name)
+    committed(_audited, "pause", definitions.pause, name)
     click.echo(f"{name}: paused")
 
 
@@ -93,7 +112,7 @@ def pause_command(name):
 @click.argument("name")
 def resume_command(name):
     """Create runs for NAME again, from its next slot."""
-    definition = committed(definitions.resume, name)
+    definition = committed(_audited, "resume", definitions.resume, name)
     click.echo(f"{name}: resumed; next run {when(definition.next_run_at, definition.timezone)}")
 
 
@@ -113,6 +132,15 @@ def queue_command(name, limit, no_limit, rate, no_rate, pause):
         row = flow.configure_queue(name, limit=None if no_limit else flow.UNSET if limit is None else limit,
                                    rate=None if no_rate else flow.UNSET if rate is None else rate,
                                    paused=pause)
+        changed = {}
+        if limit is not None or no_limit:
+            changed["limit"] = row.concurrency_limit
+        if rate is not None or no_rate:
+            changed["rate"] = row.rate_limit and f"{row.rate_limit}/{row.rate_seconds}"
+        if pause is not None:
+            changed["paused"] = pause
+        if changed:
+            audit.record_command("set_queue", "queue", queue=row.name, **changed)
         db.session.commit()
     name, limit, rate_limit, rate_seconds, paused = row
     rate = f"{rate_limit}/{rate_seconds}s" if rate_limit else "none"
@@ -137,14 +165,24 @@ def resume_type_command(job_type):
 
 def _pause_type(job_type, paused):
     flow.pause_type(check_job_type_name("job_type", job_type), paused)
+    audit.record_command("pause_type" if paused else "resume_type", "job_type", job_type=job_type)
 
 
 @jobs.command("run-now")
 @click.argument("name")
 def run_now_command(name):
     """Create a run of NAME due now, outside its schedule, and print its id."""
-    run_id = committed(definitions.run_now, name)
+    run_id = committed(_audited, "run_now", definitions.run_now, name)
     click.echo(run_id)
+
+
+def _audited(action, change, name):
+    """`change` to the definition `name`, with its audit entry."""
+    result = change(name)
+    definition = definitions.get(name)
+    audit.record_command(action, "definition", definition.id, name=definition.name,
+                         **({"run_id": result} if action == "run_now" else {}))
+    return result
 
 
 @jobs.command("schedules")

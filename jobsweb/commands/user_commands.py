@@ -6,6 +6,7 @@ from ..core.models import ROLES
 from ..core.errors import InvalidInput
 from ..web import throttle
 from ..web.accounts import create_user, reset_password, set_active, user_by_email
+from ..web.audit import record_command
 from .groups import committed, users
 
 
@@ -15,7 +16,7 @@ from .groups import committed, users
 @click.password_option(help="Asked for when not given.")
 def create_user_command(email, role, password):
     """Create a user who can sign in with EMAIL."""
-    user = committed(create_user, email, password, role)
+    user = committed(_create_user, email, password, role)
     click.echo(f"created {user.role} {user.email}")
 
 
@@ -23,7 +24,7 @@ def create_user_command(email, role, password):
 @click.argument("email")
 def deactivate_user_command(email):
     """Stop EMAIL from signing in, and end every session they have now."""
-    user = committed(_change_user, email, set_active, False)
+    user = committed(_change_user, "deactivate_user", email, set_active, False)
     click.echo(f"deactivated {user.email}; their sessions have ended")
 
 
@@ -31,7 +32,7 @@ def deactivate_user_command(email):
 @click.argument("email")
 def reactivate_user_command(email):
     """Let EMAIL sign in again (with the password they had)."""
-    user = committed(_change_user, email, set_active, True)
+    user = committed(_change_user, "reactivate_user", email, set_active, True)
     click.echo(f"reactivated {user.email}")
 
 
@@ -40,7 +41,7 @@ def reactivate_user_command(email):
 @click.password_option(help="Asked for when not given.")
 def reset_password_command(email, password):
     """Give EMAIL a new password; every session they have ends."""
-    user = committed(_change_user, email, reset_password, password)
+    user = committed(_change_user, "reset_password", email, reset_password, password)
     click.echo(f"new password set for {user.email}; their sessions have ended")
 
 
@@ -55,13 +56,22 @@ def unlock_command(email, address):
     click.echo(f"forgot {count} wrong password{'s' * (count != 1)} of {who}")
 
 
+def _create_user(email, password, role):
+    user = create_user(email, password, role)
+    record_command("create_user", "user", user.id, email=user.email, role=user.role)
+    return user
+
+
 def _unlock(email, address):
     if not email and not address:
         raise InvalidInput("email", "give an EMAIL, an --address, or both")
-    return throttle.forget(email=email, address=address)
+    count = throttle.forget(email=email, address=address)
+    record_command("unlock", "user", None, email=email, address=address, forgotten=count)
+    return count
 
 
-def _change_user(email, change, *args):
+def _change_user(action, email, change, *args):
     user = user_by_email(email)
     change(user, *args)
+    record_command(action, "user", user.id, email=user.email)
     return user

@@ -69,27 +69,33 @@ class BoundedConnection(psycopg.Connection):
     """
 
     _deadline = None  # time.monotonic() past which the round trip under way is cut; None: none is
+    _ends_by = float("inf")  # no round trip lasts past this (end_by), however many it takes
     _was_cut = False  # the watchdog shut the socket down: say why in the error
 
     def wait(self, *args, **kwargs):
         bound = _bound.get()
         if bound is None:
             return super().wait(*args, **kwargs)
-        self._deadline = time.monotonic() + bound.seconds
+        self._deadline = min(time.monotonic() + bound.seconds, self._ends_by)
         _watchdog.watch(self)
         try:
             return super().wait(*args, **kwargs)
         except psycopg.OperationalError as exc:
             if self._was_cut:
                 bound.cut = True
-                raise psycopg.OperationalError(silent(bound)) from exc
+                why = "no answer by the stop deadline" if self._deadline == self._ends_by else silent(bound)
+                raise psycopg.OperationalError(why) from exc
             raise
         finally:
             self._deadline = None
 
     def end_by(self, deadline):
-        """The round trip under way, if any, is cut at `deadline` (time.monotonic()) at the latest:
-        from another thread, when that thread's bound shrank (a worker told to stop)."""
+        """The round trip under way, if any, and every later one are cut at `deadline`
+        (time.monotonic()) at the latest: from another thread, when that thread's bound shrank (a
+        worker told to stop). Later ones too: a pipelined transaction waits several times, and
+        each wait would otherwise start a whole bound afresh (a stopping worker then waited 15 s
+        on a blackhole instead of its 2)."""
+        self._ends_by = min(self._ends_by, deadline)
         if (current := self._deadline) is not None:
             self._deadline = min(current, deadline)
 

@@ -1,5 +1,6 @@
 """Errors a person can act on, and the checks that raise them: each names the field that is wrong."""
 
+import unicodedata
 from ipaddress import ip_address
 from urllib.parse import urlsplit
 
@@ -15,6 +16,11 @@ JOB_TYPE_MAX_CHARS = 500
 # Control characters other than tab, newline and carriage return: PostgreSQL text cannot hold
 # NUL, and the others forge log lines or hide text on a page.
 _CONTROL = {chr(c) for c in range(32)} - {"\t", "\n", "\r"} | {"\x7f"}
+# Refused in names too, which are what people recognise things by: C1 controls (terminals act on
+# them) and the bidirectional embeddings, overrides and isolates, which show text reordered
+# ("evil\u202etxt.exe" reads as "evilexe.txt").
+_HIDDEN = ({chr(c) for c in range(0x80, 0xA0)} | {chr(c) for c in range(0x202A, 0x202F)}
+           | {chr(c) for c in range(0x2066, 0x206A)})
 
 
 class InvalidInput(ValueError):
@@ -45,6 +51,17 @@ def clean_text(field, value, multiline=False):
     return value
 
 
+def clean_name(field, value):
+    """A name (of a definition, a job type, a user), or InvalidInput naming `field`: what
+    clean_text refuses on one line, and C1 controls and bidirectional overrides as well."""
+    clean_text(field, value)
+    bad = next((c for c in value if c in _HIDDEN), None)
+    if bad is not None:
+        what = unicodedata.name(bad, "a C1 control character")
+        raise InvalidInput(field, f"must not contain U+{ord(bad):04X} ({what}), which hides or reorders text")
+    return value
+
+
 def whole_number(field, raw, maximum=BIGINT_MAX):
     """A whole number from 0 written in ASCII digits (so "²", which str.isdigit() accepts, is
     refused), at most `maximum`; InvalidInput naming `field` otherwise."""
@@ -69,7 +86,7 @@ def check_job_type_name(field, name):
     when it is longer than any index holds: PostgreSQL refused an 8 KB one with an error, a 500."""
     if isinstance(name, str) and len(name) > JOB_TYPE_MAX_CHARS:
         raise InvalidInput(field, f"must be at most {JOB_TYPE_MAX_CHARS} characters, got {len(name)}")
-    return name
+    return clean_name(field, name) if isinstance(name, str) else name
 
 
 def has_nul(value):

@@ -8,14 +8,38 @@ pipeline can count and graph them without parsing the sentence.
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
 from datetime import datetime, timezone
 
+from . import settings
+from .errors import ConfigError
+
 # The fields of a run event, in the order the JSON line lists them.
 RUN_FIELDS = ("event", "run_id", "job_type", "attempt", "duration", "worker")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# What forges or hides a line in a terminal or a log viewer, in a job's error text or a
+# webhook's reply: C0 controls but tab (line breaks, ESC), DEL, C1 controls, Unicode's line and
+# paragraph separators and the bidirectional overrides and isolates. Text lines escape them all;
+# JSON escapes C0 itself, the rest here.
+_UNSAFE_IN_TEXT = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match):
+    char = match[0]
+    return _SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def escaped(text):
+    """`text` on one line, with every character that could forge or hide a line written as an
+    escape (\\n, \\x1b, \\u202e)."""
+    # isprintable() is false for every character escaped here (and for tab, then the sub leaves
+    # it): most lines hold none, and the test alone is a third of the cost of the sub.
+    return text if text.isprintable() else _UNSAFE_IN_TEXT.sub(_escape, text)
 
 
 def run_event(logger, level, event, message, *args, run_id, job_type, attempt, duration=None,
@@ -75,7 +99,7 @@ class TextFormatter(logging.Formatter):
     def formatMessage(self, record):
         # A job's error text or a webhook's reply could hold line breaks that forge log lines:
         # the line itself is kept on one line (a traceback after it stays as Python wrote it).
-        return super().formatMessage(record).replace("\r", "\\r").replace("\n", "\\n")
+        return escaped(super().formatMessage(record))
 
     def format(self, record):
         if record.exc_info or record.exc_text or record.stack_info:
@@ -85,8 +109,7 @@ class TextFormatter(logging.Formatter):
             # look-up per field) were half of a line's cost, and most lines have no traceback.
             record.message = record.getMessage()
             record.asctime = self.formatTime(record)
-            line = f"{record.asctime} {record.levelname} {record.name}: {record.message}".replace(
-                "\r", "\\r").replace("\n", "\\n")
+            line = escaped(f"{record.asctime} {record.levelname} {record.name}: {record.message}")
         if getattr(record, "event", None) is None:
             return line
         tail = [f"duration={record.duration:g}s"] if record.duration is not None else []
@@ -123,11 +146,36 @@ class JsonFormatter(logging.Formatter):
                 out[name] = value
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
+        line = json.dumps(out, ensure_ascii=False, default=str)
+        return line if line.isprintable() else _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match[0]):04x}", line)
 
 
 def formatter(log_format):
     return JsonFormatter() if log_format == "json" else TextFormatter()
+
+
+def gunicorn_logging(environ=None):
+    """gunicorn's logconfig_dict: its error lines (stderr) and access lines (stdout), and the
+    app's own (the root logger, stderr), all in JOBSWEB_LOG_FORMAT at JOBSWEB_LOG_LEVEL. Without
+    it the web process wrote gunicorn's format and Flask's, neither escaping what a line holds."""
+    try:
+        config = settings.from_environment(environ)
+    except ConfigError as exc:
+        raise SystemExit(exc.message) from None  # one line, before gunicorn starts anything
+    log_format, level = config["JOBSWEB_LOG_FORMAT"], config["JOBSWEB_LOG_LEVEL"]
+
+    def stream(name):
+        return {"class": "logging.StreamHandler", "formatter": "jobsweb", "stream": f"ext://sys.{name}"}
+
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"jobsweb": {"()": formatter, "log_format": log_format}},
+        "handlers": {"stderr": stream("stderr"), "stdout": stream("stdout")},
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        "loggers": {"gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+                    "gunicorn.access": {"level": "INFO", "handlers": ["stdout"], "propagate": False}},
+    }
 
 
 class EventBatchingHandler(logging.StreamHandler):

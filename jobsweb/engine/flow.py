@@ -14,6 +14,9 @@ DEFAULT_QUEUE = "default"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 PRIORITY_RANGE = (-1000, 1000)  # smaller runs first
 UNIQUE_KEY_MAX_CHARS = 200
+# Each start inside a rate's window is kept on the queue's row and read by every claim of it:
+# 1000000/1 would make that row megabytes, rewritten at each claim.
+RATE_MAX_STARTS = 10_000
 UNSET = object()  # a setting left as it is
 
 log = logging.getLogger("jobsweb.worker")
@@ -97,6 +100,9 @@ def parse_rate(text):
     if not match or int(match[1]) < 1 or int(match[2]) < 1:
         raise InvalidInput("rate", f"must be N/SECONDS with whole numbers of at least 1 "
                                    f"(5/1: five starts a second), got {text!r}")
+    if int(match[1]) > RATE_MAX_STARTS:
+        raise InvalidInput("rate", f"may allow at most {RATE_MAX_STARTS} starts per window, got {text!r} (for "
+                                   "more, give the queue no rate, or a concurrency limit)")
     return int(match[1]), int(match[2])
 
 

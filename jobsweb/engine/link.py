@@ -1,6 +1,7 @@
 """The worker's database connections, reopened when the database goes away, and cut when it
 goes silent."""
 
+import select
 import threading
 import time
 
@@ -9,6 +10,7 @@ import psycopg
 from ..core.deadlines import BoundedConnection, bounded
 
 CONNECT_TIMEOUT = 10  # seconds
+MIN_CONNECT_TIMEOUT = 2  # libpq's connect_timeout: whole seconds, at least 2
 # psycopg prepares a statement on the server after it ran 5 times on a connection. Behind a
 # pooler in transaction mode (PgBouncer before 1.21, most PaaS poolers) the next transaction
 # may be on another server connection, where that statement does not exist: never prepare.
@@ -24,6 +26,18 @@ NO_JIT = "SET LOCAL jit = off"
 # in between acknowledges every packet, so keepalives see nothing either). The worker's
 # statements take milliseconds; one this late is cut, and the worker backs off as for an outage.
 ROUND_TRIP_TIMEOUT = 15.0  # seconds (core/deadlines.py cuts it)
+
+
+def _ended_by_server(conn):
+    """Whether the server has ended this idle connection: idle_session_timeout (which hosted
+    plans set), a pooler's idle limit, an administrator's pg_terminate_backend. The server then
+    sends its error and closes, which a client reads only at its next statement, as a failure
+    that looked like an outage (a "database unavailable" line and a backoff at every poll).
+    Between statements nothing else arrives on a worker connection (it never LISTENs), so a
+    readable socket here means the session is over."""
+    poller = select.poll()  # not select.select: it fails on a descriptor past 1023
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class DatabaseUnavailable(Exception):
@@ -50,10 +64,16 @@ class Link:
         self.conn = None
         self.lock = threading.RLock()
         self.cut_at = None  # no round trip lasts past this (a stopping worker's deadline)
+        self.answered_at = None  # time.monotonic() when the database last answered a round trip
 
     def _connection(self, seconds):
+        if self.conn is not None and not self.conn.closed and _ended_by_server(self.conn):
+            self.conn.close()  # reopened below, quietly: the database is there, this session is not
         if self.conn is None or self.conn.closed:
-            timeout = max(2, min(CONNECT_TIMEOUT, int(seconds) + 1))  # libpq: whole seconds, at least 2
+            if self.cut_at is not None and seconds < MIN_CONNECT_TIMEOUT:
+                # A stopping worker: a connect it began now would outlast its deadline.
+                raise DatabaseUnavailable("no time left to reach the database")
+            timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, int(seconds) + 1))
             try:
                 self.conn = BoundedConnection.connect(self.conninfo, autocommit=True, connect_timeout=timeout,
                                                       **NO_PREPARE)
@@ -77,9 +97,11 @@ class Link:
             with bounded(seconds):
                 conn = self._connection(seconds)
                 try:
-                    return work(conn)
+                    result = work(conn)
                 except psycopg.OperationalError as exc:
                     raise self._lost(exc) from exc
+                self.answered_at = time.monotonic()
+                return result
 
     def cut_by(self, deadline):
         """No round trip of this link lasts past `deadline` (time.monotonic()), not even the one

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from . import effects
 from .flow import check_priority, check_queue
 from .reported_runs import EXTERNAL_JOB_TYPE
-from ..core.errors import ConfigError, InvalidInput
+from ..core.errors import ConfigError, InvalidInput, check_job_type_name
 
 
 class PermanentError(Exception):
@@ -81,6 +81,7 @@ def add(job_type):
     """Register a JobType; one of the same name is replaced (a module imported again)."""
     if job_type.name == EXTERNAL_JOB_TYPE:
         raise InvalidInput("name", f"{job_type.name!r} is reserved for external definitions, which no worker runs")
+    check_job_type_name("name", job_type.name)
     _registry[job_type.name] = job_type
 
 

@@ -16,6 +16,7 @@ JOBSWEB_DIRECT_DATABASE_URL gives it a direct connection beside the pooled one.
 import logging
 import secrets
 import threading
+import time
 
 import psycopg
 
@@ -27,8 +28,14 @@ log = logging.getLogger("jobsweb.wakeup")
 CHECK_STOP_EVERY = 0.2  # seconds the listener waits for a notification before checking stop;
 # short, because a stopping worker waits for the listener: a whole second was most of the
 # time from the shutdown deadline to exit in the deploy drill (a wait costs no query)
-RECONNECT_DELAY = 5.0  # seconds between attempts to LISTEN again after the connection broke
+RECONNECT_FIRST_DELAY = 0.5  # seconds before listening again after the connection broke;
+RECONNECT_MAX_DELAY = 30.0  # doubled after each failure, up to this (the worker loop's own steps)
 PROBE_TIMEOUT = 2.0  # seconds a LISTEN waits for its own probe; a direct connection takes ms
+# A server with idle_session_timeout (some hosted plans set one) ends a session idle that long,
+# and a LISTEN connection is idle between notifications: it sends a statement at this fraction
+# of the timeout, so its session is never ended and no notification is missed.
+KEEPALIVE_FRACTION = 0.4
+IDLE_SESSION_TIMEOUT = "SELECT setting::int FROM pg_settings WHERE name = 'idle_session_timeout'"  # ms; 0: none
 
 
 class Listener:
@@ -51,10 +58,12 @@ class Listener:
         self.thread.join(timeout=CHECK_STOP_EVERY * 2)
 
     def _serve(self):
+        delay = RECONNECT_FIRST_DELAY
         while not self.stopping.is_set():
             try:
                 with self._connect() as conn:
                     conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")
+                    keepalive = self._keepalive_seconds(conn)
                     if not self._probe_comes_back(conn):
                         self.unusable.set()
                         log.warning("LISTEN receives no notifications over this connection (a pooler in "
@@ -62,19 +71,37 @@ class Listener:
                                     "direct connection for immediate wake-ups.")
                         return
                     self.listening.set()
+                    delay = RECONNECT_FIRST_DELAY
                     # A run may have been enqueued while we were not listening: look once.
                     self.wake()
-                    while not self.stopping.is_set():
-                        for _ in conn.notifies(timeout=CHECK_STOP_EVERY, stop_after=1):
-                            self.wake()
+                    self._listen(conn, keepalive)
             except psycopg.Error as exc:
                 self.listening.clear()
                 if self.stopping.is_set():
                     return
-                log.warning("cannot LISTEN for new runs (%s); polling only, trying again in %gs",
-                            describe(exc), RECONNECT_DELAY)
-                self.stopping.wait(RECONNECT_DELAY)
+                # Debug only: when the database is away the worker loop says so, once per backoff
+                # step; a second line each step from this thread would double the noise.
+                log.debug("LISTEN connection lost (%s); polling only, listening again in %gs",
+                          describe(exc), delay)
+                self.stopping.wait(delay)
+                delay = min(delay * 2, RECONNECT_MAX_DELAY)
         self.listening.clear()
+
+    def _listen(self, conn, keepalive):
+        """Wake the worker for each notification until stopped; a statement every `keepalive`
+        seconds (None: never) keeps the session from being ended as idle."""
+        quiet_since = time.monotonic()
+        while not self.stopping.is_set():
+            for _ in conn.notifies(timeout=CHECK_STOP_EVERY, stop_after=1):
+                self.wake()
+            if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
+                conn.execute("SELECT 1")
+                quiet_since = time.monotonic()
+
+    @staticmethod
+    def _keepalive_seconds(conn):
+        row = conn.execute(IDLE_SESSION_TIMEOUT).fetchone()  # no row before PostgreSQL 14
+        return row[0] / 1000 * KEEPALIVE_FRACTION if row and row[0] else None
 
     def _connect(self):
         return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **NO_PREPARE)

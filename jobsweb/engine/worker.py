@@ -33,7 +33,10 @@ log = logging.getLogger("jobsweb.worker")
 
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
-LAST_WRITES_SECONDS = 3.0  # a stopping worker's time to record what it can after its deadline
+# A stopping worker's time to record what it can after its deadline: a few round trips even on a
+# slow link, and the rest of the 5 s the README promises beyond --shutdown-timeout is left for the
+# process to exit on a loaded machine (with 3 s here, SIGTERM to exit took over 7 s at load 8).
+LAST_WRITES_SECONDS = 2.0
 # Outcomes this many or more go out on a lane of their own, while the claim goes on the other:
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
 # with the claim, in its one commit: a quiet worker uses one connection.
@@ -80,6 +83,7 @@ class Worker(LeaseHolder, TripKeeper):
         self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
         self.claim_size = ClaimAhead()
         self.reconnect_delay = RECONNECT_FIRST_DELAY
+        self.unavailable_since = None  # time.monotonic() of the first failure of an outage
         self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
         # Finish-and-claim trips (round_trips.py) go out on two lanes: claims on the worker's link,
         # many outcomes at once on a connection of their own, opened when first used.
@@ -134,7 +138,7 @@ class Worker(LeaseHolder, TripKeeper):
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
-                    self.reconnect_delay = RECONNECT_FIRST_DELAY
+                    self._database_back()
                 except DatabaseUnavailable as exc:
                     self._wait_for_database(exc, drain_until)
                     if drain_until is not None and (not self.held or time.monotonic() >= drain_until):
@@ -173,6 +177,7 @@ class Worker(LeaseHolder, TripKeeper):
                 self.link.fetch(upkeep.REGISTER_WORKER,
                                 {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
                                  "job_types": registry.names(), "queues": self.queues})
+                self._database_back()
                 return True
             except DatabaseUnavailable as exc:
                 if not self.forever:
@@ -334,6 +339,8 @@ class Worker(LeaseHolder, TripKeeper):
         short only once nothing is held or the drain deadline passed: waiting nowhere, a stopping
         worker spun on the dead connection, a log line each pass, and never exited."""
         self.claims_in_doubt = True
+        if self.unavailable_since is None:
+            self.unavailable_since = time.monotonic()
         log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
         deadline = time.monotonic() + self.reconnect_delay
         if drain_until is not None:
@@ -344,6 +351,17 @@ class Worker(LeaseHolder, TripKeeper):
             if self.stop_requested and (not self.held or self.stop_requested > was_stopping):
                 return  # the loop starts draining (or stops) now
             self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
+
+    def _database_back(self):
+        """After an outage, once the database has answered again (a pass may have had nothing to
+        send): one line that says it is over, and the next outage backs off from the first step."""
+        if self.unavailable_since is not None:
+            answered = [at for lane in self.lanes if (at := lane.link.answered_at) is not None]
+            if not answered or max(answered) < self.unavailable_since:
+                return
+            log.info("database available again after %.1fs", time.monotonic() - self.unavailable_since)
+            self.unavailable_since = None
+        self.reconnect_delay = RECONNECT_FIRST_DELAY
 
     def _shut_down(self):
         if self.listener is not None:
@@ -393,7 +411,11 @@ class Worker(LeaseHolder, TripKeeper):
         return restore
 
     def request_stop(self, signum=None, frame=None):
-        """Signal handler: only sets the flag and wakes the loop."""
+        """Signal handler: sets the flag, wakes the loop, and bounds the round trips from now on
+        (the loop may itself be waiting on one, which a silent path would hold for its whole
+        ROUND_TRIP_TIMEOUT before the loop could set the drain deadline)."""
         self.stop_requested += 1
+        drain = self.shutdown_timeout if self.stop_requested == 1 else 0
+        self._last_writes_until(time.monotonic() + drain + LAST_WRITES_SECONDS)
         self.finished.put(_WAKE)
 

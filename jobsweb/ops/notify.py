@@ -103,13 +103,18 @@ def deliver_due(stop=None, limit=100):
         tried.append(row.id)
         try:
             send(row.channel, row.target, row.subject, row.body, row.data, config)
-        except SendError as exc:
-            error = str(exc)[:ERROR_CHARS]
+        except Exception as exc:
+            # Any exception, not only SendError: one unforeseen (a URL http.client cannot encode)
+            # left the row pending with no error, and a traceback every pass for ever.
+            error = str(exc) if isinstance(exc, SendError) else f"{type(exc).__name__}: {exc}"
+            error = error[:ERROR_CHARS]
             delay = retry.backoff_seconds(row.attempts, config["JOBSWEB_ALERT_RETRY_BASE"], RETRY_CAP)
             changed = execute(DELIVERY_FAILED, {
                 "id": row.id, "attempt": row.attempts, "error": error, "delay": delay,
                 "max_attempts": config["JOBSWEB_ALERT_MAX_ATTEMPTS"]}).rowcount
-            log.warning("alert delivery %d (%s) failed, attempt %d: %s", row.id, row.channel, row.attempts, error)
+            # The traceback only of the unforeseen; the retry's backoff spaces even those out.
+            log.warning("alert delivery %d (%s) failed, attempt %d: %s", row.id, row.channel, row.attempts, error,
+                        exc_info=not isinstance(exc, SendError))
         else:
             changed = execute(DELIVERY_SENT, {"id": row.id, "attempt": row.attempts}).rowcount
             sent += 1

@@ -12,9 +12,10 @@ import ipaddress
 import socket
 import ssl
 import threading
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 REPLY_CHARS = 500  # of a receiver's answer, kept for the error
+URL_SAFE = "/?&=%:@!$'()*+,;~"  # left as they are in a path and query (RFC 3986 sub-delims, % escapes)
 _NO_ANSWER = "no answer (refused, unreachable, or not whole within the {:g} s deadline)"
 
 
@@ -22,15 +23,42 @@ class WebhookError(Exception):
     """The receiver refused or could not be reached; the message says what happened."""
 
 
+# NAT64's well-known prefix: IPv6-only networks reach IPv4 hosts through it (DNS64 answers with
+# these), so such an address is judged by the IPv4 address in its last 32 bits.
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_KINDS = ("loopback", "private", "link_local", "multicast", "reserved", "unspecified")
+
+
 def refused_address(address):
-    """Why `address` may not receive webhooks (loopback, private, ...), or None if it may."""
+    """Why `address` may not receive webhooks ("loopback", "6to4-wrapped link-local", ...), or
+    None if it may.
+
+    Only globally reachable addresses pass: besides the named kinds, that refuses the shared
+    address space 100.64.0.0/10 (carrier NAT, and cloud metadata at 100.100.100.200),
+    documentation and benchmarking ranges. An IPv4 address carried inside an IPv6 one (mapped,
+    NAT64, 6to4, either end of Teredo) is judged too: the packets end up there.
+    """
     ip = ipaddress.ip_address(address)
     if getattr(ip, "ipv4_mapped", None):
-        ip = ip.ipv4_mapped
-    for kind in ("loopback", "private", "link_local", "multicast", "reserved", "unspecified"):
+        return refused_address(ip.ipv4_mapped)
+    if ip.version == 6 and ip in NAT64:
+        inner = refused_address(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        return inner and f"NAT64-wrapped {inner}"
+    for wrapper, inner in _wrapped(ip):
+        why = refused_address(inner)
+        if why:
+            return f"{wrapper}-wrapped {why}"
+    for kind in _KINDS:
         if getattr(ip, f"is_{kind}"):
             return kind.replace("_", "-")
-    return None
+    return None if ip.is_global else "non-public"
+
+
+def _wrapped(ip):
+    """(tunnel, IPv4 address) for each IPv4 address a 6to4 or Teredo IPv6 address carries."""
+    if ip.version == 4:
+        return []
+    return ([("6to4", ip.sixtofour)] if ip.sixtofour else []) + [("Teredo", end) for end in ip.teredo or ()]
 
 
 def resolve(host, port, allow_private):
@@ -104,7 +132,9 @@ def post(url, body, deadline, allow_private=False):
     timer.daemon = True
     timer.start()
     try:
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Percent-encoded as browsers do: http.client sends only ASCII, and a path such as /ü
+        # raised UnicodeEncodeError; what is already escaped (%2F) stays as it is.
+        path = quote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=URL_SAFE)
         connection.request("POST", path, body=body, headers={
             "Content-Type": "application/json", "User-Agent": "jobsweb-alerts"})
         response = connection.getresponse()

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import aliased
 
 from ..core.database import db, execute
-from ..core.errors import InvalidInput, check_emails, check_url, clean_text
+from ..core.errors import InvalidInput, check_emails, check_url, clean_name
 from ..core.models import JobDefinition, JobRun
 from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
 from ..engine.flow import check_priority, check_queue, ensure_queue
@@ -363,7 +363,7 @@ def _check_name(name):
     if len(name) > NAME_MAX_CHARS:
         raise InvalidInput("name", f"must be at most {NAME_MAX_CHARS} characters")
     # A line break in a name once made the alert email's subject raise, unrecorded.
-    return clean_text("name", name.strip())
+    return clean_name("name", name.strip())
 
 
 def _check_choice(field, value, choices):

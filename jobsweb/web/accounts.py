@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from ..core.database import db
-from ..core.errors import EMAIL_MAX_CHARS, InvalidInput, clean_text
+from ..core.errors import EMAIL_MAX_CHARS, InvalidInput, clean_name, clean_text
 from ..core.models import ROLES, User
 from ..core.passwords import check_password
 
@@ -70,7 +70,7 @@ def create_user(email, password, role):
 
     InvalidInput names the field when the email is taken or the input is unusable.
     """
-    email = clean_text("email", email.strip())
+    email = clean_name("email", email.strip())
     if "@" not in email or len(email) > EMAIL_MAX_CHARS or any(c.isspace() for c in email):
         raise InvalidInput("email", f"{email!r} is not an email address")
     if role not in ROLES:

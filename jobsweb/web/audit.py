@@ -1,10 +1,23 @@
-"""The audit log: who retried, cancelled, paused or edited what, and when."""
+"""The audit log: who retried, cancelled, paused or edited what, and when, on the admin screen
+or with a `flask` command."""
 
+import copy
+import getpass
+
+from flask import current_app
 from sqlalchemy import select, text
 
 from ..core.database import db
 from ..core.models import AuditEntry
+from ..ops.notify import redact
 from .access import viewer
+from .rendering import mask_secrets
+
+# The settings of a definition an edit can change, as an "edit" entry lists them.
+DEFINITION_FIELDS = ("job_type", "external", "schedule", "timezone", "payload", "max_attempts", "overlap_policy",
+                     "misfire_policy", "grace_seconds", "timeout_seconds", "lease_seconds", "backoff_base",
+                     "backoff_cap", "alert_after_failures", "alert_webhook_url", "alert_email_to", "queue",
+                     "priority", "max_duration_seconds")
 
 
 def record(action, target_type, target_id=None, **detail):
@@ -18,6 +31,40 @@ def record_for(user_id, identity, action, target_type, target_id=None, **detail)
     email they typed (the caller commits)."""
     db.session.add(AuditEntry(user_id=user_id, user_email=identity, action=action,
                               target_type=target_type, target_id=target_id, detail=detail))
+
+
+def record_command(action, target_type, target_id=None, **detail):
+    """Add an entry for a `flask` command, by the operating-system user who ran it (the caller
+    commits): a change from a shell is as much an admin action as one from a page."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no USER and no passwd entry (a container's numeric user)
+        user = "unknown"
+    record_for(None, f"cli:{user}", action, target_type, target_id, **detail)
+
+
+def settings_of(definition):
+    """What an edit of `definition` may change, before it changes (None for a new definition)."""
+    if definition is None:
+        return None
+    return {field: copy.deepcopy(getattr(definition, field)) for field in DEFINITION_FIELDS}
+
+
+def changes(before, definition):
+    """{field: [old, new]} for each setting that differs from `before` (settings_of), payload
+    secrets masked and webhook URLs without their secret path, as every page shows them."""
+    words = current_app.config["JOBSWEB_MASK_KEYS"]
+
+    def shown(field, value):
+        if field == "payload":
+            return mask_secrets(value, words)
+        if field == "alert_webhook_url" and value:
+            return redact(value)
+        return value
+
+    after = settings_of(definition)
+    return {field: [shown(field, before[field]), shown(field, after[field])]
+            for field in DEFINITION_FIELDS if before[field] != after[field]}
 
 
 def entries_for(target_type, target_id, limit=50):

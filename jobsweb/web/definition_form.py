@@ -157,8 +157,9 @@ def edit(definition_id):
     form.name.data = definition.name
     if form.is_submitted():
         form.validate()
+        before = audit.settings_of(definition)
         if (saved := _save(form, definition)) is not None:
-            audit.record("edit", "definition", saved.id, schedule=saved.schedule, job_type=saved.job_type)
+            audit.record("edit", "definition", saved.id, name=saved.name, changes=audit.changes(before, saved))
             db.session.commit()
             flash(f"{saved.name} is saved.")
             return redirect_to(url_for("jobsweb.definitions.detail", definition_id=saved.id))

@@ -1,13 +1,13 @@
 """Ping URLs, Healthchecks-style, for scripts jobsweb does not run: `curl <prefix>/ping/<token>`
 reports a run of the external definition holding that token (scheduling/reports.py).
 
-GET or POST (HEAD too) /ping/<token> records a succeeded run, /start a running one (closed by
+GET or POST /ping/<token> records a succeeded run, /start a running one (closed by
 the next end ping), /fail a dead one, /<0-255> one ended with that exit code. A POST body is
 the attempt's output, cut at BODY_MAX_BYTES. The token is the only credential: no sign-in, no
 session, no CSRF token (access.PINGS); answers are short plain text, and an unknown token is a
 bare 404 that says nothing of why. While the database is unavailable a ping answers 503
 "Not recorded: ..." (curl --retry tries again on a 503), never a 500. Admins give a definition
-a new token on its page.
+a new token on its page. HEAD records nothing (405): previewers send it to look at a URL.
 """
 
 import re
@@ -53,6 +53,10 @@ def _body():
 
 
 def _report(token, event, code=None):
+    # HEAD is never a ping: link previewers and crawlers send it to see what a URL is, and a
+    # pasted URL must not report runs (they GET it too, which does count: the README says so).
+    if request.method == "HEAD":
+        return _text("", 405, Allow=", ".join(METHODS))
     if not TOKEN.fullmatch(token):
         return _text("", 404)
     output = _body()

@@ -23,6 +23,7 @@ from ..core.package_files import resource
 from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
 from .charts import hour_chart, run_chart
+from .shown_text import MASK, is_secret, shown, without_controls
 
 STATUS_WORDS = {
     "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
@@ -34,7 +35,6 @@ RESULT_WORDS = {
     "dead": "No result: the run died without one.", "cancelled": "No result: the run was cancelled.",
     "skipped": "No result: the run was skipped.", "missed": "No result: the run never ran.",
 }
-MASK = "••••••"
 
 
 def htmx():
@@ -72,11 +72,20 @@ def redirect_to(url):
     return redirect(url)
 
 
+def secret_keys(value, words):
+    """The masked keys of a payload, at any depth."""
+    if isinstance(value, dict):
+        return [key for key in value if is_secret(key, words)] + [
+            found for item in value.values() for found in secret_keys(item, words)]
+    if isinstance(value, list):
+        return [found for item in value for found in secret_keys(item, words)]
+    return []
+
+
 def mask_secrets(value, words):
     """A copy of a payload with the values of secret-looking keys replaced, at any depth."""
     if isinstance(value, dict):
-        return {key: MASK if any(word in str(key).lower() for word in words) else mask_secrets(item, words)
-                for key, item in value.items()}
+        return {key: MASK if is_secret(key, words) else mask_secrets(item, words) for key, item in value.items()}
     if isinstance(value, list):
         return [mask_secrets(item, words) for item in value]
     return value
@@ -89,8 +98,7 @@ def restore_secrets(edited, stored, words):
         return edited
     out = {}
     for key, item in edited.items():
-        secret = any(word in str(key).lower() for word in words)
-        if secret and item == MASK and key in stored:
+        if is_secret(key, words) and item == MASK and key in stored:
             out[key] = stored[key]
         else:
             out[key] = restore_secrets(item, stored.get(key), words)
@@ -106,24 +114,22 @@ PAYLOAD_LINE_CHARS = 120
 
 
 def payload_line(value):
-    """A payload on one line, secrets masked, cut at PAYLOAD_LINE_CHARS (a row of the runs list)."""
-    line = json.dumps(mask_secrets(value, current_app.config["JOBSWEB_MASK_KEYS"]), ensure_ascii=False,
-                      separators=(", ", ": "))
+    """A payload on one line as pretty() shows it (secrets masked, no controls), cut at
+    PAYLOAD_LINE_CHARS: a row of the runs list."""
+    line = without_controls(json.dumps(mask_secrets(value, current_app.config["JOBSWEB_MASK_KEYS"]),
+                                       ensure_ascii=False, separators=(", ", ": ")))
     return line if len(line) <= PAYLOAD_LINE_CHARS else line[:PAYLOAD_LINE_CHARS - 1] + "…"
 
 
-def audit_detail(detail):
-    """An audit entry's detail in words: "filter: status dead, tz Europe/Berlin; changed: 3"
+def detail_value(value):
+    """One value of an audit entry's detail in words ("tz Europe/Berlin, status dead or failed")
     rather than Python's repr of the dicts and lists it holds; empty values left out."""
-    def words(value):
-        if isinstance(value, dict):
-            return ", ".join(f"{key.replace('_', ' ')} {words(item)}" for key, item in value.items()
-                             if item not in (None, "", [], {}))
-        if isinstance(value, (list, tuple)):
-            return " or ".join(words(item) for item in value)
-        return str(value)
-    return "; ".join(f"{key.replace('_', ' ')}: {words(value)}" for key, value in (detail or {}).items()
-                     if value not in (None, "", {}, [], 0))
+    if isinstance(value, dict):
+        return ", ".join(f"{key.replace('_', ' ')} {detail_value(item)}" for key, item in value.items()
+                         if item not in (None, "", [], {}))
+    if isinstance(value, (list, tuple)):
+        return " or ".join(detail_value(item) for item in value)
+    return str(value)
 
 
 def time_ago(moment, now=None):
@@ -199,8 +205,14 @@ def describe_schedule(definition):
 
 
 def pretty(value):
-    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked."""
-    return pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"])
+    """A payload as indented JSON with the keys JOBSWEB_MASK_KEYS names masked (and the controls
+    json.dumps leaves, C1 and bidirectional overrides, removed)."""
+    return without_controls(pretty_json(value, current_app.config["JOBSWEB_MASK_KEYS"]))
+
+
+def job_text(text):
+    """An error, stack trace or output as pages show it (shown_text): secrets masked, no controls."""
+    return shown(text, current_app.config["JOBSWEB_MASK_KEYS"])
 
 
 @cache
@@ -212,6 +224,7 @@ def templates():
                        describe_schedule=describe_schedule,
                        hour_chart=hour_chart, run_chart=run_chart)
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, payload_line=payload_line, local_times=local_times, audit_detail=audit_detail, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, job_text=job_text, payload_line=payload_line, local_times=local_times,
+                       detail_value=detail_value, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env

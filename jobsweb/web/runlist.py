@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
+from flask import current_app
 from sqlalchemy import and_, cast, func, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import OperationalError
@@ -26,6 +27,8 @@ from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..ops import stats
 from .local_time import read_local, viewer_zone, zone_name
+from .rendering import secret_keys
+from .shown_text import masked
 
 PAGE_SIZE = 50
 TEXT_MAX_CHARS = 200
@@ -59,7 +62,7 @@ class RunFilter:
         zone = _optional(args, "tz", viewer_zone) or timezone.utc
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), text_filter(args, "job_type"),
                    number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
-                   text_filter(args, "q", "the error text to search for"), text_filter(args, "worker"),
+                   _error_text(args), text_filter(args, "worker"),
                    text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args), zone)
 
     def args(self):
@@ -141,6 +144,16 @@ def text_filter(args, name, words=None, max_chars=TEXT_MAX_CHARS):
         raise BadFilter(str(exc)) from None
 
 
+def _error_text(args):
+    """The error text to search for; BadFilter when it holds what the pages mask (password=...,
+    a URL's password), which the list would otherwise confirm by showing the run."""
+    text = text_filter(args, "q", "the error text to search for")
+    if text and masked(text, current_app.config["JOBSWEB_MASK_KEYS"]) != text:
+        raise BadFilter("the error text to search for holds a masked value (key=value, a URL's password): "
+                        "search for the words around it")
+    return text
+
+
 def _payload(args):
     """The payload filter: a JSON object the run's payload must contain, e.g. {"invoice_id": 812};
     None when empty (every payload contains the empty object, so it would filter nothing)."""
@@ -154,6 +167,12 @@ def _payload(args):
     except InvalidInput as exc:
         raise BadFilter(f"payload filter: {exc.message}; write a JSON object such as "
                         '{"invoice_id": 812}') from None
+    # A masked value is shown to nobody, so nobody may search by it: the list would confirm a
+    # guessed password by showing the run.
+    hidden = secret_keys(value, current_app.config["JOBSWEB_MASK_KEYS"])
+    if hidden:
+        raise BadFilter(f"payload filter: {hidden[0]!r} is a masked key (JOBSWEB_MASK_KEYS), so its value "
+                        "cannot be searched for")
     return value or None
 
 

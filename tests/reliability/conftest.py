@@ -1,6 +1,5 @@
-"""Drill sizes and figures: the short forms run in `make test`, the long forms via drills/run.py."""
+"""Drill sizes (figures: tests/conftest.py): the short forms run in `make test`, the long forms via drills/run.py."""
 
-import json
 import os
 
 import pytest
@@ -10,20 +9,6 @@ def size(name, short):
     """DRILL_<NAME> from the environment (drills/run.py sets it for the long form), else `short`."""
     raw = os.environ.get(f"DRILL_{name}")
     return type(short)(raw) if raw else short
-
-
-@pytest.fixture
-def figures(request):
-    """record(**numbers): print a drill's figures and append them to $DRILL_FIGURES (JSON lines)."""
-
-    def record(**numbers):
-        line = json.dumps({"drill": request.node.name, **numbers}, default=str)
-        print(line)
-        if os.environ.get("DRILL_FIGURES"):
-            with open(os.environ["DRILL_FIGURES"], "a") as f:
-                f.write(line + "\n")
-
-    return record
 
 
 @pytest.fixture

@@ -1,0 +1,67 @@
+"""The CLI while the database is away: every command that touches it, through a proxy that refuses
+connections or a blackhole (accepts, answers nothing), ends within its connect timeout with a
+one-line message and exit code 1 (never a hang, never a traceback), and works again once the
+path is back. `flask jobs exec` has its own tests (tests/test_exec_outage.py): it runs its command
+whatever the database does."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobsweb.engine.link import CONNECT_TIMEOUT
+from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS
+from tests.private_databases import migrated, proxy_to
+
+# Seconds: the longest connect timeout of a command (the worker's; the others' is 3 s) and an
+# interpreter's start on a loaded 2-core machine (5 s seen). Without one a blackhole hangs forever.
+BOUND = CONNECT_TIMEOUT + 20
+COMMANDS = {
+    "enqueue": ["jobs", "enqueue", "jobsweb.noop"],
+    "schedules": ["jobs", "schedules"],
+    "migrate": ["jobs", "migrate"],
+    "sync": ["jobs", "sync"],
+    "queue": ["jobs", "queue", "default"],
+    "prune": ["jobs", "prune"],
+    "users": ["users", "create", "cli-outage@example.com", "--password", "a long passphrase for cli"],
+    "one tick": ["run-jobs"],
+}
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    with migrated("embedded", "cli_outage") as (_, url):
+        yield url
+
+
+@pytest.fixture
+def proxy(server_url):
+    p = proxy_to(server_url)
+    yield p
+    p.close()
+
+
+def flask(url, args):
+    env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY}
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - began
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_with_the_database_away_ends_in_time_with_one_line_and_works_once_it_is_back(
+        server_url, proxy, command):
+    for fault in ("refuse", "blackhole"):
+        setattr(proxy, fault, True)
+        code, output, took = flask(proxy.url(server_url), COMMANDS[command])
+        assert code == 1, f"{fault}: {output}"
+        assert "cannot reach the database" in output and "Traceback" not in output, f"{fault}: {output}"
+        assert took < BOUND, fault
+        setattr(proxy, fault, False)
+
+    code, output, _ = flask(proxy.url(server_url), COMMANDS[command])
+    assert code == 0, output
+    assert "Traceback" not in output
