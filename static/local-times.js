@@ -1,6 +1,6 @@
 // The server writes every time in UTC (<time datetime="…" data-local>); this shows it in the
 // viewer's own zone: how far it is from now as the text ("3 min ago", "in 2 h") and the exact
-// local time on hover. It also tells forms which zone their date inputs are read in. A file of
+// local time on hover (and in the text, for a <time data-exact>). It also tells forms which zone their date inputs are read in. A file of
 // ours, not an inline script, so the Content-Security-Policy can refuse every inline script.
 (function () {
   "use strict";
@@ -8,6 +8,11 @@
   var exact = new Intl.DateTimeFormat(undefined, {
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
     second: "2-digit", timeZoneName: "short"
+  });
+  // In the text of a <time data-exact>: the time of day, with the date unless it is today.
+  var timeOfDay = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
+  var dayAndTime = new Intl.DateTimeFormat(undefined, {
+    month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23"
   });
   var hourOnly = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
   // The same units as the server's words (rendering.seconds_words), so a swap changes nothing.
@@ -29,6 +34,10 @@
       var at = new Date(el.getAttribute("datetime"));
       if (isNaN(at)) return;
       el.textContent = words((now - at.getTime()) / 1000);
+      if (el.hasAttribute("data-exact")) {
+        var today = new Date(now).toDateString() === at.toDateString();
+        el.textContent += " · " + (today ? timeOfDay : dayAndTime).format(at);
+      }
       el.title = exact.format(at);
     });
     // Chart labels: an hour in UTC (data-hour), shown as the viewer's wall-clock time.

@@ -107,7 +107,9 @@ def test_a_definition_alerts_when_its_dead_runs_in_a_row_reach_its_own_threshold
     assert sql("SELECT kind FROM jobsweb_alert_incidents") == [("failing",)]
 
 
-def test_dead_runs_of_one_job_type_share_an_incident_until_a_run_of_that_type_succeeds(alerting, receiver, sql):
+def test_dead_runs_of_one_job_type_share_an_incident_until_none_of_them_is_dead(alerting, receiver, sql):
+    from jobsweb.engine import run_actions
+
     with committed(alerting):
         enqueue("jobsweb.fail", {"permanent": True})
         enqueue("jobsweb.fail", {"permanent": True})
@@ -119,11 +121,22 @@ def test_dead_runs_of_one_job_type_share_an_incident_until_a_run_of_that_type_su
     assert evaluate(alerting) == ([], [])  # counted into the open incident, not a new alert
     assert sql("SELECT run_count FROM jobsweb_alert_incidents") == [(3,)]
 
+    # Another run of the type succeeding says nothing of these three, which are still dead.
     with committed(alerting):
         enqueue("jobsweb.fail", {"times": 0})
     run_worker(alerting)
+    assert evaluate(alerting) == ([], [])
+    # Fixed and retried: the incident clears once the last of them is no longer dead.
+    sql("UPDATE job_runs SET payload = '{\"times\": 0}' WHERE status = 'dead'")
+    with committed(alerting):
+        run_actions.retry([1, 2])
+    run_worker(alerting)
+    assert evaluate(alerting) == ([], [])
+    with committed(alerting):
+        run_actions.retry([3])
     _, resolved = evaluate(alerting)
     assert resolved == opened
+    assert sql("SELECT resolution FROM jobsweb_alert_incidents") == [("none of its 3 runs is dead any more",)]
     with committed(alerting):
         enqueue("jobsweb.fail", {"permanent": True})
     run_worker(alerting)
@@ -306,11 +319,8 @@ def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting
     run_worker(alerting)
     evaluate(alerting)
     with committed(alerting):
-        enqueue("jobsweb.fail", {"times": 0})
-    run_worker(alerting)
-    assert len(evaluate(alerting)[1]) == 1  # a newer run of the type succeeded
-    with committed(alerting):
         run_actions.retry([run_id])
+    assert len(evaluate(alerting)[1]) == 1  # its one run is queued again, not dead
     run_worker(alerting)
     reopened, _ = evaluate(alerting)
     assert len(reopened) == 1
@@ -367,6 +377,7 @@ def test_an_open_dead_incident_says_how_many_attempts_the_newest_death_took(aler
 
     with committed(alerting):
         run_id = enqueue("jobsweb.fail", {"permanent": True})
+        enqueue("jobsweb.fail", {"permanent": True})  # still dead: the incident stays open
     run_worker(alerting)
     evaluate(alerting)
     assert sql("SELECT summary FROM jobsweb_alert_incidents")[0][0].startswith(
@@ -376,7 +387,7 @@ def test_an_open_dead_incident_says_how_many_attempts_the_newest_death_took(aler
     run_worker(alerting)
     assert evaluate(alerting) == ([], [])  # counted into the incident still open
     [(summary, count)] = sql("SELECT summary, run_count FROM jobsweb_alert_incidents")
-    assert summary.startswith(f"run {run_id} of jobsweb.fail is dead after 2 attempts:") and count == 2
+    assert summary.startswith(f"run {run_id} of jobsweb.fail is dead after 2 attempts:") and count == 3
 
 
 def test_deleting_a_failing_definition_does_not_move_its_dead_runs_into_the_ad_hoc_incident(alerting, sql):

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jobsweb.engine.worker import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
+from jobsweb.engine.outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
 from tests import servers
 from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
 from tests.private_databases import migrated

@@ -68,11 +68,12 @@ def test_make_run_says_how_to_sign_in_after_the_start_up_logs_on_every_start(dev
     [password] = SIGN_IN.findall(lines[at])
     assert sql("SELECT email, role FROM jobsweb_users") == [("admin@example.com", "admin")]
 
-    # htmx refreshes are left out of the access log; a page load is not.
+    # htmx refreshes and static files are left out of the access log; a page load is not.
     urllib.request.urlopen(urllib.request.Request(proc.base + "/sign-in?polled=1", headers={"HX-Request": "true"})).close()
+    urllib.request.urlopen(proc.base + "/static/app.css?asset=1").close()
     urllib.request.urlopen(proc.base + "/sign-in?loaded=1").close()
     wait_for(lambda: any("/sign-in?loaded=1" in line for line in lines), message="the access log line")
-    assert not any("polled=1" in line for line in lines)
+    assert not any("polled=1" in line or "asset=1" in line for line in lines)
     stop(proc)
 
     proc, lines = dev()

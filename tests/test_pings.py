@@ -137,8 +137,14 @@ def test_the_definition_page_shows_the_ping_urls_and_an_admin_can_regenerate_the
     client = sign_in("admin")
     [(definition_id,)] = sql("SELECT id FROM job_definitions")
     page = client.get(f"/definitions/{definition_id}").get_data(as_text=True)
-    assert f"curl -fsS -m 10 --retry 3 http://localhost/ping/{token}/start" in page
-    assert "flask jobs exec backup" in page and "Run now" not in page and "Payload" not in page
+    # Crontab lines, complete: the schedule, a cd, and curl's answer kept out of cron's mail.
+    curl = "curl -fsS -m 10 --retry 5 -o /dev/null"
+    assert f"0 3 * * * cd /path/to/job &amp;&amp; ./job.sh &amp;&amp; {curl} http://localhost/ping/{token}</pre>" in page
+    assert f"0 3 * * * cd /path/to/job &amp;&amp; ./job.sh; {curl} http://localhost/ping/{token}/$?</pre>" in page
+    assert f"{curl} http://localhost/ping/{token}/start &amp;&amp; ./job.sh &gt; job.log 2&gt;&amp;1; " in page
+    assert "0 3 * * * cd /path/to/app &amp;&amp; flask jobs exec backup --timeout 3600 -- ./job.sh" in page
+    assert page.count('data-copy="cron-') == 4
+    assert "Run now" not in page and "Payload" not in page
     response = client.post(f"/definitions/{definition_id}/ping-token",
                            data={"csrf_token": csrf_token(client, f"/definitions/{definition_id}")})
     assert response.status_code == 302

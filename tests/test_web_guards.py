@@ -124,7 +124,7 @@ def test_no_page_has_inline_script_or_event_handler(app, sign_in, sql):
         html = client.get(path).get_data(as_text=True)
         assert not re.search(r"<script(?![^>]*\bsrc=)", html), path
         assert not re.search(r"\son[a-z]+=", html), path
-    assert 'data-confirm="Retry every failed' in client.get("/runs").get_data(as_text=True)
+    assert 'data-confirm="Retry 1 run (failed, dead or cancelled)' in client.get("/runs").get_data(as_text=True)
 
 
 def test_a_request_over_the_limit_is_a_413_before_it_is_parsed(client):

@@ -119,7 +119,7 @@ def test_without_javascript_the_select_all_box_is_hidden_and_bulk_actions_still_
     expect(page.locator("[data-select-all]")).to_be_hidden()
     page.get_by_label("Select run 2", exact=True).check()
     page.get_by_role("button", name="Cancel selected").click()
-    expect(page.get_by_text("Cancelled 1 run.")).to_be_visible()
+    expect(page.get_by_text("Cancelled 1 of 1 run ticked.")).to_be_visible()
     assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(1, "queued"), (2, "cancelled")]
 
 

@@ -14,6 +14,10 @@ def add_run(sql, status="queued", job_type="jobsweb.noop", error=None, stack=Non
                 definition_id, attempts])[0][0]
 
 
+# A status chip: (status, title, count).
+CHIP = r'value="(\w+)" > <span>\w+</span> <span class="chip-count" id="chip-count-\w+" title="([^"]+)">([^<]+)</span>'
+
+
 def run_ids(html):
     return [int(n) for n in re.findall(r'href="/runs/(\d+)"', html)]
 
@@ -179,7 +183,8 @@ def test_bulk_retry_of_selected_rows(sign_in, sql):
                                                "ids": [str(a), str(c)]})
     assert response.status_code == 302
     assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(a, "queued"), (b, "dead"), (c, "succeeded")]
-    assert "Retried 1 run." in client.get(response.headers["Location"]).get_data(as_text=True)
+    assert ("Retried 1 of 2 runs ticked. 1 run left as they were: only failed, dead or cancelled runs of "
+            "jobsweb&#39;s own job types can be retried.") in client.get(response.headers["Location"]).get_data(as_text=True)
 
 
 def test_bulk_retry_of_everything_matching_works_in_batches(app, sign_in, sql):
@@ -298,14 +303,14 @@ def test_the_status_chips_count_exactly_up_to_a_cap_and_estimate_beyond(sign_in,
     for status, n in (("dead", 3), ("queued", 2)):
         for _ in range(n):
             add_run(sql, status)
-    chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
+    chips = re.findall(CHIP,
                        client.get("/runs").get_data(as_text=True))
     assert {status: count for status, _, count in chips} == {
         "waiting": "0", "queued": "0", "running": "0", "succeeded": "0", "failed": "0", "dead": "3", "cancelled": "0",
         "skipped": "0", "missed": "0"} | {"queued": "2"}
     monkeypatch.setattr(stats, "CHIP_COUNT_CAP", 2)
     sql("ANALYZE job_runs")
-    chips = re.findall(r'value="(\w+)" > <span>\w+</span> <span class="chip-count" title="([^"]+)">([^<]+)</span>',
+    chips = re.findall(CHIP,
                        client.get("/runs").get_data(as_text=True))
     counts = {status: (title, count) for status, title, count in chips}
     assert counts["dead"][1] == "≈ 3" and counts["dead"][0].startswith("about")
@@ -359,4 +364,4 @@ def test_cancel_selected_asks_for_confirmation_like_a_single_cancel(sign_in, sql
     client = sign_in("operator")
     add_run(sql)
     html = client.get("/runs").get_data(as_text=True)
-    assert re.search(r'<button name="action" value="cancel" data-confirm="[^"]+">Cancel selected</button>', html)
+    assert re.search(r'<button name="action" value="cancel" data-confirm="[^"]+" data-ticked="ids">Cancel selected</button>', html)

@@ -8,7 +8,7 @@ from jobsweb.engine import statements, upkeep
 from jobsweb.commands import build_worker
 from jobsweb.engine.execution import Outcome, finish_params
 from jobsweb.engine.lease_recovery import RECOVER_BATCH
-from jobsweb.engine.worker import RECONNECT_FIRST_DELAY
+from jobsweb.engine.outages import RECONNECT_FIRST_DELAY
 from jobsweb.engine.link import DatabaseUnavailable
 from tests.processes import insert_many
 

@@ -22,14 +22,14 @@ import psycopg
 
 from . import statements
 from .link import CONNECT_TIMEOUT, NO_PREPARE, describe
+# Listening again after the connection broke: the worker loop's own backoff steps.
+from .outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
 
 log = logging.getLogger("jobsweb.wakeup")
 
 CHECK_STOP_EVERY = 0.2  # seconds the listener waits for a notification before checking stop;
 # short, because a stopping worker waits for the listener: a whole second was most of the
 # time from the shutdown deadline to exit in the deploy drill (a wait costs no query)
-RECONNECT_FIRST_DELAY = 0.5  # seconds before listening again after the connection broke;
-RECONNECT_MAX_DELAY = 30.0  # doubled after each failure, up to this (the worker loop's own steps)
 PROBE_TIMEOUT = 2.0  # seconds a LISTEN waits for its own probe; a direct connection takes ms
 # A server with idle_session_timeout (some hosted plans set one) ends a session idle that long,
 # and a LISTEN connection is idle between notifications: it sends a statement at this fraction

@@ -25,17 +25,15 @@ from .execution import Deadlines, Failures, Held, Outcome, Pool, interrupted, lo
 from .flow import LimitWait
 from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
+from .outages import RECONNECT_FIRST_DELAY, OutageWaits
 from .registry import JobContext
 from .round_trips import Lane, Trip, TripKeeper
 from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
 
-RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
-RECONNECT_MAX_DELAY = 30.0  # seconds
-# A stopping worker's time to record what it can after its deadline: a few round trips even on a
-# slow link, and the rest of the 5 s the README promises beyond --shutdown-timeout is left for the
-# process to exit on a loaded machine (with 3 s here, SIGTERM to exit took over 7 s at load 8).
+# A stopping worker's time to record what it can after its deadline: a few round trips even on a slow
+# link, leaving room to exit within the promised 5 s (with 3 s, exits took over 7 s at load 8).
 LAST_WRITES_SECONDS = 2.0
 # Outcomes this many or more go out on a lane of their own, while the claim goes on the other:
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
@@ -49,7 +47,7 @@ def worker_id():
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-class Worker(LeaseHolder, TripKeeper):
+class Worker(LeaseHolder, TripKeeper, OutageWaits):
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
                  max_runtime=None, forever=False, duties=(), queues=None, listen_conninfo=None):
         config = app.config
@@ -341,35 +339,6 @@ class Worker(LeaseHolder, TripKeeper):
                                                 "stopping when the run was claimed"))
         if threaded:
             self.pool.submit(threaded)
-
-    def _wait_for_database(self, exc, drain_until=None):
-        """Wait out one backoff step (handlers keep finishing meanwhile). A stop request cuts it
-        short only once nothing is held or the drain deadline passed: waiting nowhere, a stopping
-        worker spun on the dead connection, a log line each pass, and never exited."""
-        self.claims_in_doubt = True
-        if self.unavailable_since is None:
-            self.unavailable_since = time.monotonic()
-        log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
-        deadline = time.monotonic() + self.reconnect_delay
-        if drain_until is not None:
-            deadline = min(deadline, drain_until)
-        self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_MAX_DELAY)
-        was_stopping = self.stop_requested
-        while (left := deadline - time.monotonic()) > 0:
-            if self.stop_requested and (not self.held or self.stop_requested > was_stopping):
-                return  # the loop starts draining (or stops) now
-            self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
-
-    def _database_back(self):
-        """After an outage, once the database has answered again (a pass may have had nothing to
-        send): one line that says it is over, and the next outage backs off from the first step."""
-        if self.unavailable_since is not None:
-            answered = [at for lane in self.lanes if (at := lane.link.answered_at) is not None]
-            if not answered or max(answered) < self.unavailable_since:
-                return
-            log.info("database available again after %.1fs", time.monotonic() - self.unavailable_since)
-            self.unavailable_since = None
-        self.reconnect_delay = RECONNECT_FIRST_DELAY
 
     def _shut_down(self):
         if self.listener is not None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from flask import current_app
 
-from . import statements
 from .enqueuing import check_job_type, check_max_attempts, check_payload, insert, insert_many, many_params, \
     run_params
 from .flow import check_priority, check_queue
@@ -22,6 +21,45 @@ from ..core.errors import InvalidInput
 # The payload travels as JSON text cast here, as ENQUEUE's: a host's session may be on psycopg2.
 CREATE_BATCH = "INSERT INTO job_batches (payload, on_finish, on_success) VALUES (%(payload)s::jsonb, " \
                "%(on_finish)s, %(on_success)s) RETURNING id"
+
+# A batch closes (the end of `with batch(...)`, in the transaction that inserted its members):
+# its counts are set from its members, and its callback runs are created, waiting for the
+# batch to finish (the trigger job_runs_workflow, migration 0020_workflows, releases them), or
+# released here already if no member is left to end. A callback's payload is the batch's.
+CLOSE_BATCH = """
+WITH counted AS (
+    SELECT count(*) AS members,
+           count(*) FILTER (WHERE status NOT IN ('succeeded', 'dead', 'cancelled')) AS pending,
+           count(*) FILTER (WHERE status IN ('dead', 'cancelled')) AS failures
+    FROM job_runs WHERE batch_id = %(batch_id)s AND batch_callback IS NULL
+),
+batch AS (
+    UPDATE job_batches b
+    SET members = c.members, pending = c.pending, failures = c.failures,
+        finished_at = CASE WHEN c.pending = 0 THEN now() END, finishes = (c.pending = 0)::int
+    FROM counted c WHERE b.id = %(batch_id)s
+    RETURNING b.id, b.payload, b.pending, b.failures
+),
+callbacks AS (
+    INSERT INTO job_runs (job_type, payload, status, finished_at, reason, max_attempts, queue, priority,
+                          batch_id, batch_callback)
+    SELECT cb.job_type, b.payload, s.status, CASE WHEN s.status = 'cancelled' THEN now() END,
+           CASE WHEN b.pending = 0 THEN 'batch ' || b.id || ' finished'
+                || CASE WHEN b.failures > 0 THEN ' with ' || b.failures || CASE WHEN b.failures = 1 THEN ' member'
+                        ELSE ' members' END || ' dead or cancelled' ELSE '' END
+           END,
+           cb.max_attempts, cb.queue, cb.priority, b.id, cb.role
+    FROM batch b
+    CROSS JOIN unnest(%(roles)s::text[], %(job_types)s::text[], %(max_attempts)s::int[], %(queues)s::text[],
+                      %(priorities)s::int[]) AS cb(role, job_type, max_attempts, queue, priority)
+    CROSS JOIN LATERAL (SELECT CASE WHEN b.pending > 0 THEN 'waiting'
+                                    WHEN cb.role = 'on_success' AND b.failures > 0 THEN 'cancelled'
+                                    ELSE 'queued' END AS status) s
+    RETURNING id, status
+)
+SELECT c.id, c.status FROM callbacks c
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '') WHERE c.status = 'queued') wake ON true
+"""
 
 # A batch's state: its row, its members' counts by status (job_runs_batch, index only) and its
 # callback runs, newest first (job_runs_batch_callbacks).
@@ -160,7 +198,7 @@ class Batch:
         with self._transaction:  # committed, or rolled back if closing fails
             roles, job_types, attempts, queues, priorities = zip(*self._callbacks) if self._callbacks \
                 else ((), (), (), (), ())
-            rows = conn.exec_driver_sql(statements.CLOSE_BATCH, {
+            rows = conn.exec_driver_sql(CLOSE_BATCH, {
                 "batch_id": self.id, "roles": list(roles), "job_types": list(job_types),
                 "max_attempts": list(attempts), "queues": list(queues), "priorities": list(priorities)}).all()
             self.callbacks = dict(zip(roles, (row[0] for row in rows)))

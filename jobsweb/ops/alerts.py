@@ -12,7 +12,7 @@ An incident is one problem, notified once when it opens and once when it clears:
 - no_worker and slow (stalls.py): runs are due and no worker has been seen for a while; a run
   of a definition is running far longer than expected.
 Each clears with the next success: a run of the definition that started after the incident
-began, or for dead, a later run of the job type (or a dead one retried) that succeeded.
+began; a dead incident once none of the runs it counted is dead any more (retried or deleted).
 An overdue or failing incident also clears when its definition is deleted, and an overdue
 one when it is paused.
 
@@ -46,9 +46,6 @@ INCIDENT_KINDS = ("overdue", "failing", "dead", "slow", "no_worker")
 # and web processes evaluate every few seconds, so only an hour with neither could miss one.
 DEAD_LOOKBACK_SECONDS = 3600
 DEAD_RUNS_PER_PASS = 1000
-# A finished attempt becomes visible when its transaction commits, stamped with the time the
-# transaction began: FINISH_RUNS is one statement, so a minute is far more than it takes.
-COMMIT_MARGIN_SECONDS = 60
 ERROR_CHARS = 300  # of a run's error, quoted in a notification
 # Seconds one round trip of an evaluation may take (on jobsweb's own engine, core/deadlines.py):
 # its statements take milliseconds, the dead-run scan over a large table well under a second.
@@ -87,28 +84,20 @@ WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind IN ('overdue', 'failing')
 RETURNING i.id
 """
 
-# Close dead incidents: a run of the job type at least as new as the first dead one (or
-# that one, retried) succeeded after the newest death counted. Successes are found through
-# the attempts that finished since the previous pass (index job_attempts_finished_outcome), so a
-# pass reads about a minute of attempts however long the incident has been open, rather than
-# every run of the type since it began. It looks back COMMIT_MARGIN past the previous pass: an
-# attempt's finished_at is its transaction's start, and it becomes visible only at commit.
+# Close dead incidents once none of the runs they counted is dead any more: retried (and not
+# dead again), or deleted. A success of some other run of the job type says nothing about these:
+# closing on it left their dead runs dead with no open incident mentioning them. Index
+# jobsweb_alert_incident_runs_incident (0020) finds an incident's runs.
 RESOLVE_DEAD_INCIDENTS = """
 UPDATE jobsweb_alert_incidents i
-SET resolved_at = now(), resolution = 'run ' || ok.run_id || ' succeeded'
-FROM jobsweb_alert_incidents o
-CROSS JOIN LATERAL (
-    SELECT a.run_id FROM job_attempts a JOIN job_runs s ON s.id = a.run_id
-    WHERE a.finished_at > greatest(o.last_failure_at, o.checked_at - make_interval(secs => %(margin)s))
-      AND a.outcome = 'succeeded' AND s.job_type = o.job_type AND s.id >= o.run_id
-    ORDER BY a.finished_at
-    LIMIT 1
-) ok
-WHERE i.id = o.id AND i.resolved_at IS NULL AND i.kind = 'dead'
+SET resolved_at = now(),
+    resolution = CASE WHEN i.run_count = 1 THEN 'its run is' ELSE 'none of its ' || i.run_count || ' runs is' END
+                 || ' dead any more'
+WHERE i.resolved_at IS NULL AND i.kind = 'dead'
+  AND NOT EXISTS (SELECT 1 FROM jobsweb_alert_incident_runs l JOIN job_runs r ON r.id = l.run_id
+                  WHERE l.incident_id = i.id AND r.status = 'dead')
 RETURNING i.id
 """
-
-DEAD_INCIDENTS_CHECKED = "UPDATE jobsweb_alert_incidents SET checked_at = now() WHERE kind = 'dead' AND resolved_at IS NULL"
 
 # Runs outside any definition that died recently (a deleted definition's runs lost their
 # definition_id but were not ad hoc: deleting a failing definition must not alert again) and that no incident has counted yet.
@@ -182,9 +171,8 @@ def evaluate():
             return None
         config = current_app.config
         resolved = [row[0] for row in execute(RESOLVE_DEFINITION_INCIDENTS)]
-        resolved += [row[0] for row in execute(RESOLVE_DEAD_INCIDENTS, {"margin": COMMIT_MARGIN_SECONDS})]
+        resolved += [row[0] for row in execute(RESOLVE_DEAD_INCIDENTS)]
         resolved += stalls.resolve(config)
-        execute(DEAD_INCIDENTS_CHECKED)
         opened = _open_definition_incidents() + _open_dead_incidents() + stalls.open_incidents(config)
         for incident_id in resolved:
             _queue(incident_id, "resolved")
@@ -240,7 +228,7 @@ def _open_dead_incidents():
         by_type.setdefault(row.job_type, []).append(row)
     opened = []
     for job_type, runs in by_type.items():
-        first = runs[0]  # the oldest run: a success of any newer one clears the incident
+        first = runs[0]  # the oldest run, named in the summary
         since = min(r.finished_at for r in runs)
         last_failure_at = max(r.finished_at for r in runs)
         summary = _death(first)

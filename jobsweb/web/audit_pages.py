@@ -5,7 +5,7 @@ from sqlalchemy import select
 
 from . import audit
 from ..core.database import db
-from ..core.models import User
+from ..core.models import JobDefinition, User
 from .access import role_required
 from .rendering import render
 from .runlist import number, text_filter
@@ -28,7 +28,12 @@ def index():
     entries, next_before = audit.page(filters["user"], filters["action"], filters["object"],
                                       filters["object_id"], before)
     query = {name: value for name, value in filters.items() if value not in ("", None)}
+    # Definitions by name ("definition nightly report", not "definition #9"); a deleted one keeps
+    # the name its delete entry recorded.
+    ids = {e.target_id for e in entries if e.target_type == "definition" and e.target_id}
+    definition_names = dict(db.session.execute(select(JobDefinition.id, JobDefinition.name)
+                                               .where(JobDefinition.id.in_(ids))).all()) if ids else {}
     users = db.session.scalars(select(User.email).order_by(User.email).limit(USERS_LISTED)).all()
     return render("audit.html", "partials/_audit_table.html", entries=entries, before=before,
-                  next_before=next_before, filters=filters, query=query, users=users,
+                  next_before=next_before, definition_names=definition_names, filters=filters, query=query, users=users,
                   actions=audit.distinct("action"), objects=audit.distinct("target_type"))

@@ -121,8 +121,11 @@ def _save(form, definition=None):
 
 def _page(form, definition):
     words, times, error = preview(form.schedule.data, form.timezone.data) if form.schedule.data else (None, [], None)
+    # A refused schedule's error is shown under its field; the preview does not say it again.
+    refused = bool(form.schedule.errors)
     response = render("definition_form.html", "partials/_definition_form.html", form=form,
-                      definition=definition, words=words, times=times, error=error)
+                      definition=definition, words=words, times=times, error=None if refused else error,
+                      refused=refused)
     response.status_code = 422 if form.errors else 200
     return response
 

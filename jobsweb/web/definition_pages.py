@@ -10,8 +10,8 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import JobDefinition
-from ..engine import registry
 from ..ops import alerts, notify, run_history
+from ..ops.job_type_names import job_type_names
 from ..scheduling import definitions as definition_api
 from .access import role_required
 from .rendering import redirect_to, render, render_template
@@ -47,7 +47,7 @@ def index():
         stmt = stmt.where(JobDefinition.name.icontains(q, autoescape=True))
     return render("definitions.html", "partials/_definitions_table.html",
                   definitions=db.session.scalars(stmt).all(), state=state, kind=kind, job_type=job_type, q=q,
-                  job_types=registry.names())
+                  job_types=job_type_names())
 
 
 def _definition_or_404(definition_id):

@@ -6,8 +6,9 @@ from flask import Blueprint, abort, flash, request, url_for
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput, check_job_type_name
-from ..engine import flow, registry
+from ..engine import flow
 from ..ops import queue_stats
+from ..ops.job_type_names import job_type_names
 from .access import role_required
 from .rendering import redirect_to, render
 
@@ -16,7 +17,7 @@ bp = Blueprint("queues", __name__)
 
 def _page(status=200, **context):
     response = render("queues.html", "partials/_queues.html", queues=queue_stats.queues(),
-                      paused_types=flow.paused_types(), job_types=registry.names(), **context)
+                      paused_types=flow.paused_types(), job_types=job_type_names(), **context)
     response.status_code = status
     return response
 

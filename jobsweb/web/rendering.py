@@ -7,6 +7,7 @@ app, its `base.html`, its filters and its globals stay its own, and jobsweb's ne
 """
 
 import json
+import re
 import shlex
 from datetime import datetime, timezone
 from functools import cache
@@ -27,6 +28,12 @@ from .shown_text import MASK, is_secret, shown, without_controls
 STATUS_WORDS = {
     "waiting": "Waiting", "queued": "Queued", "running": "Running", "succeeded": "Succeeded", "failed": "Failed, will retry",
     "dead": "Dead", "cancelled": "Cancelled",
+}
+# A run's Result card without a result: "yet" only while it may still get one.
+RESULT_WORDS = {
+    "queued": "No result yet.", "running": "No result yet.", "failed": "No result yet: it will be retried.",
+    "dead": "No result: the run died without one.", "cancelled": "No result: the run was cancelled.",
+    "skipped": "No result: the run was skipped.", "missed": "No result: the run never ran.",
 }
 
 
@@ -103,6 +110,28 @@ def pretty_json(value, words=()):
     return json.dumps(mask_secrets(value, words), indent=2, sort_keys=True, ensure_ascii=False)
 
 
+PAYLOAD_LINE_CHARS = 120
+
+
+def payload_line(value):
+    """A payload on one line as pretty() shows it (secrets masked, no controls), cut at
+    PAYLOAD_LINE_CHARS: a row of the runs list."""
+    line = without_controls(json.dumps(mask_secrets(value, current_app.config["JOBSWEB_MASK_KEYS"]),
+                                       ensure_ascii=False, separators=(", ", ": ")))
+    return line if len(line) <= PAYLOAD_LINE_CHARS else line[:PAYLOAD_LINE_CHARS - 1] + "…"
+
+
+def detail_value(value):
+    """One value of an audit entry's detail in words ("tz Europe/Berlin, status dead or failed")
+    rather than Python's repr of the dicts and lists it holds; empty values left out."""
+    if isinstance(value, dict):
+        return ", ".join(f"{key.replace('_', ' ')} {detail_value(item)}" for key, item in value.items()
+                         if item not in (None, "", [], {}))
+    if isinstance(value, (list, tuple)):
+        return " or ".join(detail_value(item) for item in value)
+    return str(value)
+
+
 def time_ago(moment, now=None):
     """'3 min ago' / 'in 2 h': how far a time is from now, in words."""
     if moment is None:
@@ -120,17 +149,30 @@ def seconds_words(seconds):
             return f"{int(seconds // size)} {unit}"
 
 
-def when(moment):
+def when(moment, exact=False):
     """A time as a <time> element: its text is UTC to the second, which static/local-times.js
     turns into the viewer's own zone ("3 min ago", the exact local time on hover); without
-    JavaScript the UTC text stays, labelled as such."""
+    JavaScript the UTC text stays, labelled as such. `exact`: the local time is in the text as
+    well ("3 min ago · 14:05:09"), for the pages about one thing, where a phone has no hover."""
     if moment is None:
         return "—"
     utc = moment.astimezone(timezone.utc)
     # Joined with escape() rather than Markup.format, whose Formatter took half of this
     # function's time (two calls per row of the runs list).
-    return Markup(f'<time datetime="{escape(utc.isoformat())}" data-local title="{escape(time_ago(moment))}">'
-                  f'{escape(utc.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>')
+    return Markup(f'<time datetime="{escape(utc.isoformat())}" data-local{" data-exact" if exact else ""} '
+                  f'title="{escape(time_ago(moment))}">{escape(utc.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time>')
+
+
+UTC_IN_TEXT = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC")
+
+
+def local_times(text):
+    """Text written for notifications, with each "2026-11-25 12:10:00 UTC" in it shown like the
+    page's other times (the viewer's zone, how long ago, the exact time)."""
+    def one(match):
+        moment = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        return str(when(moment, exact=True))
+    return Markup(UTC_IN_TEXT.sub(one, str(escape(text))))
 
 
 def ago(moment, now=None):
@@ -178,10 +220,11 @@ def templates():
     """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
     env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
-                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, describe_schedule=describe_schedule,
-                       hour_chart=hour_chart, bar_marks=bar_marks, run_chart=run_chart,
-                       utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
+                       csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, RESULT_WORDS=RESULT_WORDS,
+                       describe_schedule=describe_schedule, hour_chart=hour_chart, bar_marks=bar_marks,
+                       run_chart=run_chart, utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, job_text=job_text, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
+                       pretty=pretty, job_text=job_text, payload_line=payload_line, local_times=local_times,
+                       detail_value=detail_value, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env

@@ -7,10 +7,11 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine import registry, run_actions, workflows
+from ..engine import flow, run_actions, workflows
 from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats
+from ..ops.job_type_names import job_type_names
 from .access import role_required
 from .rendering import htmx, render
 
@@ -26,19 +27,30 @@ def index():
     before = runlist.number(request.args, "before")
     rows, next_before = runlist.page(run_filter, before)
     live = request.args.get("live") == "1" and before is None
-    # Polls refresh the table only: the chips (and their counts) are outside it.
-    counts = {} if htmx() else stats.chip_counts(RUN_STATUSES)
+    # Counted on every answer, live polls too: the table's fragment carries the chips' counts
+    # out of band, and its bulk buttons say how many runs they would change.
+    if run_filter.narrows():
+        counts = runlist.filtered_counts(run_filter, RUN_STATUSES)
+    else:
+        counts = stats.chip_counts(RUN_STATUSES)
     definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
                                      .order_by(JobDefinition.name).limit(500)).all()
-    # Each row's queue links to this filter narrowed to that queue: built once per queue, as
-    # url_for per row was a tenth of the page's time.
+    # Each row's queue and job type link to this filter narrowed to them: built once per value,
+    # as url_for per row was a tenth of the page's time.
     query = run_filter.args()
-    queue_links = {queue: url_for("jobsweb.runs.index", **dict(query, queue=queue))
-                   for queue in {run.queue for run, _ in rows}}
+    queue_links, job_type_links = ({value: url_for("jobsweb.runs.index", **dict(query, **{name: value}))
+                                    for value in {getattr(run, name) for run, _ in rows}}
+                                   for name in ("queue", "job_type"))
     return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
                   before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
-                  job_types=registry.names(), definitions=definitions, counts=counts,
-                  queue_links=queue_links)
+                  job_types=[] if htmx() else job_type_names(), definitions=definitions, counts=counts,
+                  queue_links=queue_links, job_type_links=job_type_links,
+                  total=runlist.total(counts, run_filter),
+                  to_retry=runlist.total(counts, run_filter, RETRYABLE),
+                  to_cancel=runlist.total(counts, run_filter, CANCELLABLE),
+                  # A queued row of a paused queue or job type says so: no worker will take it.
+                  paused_queues=set(stats.paused_queues()),
+                  paused_types={job_type for job_type, _ in flow.paused_types()})
 
 
 @bp.post("/bulk")
@@ -68,19 +80,35 @@ def bulk():
         except InvalidInput as exc:
             abort(400, f"Bad selection: {exc}.")
         scope = "selected"
-    changed = requested = 0
+    changed = requested = considered = 0
     for ids in batches:
+        considered += len(ids)
         if action == "retry":
             changed += len(run_actions.retry(ids))
         else:
             done, asked = run_actions.cancel(ids)
             changed, requested = changed + len(done), requested + len(asked)
         db.session.commit()  # one short transaction per batch
+    left = considered - changed - requested
     audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
-                 changed=changed, cancel_requested=requested)
+                 changed=changed, cancel_requested=requested, left=left)
     db.session.commit()
-    flash(bulk_message(action, changed, requested))
+    verb = "Retried" if action == "retry" else "Cancelled"
+    message = f"{verb} {changed} of {_runs(considered)} {'that match' if scope == 'matching' else 'ticked'}."
+    if requested:
+        message += f" Asked {_runs(requested)} running to stop."
+    if left:
+        # Said, not skipped silently: "Retried 37 runs" while 39 matched read as a lost two.
+        message += (f" {_runs(left)} left as they were: " + (
+            "reported from outside, jobsweb cannot run them again." if action == "retry" and scope == "matching"
+            else "only failed, dead or cancelled runs of jobsweb's own job types can be retried."
+            if action == "retry" else "only queued, failed or running runs can be cancelled."))
+    flash(message)
     return redirect(url_for("jobsweb.runs.index", **run_filter.args()))
+
+
+def _runs(n):
+    return f"{n:,} run{'s' * (n != 1)}"
 
 
 def bulk_message(action, changed, requested, what="run", where=""):

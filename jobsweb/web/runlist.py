@@ -1,7 +1,8 @@
 """The runs list: filters read from the query string, keyset pages, and bulk actions over them.
 
 Pages are keyset pages on id (newest first: WHERE id < :before ORDER BY id DESC LIMIT n), never
-OFFSET, and there is no COUNT(*) over the table: with a million runs both would read most of it.
+OFFSET, and there is no unbounded COUNT(*) over the table: with a million runs both would read
+most of it. A filter's counts are exact up to COUNT_CAP matching runs, estimated beyond.
 Indexes job_runs_status_id, job_runs_job_type_id, job_runs_definition and job_runs_created_at
 (migration 0003), job_attempts_worker (0007) and job_runs_payload (0014) serve the filters.
 """
@@ -11,9 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
 from flask import current_app
-from sqlalchemy import and_, cast, or_, select
+from sqlalchemy import and_, cast, func, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import aliased, load_only
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from ..core.database import db, execute
 from ..core.errors import InvalidInput, clean_text, whole_number
@@ -21,6 +25,7 @@ from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine.enqueuing import parse_payload
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
+from ..ops import stats
 from .local_time import read_local, viewer_zone, zone_name
 from .rendering import secret_keys
 from .shown_text import masked
@@ -91,9 +96,14 @@ class RunFilter:
             out["batch"] = self.batch_id
         return out
 
-    def conditions(self):
+    def narrows(self):
+        """True when something other than the statuses narrows the runs (the chips then count
+        the runs of this filter, not all runs)."""
+        return any(value for name, value in self.args().items() if name not in ("status", "tz"))
+
+    def conditions(self, with_statuses=True):
         where = []
-        if self.statuses:
+        if self.statuses and with_statuses:
             where.append(JobRun.status.in_(self.statuses))
         if self.job_type:
             where.append(JobRun.job_type == self.job_type)
@@ -204,7 +214,7 @@ def _time(args, name, zone):
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,
                 JobRun.run_at, JobRun.created_at, JobRun.finished_at, JobRun.error_type, JobRun.last_error,
                 JobRun.definition_id, JobRun.cancel_requested_at, JobRun.queue, JobRun.priority,
-                JobRun.deleted_definition, JobRun.progress, JobRun.progress_note)
+               JobRun.deleted_definition, JobRun.progress, JobRun.progress_note, JobRun.payload)
 
 
 # psycopg prepares a statement run 5 times on one connection, and PostgreSQL may then plan it
@@ -259,3 +269,65 @@ def matching_ids_in_batches(run_filter, statuses, batch_size):
             return
         yield ids
         before = ids[-1]
+
+
+# A filter's counts by status: exact while at most COUNT_CAP runs match, counted by one scan that
+# stops after COUNT_CAP + 1 matching runs (LIMIT) and within COUNT_BUDGET_MS. Beyond either, the
+# planner's estimate of the filter's runs (one EXPLAIN), shared out by status as the runs counted
+# were (or, with none counted, as the whole table's statistics say), shown as "≈". The scan is
+# not even started when the planner expects far more than the cap (a job type of a million
+# runs); the budget bounds a filter that matches few runs through no index (error text), which
+# would otherwise read the whole table to say "12".
+COUNT_CAP = 10_000
+COUNT_BUDGET_MS = 10
+COUNT_BUDGET = "SET LOCAL statement_timeout = %d" % COUNT_BUDGET_MS
+
+
+class _Explain(Executable, ClauseElement):
+    """EXPLAIN (FORMAT JSON) of a select, with its parameters bound as SQLAlchemy binds them."""
+    inherit_cache = False
+
+    def __init__(self, statement):
+        self.statement = statement
+
+
+@compiles(_Explain)
+def _compile_explain(element, compiler, **kw):
+    return "EXPLAIN (FORMAT JSON) " + compiler.process(element.statement, **kw)
+
+
+def _capped_count(where):
+    """{status: runs} of the first COUNT_CAP + 1 runs matching, or None past the budget."""
+    capped = select(JobRun.status).where(*where).limit(COUNT_CAP + 1).subquery()
+    # A savepoint, always rolled back: it ends the budget's SET LOCAL with it, and a cancelled
+    # count leaves the page's transaction usable.
+    savepoint = db.session.begin_nested()
+    try:
+        execute(COUNT_BUDGET)
+        return dict(db.session.execute(select(capped.c.status, func.count()).group_by(capped.c.status)).all())
+    except OperationalError:  # the budget ran out (QueryCanceled)
+        return None
+    finally:
+        savepoint.rollback()
+
+
+def filtered_counts(run_filter, statuses):
+    """{status: (count, exact?)} of the runs matching the filter's other conditions, whatever
+    statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least what was counted)."""
+    _plan_for_the_values(run_filter)
+    where = run_filter.conditions(with_statuses=False)
+    expected = db.session.execute(_Explain(select(JobRun.id).where(*where))).scalar()[0]["Plan"]["Plan Rows"]
+    counted = _capped_count(where) if expected <= 2 * COUNT_CAP else None
+    if counted is not None and sum(counted.values()) <= COUNT_CAP:
+        return {status: (counted.get(status, 0), True) for status in statuses}
+    shares = counted or dict(execute(stats.ESTIMATED_COUNTS).all())
+    whole = sum(shares.values()) or 1
+    found = counted or {}
+    return {status: (max(round(expected * shares.get(status, 0) / whole), found.get(status, 0)), False)
+            for status in statuses}
+
+
+def total(counts, run_filter, statuses=RUN_STATUSES):
+    """(runs the filter matches among `statuses`, exact?) from its counts by status."""
+    shown = [counts[s] for s in statuses if s in counts and (not run_filter.statuses or s in run_filter.statuses)]
+    return sum(n for n, _ in shown), all(exact for _, exact in shown)

@@ -37,9 +37,13 @@ def index():
             db.session.commit()
             flash(f"{user.email} can now sign in as {user.role}.")
             return redirect_to(url_for("jobsweb.users.index"))
+    return _page(form, 422 if form.errors else 200)
+
+
+def _page(form, status, **context):
     users = db.session.scalars(select(User).order_by(User.email)).all()
-    response = render("users.html", "partials/_user_form.html", users=users, form=form, roles=ROLES)
-    response.status_code = 422 if form.errors else 200
+    response = render("users.html", "partials/_user_form.html", users=users, form=form, roles=ROLES, **context)
+    response.status_code = status
     return response
 
 
@@ -52,7 +56,9 @@ def change_role(user_id):
     if role not in ROLES:
         abort(400, f"Bad role: choose one of {', '.join(ROLES)}.")
     if user.id == viewer().user_id and role != "admin":
-        abort(400, "You cannot take the admin role from yourself; ask another admin.")
+        # Said beside the role field on the users page, not on an error page of its own.
+        return _page(UserForm(formdata=None), 400, role_error=(
+            user.id, "role: you cannot take the admin role from yourself; ask another admin."))
     audit.record("change_role", "user", user.id, email=user.email, old=user.role, new=role)
     user.role = role
     db.session.commit()
