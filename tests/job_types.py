@@ -210,3 +210,17 @@ async def async_ctx_sleep(ctx):
     """Sleep with ctx.sleep, which wakes when the worker asks the run to stop."""
     await ctx.sleep(float(ctx.payload.get("seconds", 60)))
     return {"slept": ctx.payload.get("seconds", 60)}
+
+
+@job("test.until_file")
+def until_file(ctx):
+    """Run (ignoring cancellation) until the file payload["file"] exists: as long as a test needs."""
+    while not os.path.exists(ctx.payload["file"]):
+        time.sleep(0.02)
+
+
+@job("test.async_until_file")
+async def async_until_file(ctx):
+    """test.until_file, awaited."""
+    while not os.path.exists(ctx.payload["file"]):
+        await asyncio.sleep(0.02)

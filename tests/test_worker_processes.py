@@ -108,13 +108,21 @@ def test_three_deploys_during_one_run_leave_it_every_attempt_it_had(app, sql, sp
 
 
 # A thread's heartbeat and an awaited handler's (engine/async_execution.py) alike.
-@pytest.mark.parametrize("job_type", ["jobsweb.sleep", "jobsweb.async_sleep"])
-def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type):
-    [run_id] = add_many(app, job_type, 1, {"seconds": 4})
+@pytest.mark.parametrize("job_type", ["test.until_file", "test.async_until_file"])
+def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type, tmp_path):
+    done = tmp_path / "done"
+    [run_id] = add_many(app, job_type, 1, {"file": str(done)})
     owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
     wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
-    # A second worker looks for expired leases every second while the run outlives its lease.
+    # A second worker looks for expired leases every second (a third of its lease, as often as
+    # it heartbeats). The run goes on until the rival has been seen well past the first lease
+    # plus a recovery pass: by then, without the owner's heartbeats, it would have taken it over.
     rival = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers w, job_runs r WHERE w.id LIKE %s "
+                         "AND w.last_seen_at > r.started_at + interval '5 seconds'", [f"%:{rival.pid}:%"])[0][0],
+             timeout=60, message="the rival to look past the run's first lease")
+    assert status_of(sql, run_id) == "running"
+    done.touch()
     wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
     for proc in (owner, rival):
         proc.send_signal(signal.SIGTERM)
