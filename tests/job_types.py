@@ -224,3 +224,22 @@ async def async_until_file(ctx):
     """test.until_file, awaited."""
     while not os.path.exists(ctx.payload["file"]):
         await asyncio.sleep(0.02)
+
+
+@job("test.chatty_timeout", timeout=0.5)
+def chatty_timeout(ctx):
+    """Log a line, then outlive its 0.5 s timeout (ignoring cancellation) and log again."""
+    log = logging.getLogger("tests.chatty")
+    log.warning("working on it")
+    time.sleep(float(ctx.payload.get("seconds", 2)))
+    log.warning("done, too late")
+
+
+@job("test.thread_logs")
+def thread_logs(ctx):
+    """Log a line, and another from a thread of its own."""
+    log = logging.getLogger("tests.chatty")
+    log.warning("from the handler")
+    helper = threading.Thread(target=log.warning, args=("from its own thread",))
+    helper.start()
+    helper.join()
