@@ -243,3 +243,24 @@ def thread_logs(ctx):
     helper = threading.Thread(target=log.warning, args=("from its own thread",))
     helper.start()
     helper.join()
+
+
+# test.pair_up's record of its handlers running at once, in this process (in-process workers).
+pairs = {"running": 0, "most": 0}
+_pairs_lock = threading.Lock()
+_pairs_meet = threading.Barrier(2)
+
+
+@job("test.pair_up")
+def pair_up(ctx):
+    """Wait (up to 20 s) until another pair_up handler runs alongside, then work a moment, counting
+    how many ran at once (a third one started meanwhile shows)."""
+    with _pairs_lock:
+        pairs["running"] += 1
+        pairs["most"] = max(pairs["most"], pairs["running"])
+    try:
+        _pairs_meet.wait(timeout=20)
+        time.sleep(0.2)
+    finally:
+        with _pairs_lock:
+            pairs["running"] -= 1
