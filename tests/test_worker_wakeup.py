@@ -26,8 +26,8 @@ def insert_without_notify(sql):
     return sql("INSERT INTO job_runs (job_type, payload) VALUES ('jobsweb.noop', '{}') RETURNING id")[0][0]
 
 
-def idle_listening_worker(sql, spawn_worker):
-    spawn_worker("--forever", *QUIET_POLL, **QUIET)
+def idle_listening_worker(sql, spawn_worker, log):
+    spawn_worker("--forever", *QUIET_POLL, output=open(log, "w+"), **QUIET)
     first = insert_without_notify(sql)  # found by the worker's first tick: it is idle after it
     wait_for(lambda: succeeded(sql, first) and listening(sql), timeout=60, message="an idle, listening worker")
 
@@ -64,13 +64,18 @@ def by_plain_sql_and_pg_notify(app, sql):
 # with pg_notify('jobsweb_runs', '').
 @pytest.mark.parametrize("enqueue_now", [by_enqueue, by_enqueue_many, by_retry, by_run_now,
                                          by_plain_sql_and_pg_notify])
-def test_an_idle_worker_starts_a_run_due_now_long_before_its_poll_interval(app, sql, spawn_worker, enqueue_now):
+def test_an_idle_worker_starts_a_run_due_now_long_before_its_poll_interval(app, sql, spawn_worker, enqueue_now,
+                                                                           tmp_path):
     define(app, "nightly")  # 06:00 daily: no slot of it falls due during the test
     sql("INSERT INTO job_runs (job_type, payload, status, attempts, max_attempts) "
         "VALUES ('jobsweb.noop', '{}', 'dead', 1, 1)")
-    idle_listening_worker(sql, spawn_worker)
+    log = tmp_path / "worker.log"
+    idle_listening_worker(sql, spawn_worker, log)
     run_ids = enqueue_now(app, sql)
-    wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message="the runs to be started by NOTIFY")
+    try:
+        wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message="the runs to be started by NOTIFY")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
 
 
 def test_a_listening_worker_still_polls_for_runs_written_without_notify(app, sql, spawn_worker):
