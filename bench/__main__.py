@@ -133,6 +133,9 @@ def main(argv=None):
     kinds = args.servers.split(",")
     if not set(kinds) <= set(KINDS):
         parser.error(f"--servers: one or both of {', '.join(KINDS)}")
+    if missing := measures.missing_peers():
+        parser.exit(2, f"python -m bench: {' and '.join(missing)} not installed: every run measures jobsweb "
+                       "against them (pip install -e '.[bench]')\n")
     sizes, repeats = (QUICK, 1) if args.quick else (FULL, 3)
     results = {"mode": "quick" if args.quick else "full", "cpus": os.cpu_count(), "revision": git_revision(),
                "python": sys.version.split()[0], "sizes": sizes, "repeats": repeats, "servers": {}}

@@ -64,11 +64,7 @@ def run_jobs_wall(url, n, concurrency, processes=1):
 
 def pgqueuer_wall(bench, n, batch):
     """Seconds one PgQueuer process takes to drain n no-op jobs (enqueued beforehand), from its
-    start to its exit; None when PgQueuer is not installed."""
-    try:
-        __import__("pgqueuer")
-    except ImportError:
-        return None
+    start to its exit."""
     url = bench.server.fresh_database("bench_peer_whole")
     proc = [sys.executable, "-m", "bench.peer_proc", "pgqueuer", url, str(n), str(batch)]
     subprocess.run([*proc, "enqueue"], cwd=ROOT, check=True, capture_output=True)
@@ -96,7 +92,7 @@ def whole_process(bench):
         theirs.append(pgqueuer_wall(bench, n, batch))
     result = {"runs": n, "jobsweb": {c: median(v) for c, v in ours.items()},
               "two_processes": {"concurrency": TWO_PROCESSES_CONCURRENCY, "wall": median(two)},
-              "pgqueuer": None if None in theirs else median(theirs), "pgqueuer_batch": batch}
+              "pgqueuer": median(theirs), "pgqueuer_batch": batch}
     bench.log(f"whole process, {n} runs: jobsweb {result['jobsweb']}, two processes {result['two_processes']}, "
               f"pgqueuer {result['pgqueuer']}")
     return result

@@ -23,9 +23,8 @@ def plots(views, out):
             ax.plot(xs, [t["table"][(p, c)] for p in xs], marker="o", label=f"jobsweb, concurrency {c}")
         ax.axhline(r["ceiling"]["rate"], color="grey", linestyle="--", label="pgbench replay of our SQL")
         for name, peer in r["peers"].items():
-            if peer:
-                ax.axhline(peer["rate"], linestyle=":", color="C3" if name == "pgqueuer" else "C4",
-                           label=f"{name} (1 process, best)")
+            ax.axhline(peer["rate"], linestyle=":", color="C3" if name == "pgqueuer" else "C4",
+                       label=f"{name} (1 process, best)")
         ax.set_xlabel("worker processes")
         ax.set_ylabel("no-op runs per second")
         ax.set_xticks(r["sizes"]["processes"])

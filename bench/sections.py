@@ -43,9 +43,6 @@ def server_sections(r):
         f"| jobsweb | concurrency {t['best_one_process'][1]} | {fmt(one)} | 1 |",
     ]
     for name, peer in r["peers"].items():
-        if peer is None:
-            lines.append(f"| {name} | not installed | – | – |")
-            continue
         what = "batch_size" if name == "pgqueuer" else "concurrency"
         tried = ", ".join(f"{k}: {fmt(v[0])}/s" for k, v in peer["all"].items())
         lines.append(f"| {name} | {what} {peer['setting']} (tried {tried}) | {fmt(peer['rate'])} | "

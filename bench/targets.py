@@ -22,8 +22,8 @@ def targets(r):
     one = table[tuple(t["best_one_process"])]
     best = table[tuple(t["best"])]
     peers = r["peers"]
-    pgq = peers.get("pgqueuer") and peers["pgqueuer"]["rate"]
-    pro = peers.get("procrastinate") and peers["procrastinate"]["rate"]
+    pgq = peers["pgqueuer"]["rate"]
+    pro = peers["procrastinate"]["rate"]
     points = r["history"]["points"]
     empty, full = points[0], points[-1]
     enq, wake, tick, q = r["enqueue"], r["wake"], r["tick"], r["queues"]
@@ -40,16 +40,16 @@ def targets(r):
     two_whole = w["runs"] / w["two_processes"]["wall"]
     # Like for like: PgQueuer's whole process on the same runs, start-up included (§12). Its
     # drain's own span (§2) leaves start-up out, and is shown beside it.
-    pgq_whole = w["runs"] / w["pgqueuer"] if w["pgqueuer"] else None
+    pgq_whole = w["runs"] / w["pgqueuer"]
     rows = [
         ("1 process ≥ 2× PgQueuer's best", f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
-         None if pgq is None else one >= 2 * pgq,
+         one >= 2 * pgq,
          "the machine's 2 cores: a process claims on one connection and writes outcomes on a second, "
          "so two PostgreSQL backends (~45 us of CPU a run between them: two non-HOT updates of job_runs, "
          "status being in most of its indexes, plus an attempt row, §3 and §13) and the worker's Python "
          "(~28 us a run) share them; PgQueuer deletes its job row and keeps no attempt history"),
         ("2 processes ≥ 2× PgQueuer's best", f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}×",
-         None if pgq is None or two is None else two >= 2 * pgq,
+         None if two is None else two >= 2 * pgq,
          "2 cores shared by four PostgreSQL backends (two lanes a process), both workers' Python and "
          "the machine's other load"),
         (f"2 × `flask run-jobs --concurrency {w['two_processes']['concurrency']}` drain {w['runs']:,} runs, "
@@ -57,7 +57,7 @@ def targets(r):
          f"{fmt(two_whole)} vs PgQueuer's whole process {fmt(pgq_whole)} runs/s = "
          f"{fmt(ratio(two_whole, pgq_whole), 2)}× (vs its drain span alone, start-up left out: "
          f"{fmt(ratio(two_whole, pgq), 2)}×)",
-         None if pgq_whole is None else two_whole >= 2 * pgq_whole,
+         two_whole >= 2 * pgq_whole,
          "both sides start-up included (§12): each of our processes starts in ~1 s (Flask, SQLAlchemy, "
          "psycopg imports), PgQueuer's process also waits for its buffers on shutdown"),
         ("--concurrency 4 and 8 ≥ 80% of one process's best",
@@ -67,7 +67,7 @@ def targets(r):
          "(engine/claim_ahead.py), so the claim's size no longer hangs on --concurrency; the runs waiting "
          "are held like running ones (heartbeats, SIGTERM release, lease recovery)"),
         ("1 process ≥ 10× Procrastinate's", f"{fmt(one)} vs {fmt(pro)} runs/s = {fmt(ratio(one, pro), 2)}×",
-         None if pro is None else one >= 10 * pro,
+         one >= 10 * pro,
          "Procrastinate fetches and finishes one job per statement; ours a batch per statement"),
         ("best processes ≥ 30% of the pgbench ceiling",
          f"{fmt(best)} vs {fmt(r['ceiling']['rate'])} runs/s = {fmt(100 * ratio(best, r['ceiling']['rate']), 0)}%",

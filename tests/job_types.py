@@ -250,3 +250,57 @@ def fail_first(ctx):
     if ctx.attempt == 1:
         raise RuntimeError("first attempt fails on purpose")
     return {"attempt": ctx.attempt}
+
+
+@job("test.until_file")
+def until_file(ctx):
+    """Run (ignoring cancellation) until the file payload["file"] exists: as long as a test needs."""
+    while not os.path.exists(ctx.payload["file"]):
+        time.sleep(0.02)
+
+
+@job("test.async_until_file")
+async def async_until_file(ctx):
+    """test.until_file, awaited."""
+    while not os.path.exists(ctx.payload["file"]):
+        await asyncio.sleep(0.02)
+
+
+@job("test.chatty_timeout", timeout=0.5)
+def chatty_timeout(ctx):
+    """Log a line, then outlive its 0.5 s timeout (ignoring cancellation) and log again."""
+    log = logging.getLogger("tests.chatty")
+    log.warning("working on it")
+    time.sleep(float(ctx.payload.get("seconds", 2)))
+    log.warning("done, too late")
+
+
+@job("test.thread_logs")
+def thread_logs(ctx):
+    """Log a line, and another from a thread of its own."""
+    log = logging.getLogger("tests.chatty")
+    log.warning("from the handler")
+    helper = threading.Thread(target=log.warning, args=("from its own thread",))
+    helper.start()
+    helper.join()
+
+
+# test.pair_up's record of its handlers running at once, in this process (in-process workers).
+pairs = {"running": 0, "most": 0}
+_pairs_lock = threading.Lock()
+_pairs_meet = threading.Barrier(2)
+
+
+@job("test.pair_up")
+def pair_up(ctx):
+    """Wait (up to 20 s) until another pair_up handler runs alongside, then work a moment, counting
+    how many ran at once (a third one started meanwhile shows)."""
+    with _pairs_lock:
+        pairs["running"] += 1
+        pairs["most"] = max(pairs["most"], pairs["running"])
+    try:
+        _pairs_meet.wait(timeout=20)
+        time.sleep(0.2)
+    finally:
+        with _pairs_lock:
+            pairs["running"] -= 1

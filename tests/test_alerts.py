@@ -417,3 +417,16 @@ def test_a_definition_that_failed_its_last_run_says_run_not_runs(alerting, recei
     deliver(alerting)
     [text] = receiver.texts()
     assert "nightly has failed its last run;" in text and "1 runs" not in text
+
+
+def test_pausing_a_definition_closes_its_overdue_incident_with_one_notification(alerting, receiver, sql):
+    # README, "Alerts": "pausing one closes an overdue incident".
+    define(alerting)
+    make_overdue(sql)
+    [opened], _ = evaluate(alerting)
+    with committed(alerting):
+        definitions.pause("nightly")
+    assert evaluate(alerting) == ([], [opened])
+    assert sql("SELECT resolved_at IS NOT NULL FROM jobsweb_alert_incidents") == [(True,)]
+    deliver(alerting)
+    assert receiver.texts()[1].startswith("Resolved: nightly is overdue") and "the definition was paused" in receiver.texts()[1]

@@ -33,3 +33,13 @@ def test_the_quick_benchmark_suite_writes_its_report_and_plots(tmp_path):
     assert report.count("| n/a (no JIT) |") == 2
     for plot in ("bench_throughput.png", "bench_claim_latency.png"):
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_benchmark_suite_refuses_to_run_without_its_peers(tmp_path):
+    # As if PgQueuer were not installed: `make bench-quick` fails, naming it, before any server starts.
+    hide = ("import sys; sys.modules['pgqueuer'] = None; from bench.__main__ import main; "
+            f"sys.exit(main(['--quick', '--out', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", hide], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "pgqueuer not installed" in done.stderr and "pip install -e '.[bench]'" in done.stderr
+    assert list(tmp_path.iterdir()) == []

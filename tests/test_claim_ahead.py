@@ -1,9 +1,10 @@
 """Claiming ahead of the free slots (issue 18): runs waiting in a worker are held like running
 ones, so that a kill or a SIGTERM neither loses them nor runs them twice."""
 
+import os
 import signal
 
-from jobsweb.engine.claim_ahead import CLAIM_AHEAD_SECONDS, MAX_AHEAD, RATE_WINDOW, ClaimAhead
+from jobsweb.engine.claim_ahead import RATE_WINDOW, ClaimAhead
 from tests.conftest import wait_for
 from tests.processes import finish, insert_many
 
@@ -25,7 +26,7 @@ def test_fast_runs_are_claimed_ahead_and_slow_ones_only_for_free_slots():
     assert fast.limit(4, busy=0, now=0.0) == 4
     fast.finished(0, now=0.0)
     fast.finished(round(2000 * RATE_WINDOW), now=RATE_WINDOW)  # 2,000 runs/s
-    assert fast.ahead == round(2000 * CLAIM_AHEAD_SECONDS)
+    assert fast.ahead == 200  # README: "about 0.1 s of work ahead of its free slots"
     assert fast.limit(4, busy=4, now=RATE_WINDOW) == fast.ahead
     # With every slot taken, it waits until half the runs ahead have started.
     assert fast.limit(4, busy=4 + fast.ahead // 2 + 1, now=RATE_WINDOW) == 0
@@ -40,7 +41,8 @@ def test_fast_runs_are_claimed_ahead_and_slow_ones_only_for_free_slots():
     flood = ClaimAhead()
     flood.finished(10**7, now=0.0)
     flood.finished(0, now=RATE_WINDOW)
-    assert flood.ahead == MAX_AHEAD
+    assert flood.ahead == 2048  # README: "(up to 2,048 runs)"
+    assert flood.limit(4, busy=0, now=RATE_WINDOW) == 4 + 2048
 
 
 def test_runs_ahead_shrink_by_half_a_window_when_runs_stop_finishing():
@@ -49,9 +51,9 @@ def test_runs_ahead_shrink_by_half_a_window_when_runs_stop_finishing():
     bursts = ClaimAhead()
     bursts.finished(0, now=0.0)
     bursts.finished(10**6, now=RATE_WINDOW)
-    assert bursts.ahead == MAX_AHEAD
+    assert bursts.ahead == 2048
     bursts.finished(0, now=2 * RATE_WINDOW)
-    assert bursts.ahead == MAX_AHEAD // 2
+    assert bursts.ahead == 1024
     for window in range(3, 40):
         bursts.finished(0, now=window * RATE_WINDOW)
     assert bursts.ahead == 0
@@ -63,6 +65,10 @@ def test_runs_claimed_ahead_by_a_killed_worker_are_recovered_and_none_runs_twice
                           output=open(tmp_path / "victim.log", "w+"), JOBSWEB_LEASE_SECONDS=2)
     # More runs held and not run than slots: some wait in the worker, claimed ahead.
     wait_for(lambda: waiting(sql) > 6, timeout=30, interval=0.005, message="runs claimed ahead of the two slots")
+    # Frozen first, so that what it holds is what it held when killed: runs it had not run
+    # beyond its two slots (a worker killed between two claims would hold none).
+    os.kill(victim.pid, signal.SIGSTOP)
+    assert waiting(sql) > 2
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     held = [run_id for (run_id,) in sql("SELECT id FROM job_runs WHERE status = 'running'")]
@@ -90,12 +96,17 @@ def test_sigterm_releases_runs_claimed_ahead_without_running_them(app, sql, spaw
     first = spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "2",
                          output=open(tmp_path / "first.log", "w+"))
     wait_for(lambda: waiting(sql) > 6, timeout=30, interval=0.005, message="runs claimed ahead of the two slots")
+    # The signal lands while it is frozen holding runs it has not started, so that some are
+    # still waiting when its loop sees the signal, however loaded the machine.
+    os.kill(first.pid, signal.SIGSTOP)
+    assert waiting(sql) > 2
     first.send_signal(signal.SIGTERM)
+    os.kill(first.pid, signal.SIGCONT)
     code, output = finish(first)
     assert code == 0, output
     assert running(sql) == 0, "every run it held was finished or released"
-    # How many were still waiting when the loop saw the signal depends on the machine's load.
     released = [run_id for (run_id,) in sql("SELECT run_id FROM job_attempts WHERE outcome = 'interrupted'")]
+    assert released, "runs claimed ahead and not started were released"
 
     second = spawn_worker("--concurrency", "2", output=open(tmp_path / "second.log", "w+"))
     assert finish(second, timeout=120)[0] == 0

@@ -52,3 +52,64 @@ def test_an_unimportable_handlers_module_stops_start_up(database_url_for_tests, 
     monkeypatch.setenv("JOBSWEB_HANDLERS", "no_such_module_here")
     with pytest.raises(ConfigError, match="JOBSWEB_HANDLERS names 'no_such_module_here'"):
         create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
+
+
+# README's Settings table, row by row: each default as the README states it, a literal here, so
+# a changed default fails this test until the README (and this table) says the new value.
+README_DEFAULTS = {
+    "JOBSWEB_HANDLERS": [],
+    "JOBSWEB_CONCURRENCY": 4,
+    "JOBSWEB_POLL_INTERVAL": 5.0,                 # "seconds between polls with --forever"
+    "JOBSWEB_DIRECT_DATABASE_URL": None,
+    "JOBSWEB_LISTEN": True,
+    "JOBSWEB_LEASE_SECONDS": 60.0,
+    "JOBSWEB_SHUTDOWN_TIMEOUT": 10.0,             # "seconds running jobs get after SIGTERM"
+    "JOBSWEB_MAX_ATTEMPTS": 5,
+    "JOBSWEB_BACKOFF_BASE": 10.0,                 # "10 / 3600"
+    "JOBSWEB_BACKOFF_CAP": 3600.0,
+    "JOBSWEB_DEFAULT_TIMEOUT": None,
+    "JOBSWEB_MAX_PAYLOAD_BYTES": 65536,
+    "JOBSWEB_ERROR_MAX_CHARS": 2000,
+    "JOBSWEB_STACK_MAX_CHARS": 20000,
+    "JOBSWEB_BULK_BATCH": 1000,
+    "JOBSWEB_MASK_KEYS": ["password", "passwd", "passphrase", "pwd", "token", "secret", "api_key", "apikey",
+                          "access_key", "accesskey", "auth", "bearer", "signature", "credential", "private_key",
+                          "dsn", "cookie", "session"],
+    "JOBSWEB_METRICS_TOKEN": None,
+    "JOBSWEB_LOG_FORMAT": "text",
+    "JOBSWEB_LOG_LEVEL": "info",
+    "JOBSWEB_PROXY_HOPS": 0,
+    "JOBSWEB_RETAIN_SUCCEEDED": 14,
+    "JOBSWEB_RETAIN_DEAD": 90,
+    "JOBSWEB_RETAIN_CANCELLED": 30,
+    "JOBSWEB_RETAIN_SKIPPED": 14,
+    "JOBSWEB_RETAIN_MISSED": 30,
+    "JOBSWEB_PRUNE_BATCH": 500,
+    "JOBSWEB_ALERT_WEBHOOK_URL": None,
+    "JOBSWEB_ALERT_EMAIL_TO": [],
+    "JOBSWEB_SMTP_HOST": None,
+    "JOBSWEB_SMTP_PORT": 587,
+    "JOBSWEB_SMTP_USER": None,
+    "JOBSWEB_SMTP_PASSWORD": None,
+    "JOBSWEB_SMTP_FROM": "jobsweb@localhost",
+    "JOBSWEB_SMTP_STARTTLS": True,
+    "JOBSWEB_ALERT_TIMEOUT": 10.0,
+    "JOBSWEB_ALERT_ALLOW_PRIVATE_IPS": False,
+    "JOBSWEB_MAX_REQUEST_BYTES": 1048576,
+    "JOBSWEB_SESSION_IDLE_SECONDS": 43200,        # "a session unused this long ends (12 h)"
+    "JOBSWEB_ALERT_MAX_ATTEMPTS": 10,
+    "JOBSWEB_ALERT_RETRY_BASE": 30.0,
+    "JOBSWEB_OUTPUT_MAX_CHARS": 10000,
+    "JOBSWEB_BASE_URL": None,
+    "JOBSWEB_ALERT_INTERVAL": 5.0,                # "seconds between alert evaluations"
+    "JOBSWEB_WEB_ALERTS": True,
+    "JOBSWEB_NO_WORKER_MINUTES": 5.0,
+    "JOBSWEB_LOGIN_URL": None,
+}
+
+
+def test_every_default_is_the_one_the_readme_settings_table_states():
+    config = from_environment({})
+    assert {name: config[name] for name in README_DEFAULTS} == README_DEFAULTS
+    # A setting added without a row here (and in the README's table) fails too.
+    assert set(README_DEFAULTS) == {name for name in config if name.startswith("JOBSWEB_")}

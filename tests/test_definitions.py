@@ -66,15 +66,17 @@ def test_run_now_creates_a_run_due_now_without_moving_the_schedule(app, sql):
 
 
 def test_a_finished_run_updates_the_definition_state(app, sql):
-    define(app)
+    define(app, job_type="jobsweb.sleep", payload={"seconds": 0.3})
     sql("UPDATE job_definitions SET failure_count = 3")
     with committed(app):
         definitions.run_now("nightly-report")
     run_worker(app)
-    [(status, failures, has_last_run, duration)] = sql(
-        "SELECT last_status, failure_count, last_run_at IS NOT NULL, last_duration_ms FROM job_definitions")
-    assert (status, failures, has_last_run) == ("succeeded", 0, True)
-    assert duration >= 0
+    [(status, failures, last_run_at, duration)] = sql(
+        "SELECT last_status, failure_count, last_run_at, last_duration_ms FROM job_definitions")
+    assert (status, failures) == ("succeeded", 0)
+    # The run's own start, and at least the 0.3 s its handler slept.
+    assert sql("SELECT started_at FROM job_runs") == [(last_run_at,)]
+    assert duration >= 300
 
 
 def test_consecutive_dead_runs_make_a_definition_failing(app, sql):

@@ -44,6 +44,11 @@ def backup(app):
     return "backup"
 
 
+def wait_until_exists(path):
+    """A command (python -c) that runs until `path` exists: as long as the test needs it to."""
+    return f"import os, time\nwhile not os.path.exists({str(path)!r}): time.sleep(0.02)"
+
+
 def run_row(sql):
     [row] = sql("SELECT r.status, r.attempts, r.last_error, r.error_type, r.locked_by, a.outcome, a.output, "
                 "a.worker LIKE 'exec:%%' FROM job_runs r JOIN job_attempts a ON a.run_id = r.id")
@@ -109,13 +114,14 @@ def test_a_command_that_ignores_sigterm_gets_sigkill_after_the_kill_after_grace(
 
 def test_a_second_exec_while_the_first_runs_records_a_skipped_run_and_does_not_start_its_command(
         backup, jobs_exec, sql, tmp_path):
-    marker = tmp_path / "second-ran"
-    first = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(3)", wait=False)
+    marker, release = tmp_path / "second-ran", tmp_path / "release"
+    first = jobs_exec(backup, "--", PY, "-c", wait_until_exists(release), wait=False)
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,
              message="the first exec's run")
     code, _, err = jobs_exec(backup, "--", PY, "-c", f"open({str(marker)!r}, 'w')")
     assert code == 0 and "skipped" in err
     assert not marker.exists()
+    release.touch()
     first.communicate(timeout=60)
     rows = sql("SELECT status, reason FROM job_runs ORDER BY id")
     assert [status for status, _ in rows] == ["succeeded", "skipped"]
@@ -123,22 +129,34 @@ def test_a_second_exec_while_the_first_runs_records_a_skipped_run_and_does_not_s
 
 
 def test_two_execs_started_together_run_the_command_once(backup, jobs_exec, sql, tmp_path):
-    count = tmp_path / "runs"
-    command = ["--", PY, "-c", f"import time; open({str(count)!r}, 'a').write('x'); time.sleep(2)"]
+    count, release = tmp_path / "runs", tmp_path / "release"
+    command = ["--", PY, "-c", f"open({str(count)!r}, 'a').write('x')\n{wait_until_exists(release)}"]
     procs = [jobs_exec(backup, *command, wait=False) for _ in range(2)]
+    # The command goes on until both execs have recorded their run (however late the second
+    # process starts), so the second always finds the first one running.
+    wait_for(lambda: sql("SELECT count(*) FROM job_runs")[0][0] == 2, message="both execs' runs")
+    release.touch()
     for proc in procs:
         proc.communicate(timeout=60)
     assert count.read_text() == "x"
     assert sorted(status for (status,) in sql("SELECT status FROM job_runs")) == ["skipped", "succeeded"]
 
 
-def test_overlap_allow_runs_both(app, jobs_exec, sql):
+def test_overlap_allow_runs_both_side_by_side(app, jobs_exec, sql, tmp_path):
     with committed(app):
         definitions.define("reindex", None, "0 3 * * *", external=True, overlap="allow")
-    procs = [jobs_exec("reindex", "--", PY, "-c", "import time; time.sleep(1.5)", wait=False) for _ in range(2)]
+    # Each command says it started, then runs until the other one has started too: both exit
+    # only if they ran at the same time.
+    command = (f"import os, sys, time\nopen(os.path.join({str(tmp_path)!r}, 'started-' + sys.argv[1]), 'w')\n"
+               f"while len([f for f in os.listdir({str(tmp_path)!r}) if f.startswith('started-')]) < 2:\n"
+               "    time.sleep(0.02)")
+    procs = [jobs_exec("reindex", "--", PY, "-c", command, str(n), wait=False) for n in range(2)]
     for proc in procs:
         proc.communicate(timeout=60)
+    assert [proc.returncode for proc in procs] == [0, 0]
     assert sql("SELECT status, count(*) FROM job_runs GROUP BY status") == [("succeeded", 2)]
+    # And the database saw them overlap: each attempt started before the other finished.
+    assert sql("SELECT max(started_at) < min(finished_at) FROM job_attempts") == [(True,)]
 
 
 def test_exec_works_for_a_definition_jobsweb_runs_too(app, jobs_exec, sql):
@@ -149,14 +167,16 @@ def test_exec_works_for_a_definition_jobsweb_runs_too(app, jobs_exec, sql):
     assert sql("SELECT status, job_type, scheduled_for FROM job_runs") == [("succeeded", "jobsweb.noop", None)]
 
 
-def test_the_run_is_held_with_a_lease_and_heartbeats_while_the_command_runs(backup, jobs_exec, sql):
-    proc = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(4)", wait=False, JOBSWEB_LEASE_SECONDS=1.5)
+def test_the_run_is_held_with_a_lease_and_heartbeats_while_the_command_runs(backup, jobs_exec, sql, tmp_path):
+    release = tmp_path / "release"
+    proc = jobs_exec(backup, "--", PY, "-c", wait_until_exists(release), wait=False, JOBSWEB_LEASE_SECONDS=1.5)
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,
              message="the exec's run")
     [(first_lease,)] = sql("SELECT locked_until FROM job_runs")
     wait_for(lambda: sql("SELECT locked_until > %s FROM job_runs", [first_lease])[0][0], timeout=10,
              message="a heartbeat to extend the lease")
     assert sql("SELECT locked_until > now(), locked_by LIKE 'exec:%%' FROM job_runs") == [(True, True)]
+    release.touch()
     proc.communicate(timeout=60)
     assert sql("SELECT status FROM job_runs") == [("succeeded",)]
 
@@ -224,3 +244,33 @@ def test_a_timeout_or_kill_after_of_nan_or_infinity_is_refused_naming_the_option
     result = runner.invoke(args=["jobs", "exec", backup, option, value, "--", "true"])
     assert result.exit_code == 2 and option in result.output and "Traceback" not in result.output
     assert sql("SELECT count(*) FROM job_runs") == [(0,)]
+
+
+def catches(pid, number):
+    """Whether process `pid` has a handler for signal `number` (its SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+    return bool(mask & (1 << (number - 1)))
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_sigterm_sigint_and_sighup_sent_to_exec_are_passed_on_to_the_command(backup, jobs_exec, sql, tmp_path, number):
+    got, ready = tmp_path / "got", tmp_path / "ready"
+    command = ("import pathlib, signal, sys\n"
+               "def on(number, frame):\n"
+               f"    pathlib.Path({str(got)!r}).write_text(signal.Signals(number).name)\n"
+               "    sys.exit(3)\n"
+               "for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+               "    signal.signal(number, on)\n"
+               f"pathlib.Path({str(ready)!r}).touch()\n"
+               "while True:\n"
+               "    signal.pause()")
+    proc = jobs_exec(backup, "--", PY, "-c", command, wait=False)
+    # The command has its handlers and exec its own (SIGHUP is caught only once exec passes
+    # signals on; a Python process catches SIGINT from its start).
+    wait_for(lambda: ready.exists() and catches(proc.pid, signal.SIGHUP), message="the command and exec's handlers")
+    proc.send_signal(number)
+    proc.communicate(timeout=60)
+    assert got.read_text() == signal.Signals(number).name
+    assert proc.returncode == 3  # the command's exit code: exec itself was not stopped by the signal
+    assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]

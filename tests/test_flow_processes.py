@@ -4,6 +4,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, wait_for
 from tests.processes import add_many, finish
 
@@ -183,3 +185,53 @@ def test_unique_keys_give_one_unfinished_run_to_concurrent_enqueuers_in_several_
         from jobsweb import enqueue
 
         assert enqueue("test.record", unique_key="reindex:user:42") != run_id
+
+
+def running(sql):
+    return sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0]
+
+
+# README, "Queues, ...": "Runs already running when a queue or job type is paused finish".
+@pytest.mark.parametrize("pause, resume", [(["jobs", "queue", "mail", "--pause"], ["jobs", "queue", "mail", "--resume"]),
+                                           (["jobs", "pause-type", "test.until_file"],
+                                            ["jobs", "resume-type", "test.until_file"])])
+def test_runs_already_running_when_their_queue_or_job_type_is_paused_finish(app, sql, spawn_worker, runner,
+                                                                             tmp_path, pause, resume):
+    done = tmp_path / "done"
+    [started] = add_many(app, "test.until_file", 1, {"file": str(done)}, queue="mail")
+    worker = spawn_worker("--forever", "--poll-interval", "0.05")
+    wait_for(lambda: running(sql) == 1, message="the run to start")
+    assert runner.invoke(args=pause).exit_code == 0
+    [waiting] = add_many(app, "test.until_file", 1, {"file": str(done)}, queue="mail")
+    done.touch()
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [started]) == [("succeeded",)],
+             message="the running run to finish")
+    assert sql("SELECT status, attempts FROM job_runs WHERE id = %s", [waiting]) == [("queued", 0)]
+    assert sql("SELECT outcome FROM job_attempts") == [("succeeded",)]
+    assert runner.invoke(args=resume).exit_code == 0
+    wait_for(all_succeeded(sql, 2), message="the paused run after the resume")
+    stop([worker])
+
+
+# README: "a change of limits applies to the claims that start after it commits".
+def test_a_limit_change_applies_to_the_claims_after_it_commits_and_leaves_running_runs_alone(
+        app, sql, spawn_worker, runner, tmp_path):
+    assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "1"]).exit_code == 0
+    done = tmp_path / "done"
+    add_many(app, "test.until_file", 5, {"file": str(done)}, queue="narrow")
+    worker = spawn_worker("--forever", "--concurrency", "4", "--poll-interval", "0.05")
+    wait_for(lambda: running(sql) == 1, message="one run under limit 1")
+    assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "3"]).exit_code == 0
+    wait_for(lambda: running(sql) == 3, message="three runs once the limit is 3")
+    first = [run_id for (run_id,) in sql("SELECT id FROM job_runs WHERE status = 'running'")]
+    # Lowered below what runs: those go on; the next claims wait until none of them is left.
+    assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "1"]).exit_code == 0
+    assert sql("SELECT count(*) FROM job_runs WHERE id = ANY(%s) AND status = 'running'", [first]) == [(3,)]
+    done.touch()
+    wait_for(all_succeeded(sql, 5), message="every run")
+    stop([worker])
+    [(first_done,)] = sql("SELECT max(finished_at) FROM job_attempts WHERE run_id = ANY(%s)", [first])
+    later = sql("SELECT started_at, finished_at FROM job_attempts WHERE NOT run_id = ANY(%s) ORDER BY started_at",
+                [first])
+    assert len(later) == 2 and later[0][0] >= first_done and later[1][0] >= later[0][1]
+    assert sql("SELECT count(*) FROM job_attempts") == [(5,)]

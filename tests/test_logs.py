@@ -43,9 +43,19 @@ def test_run_events_cost_nothing_when_their_level_is_off():
         def __str__(self):
             raise AssertionError("formatted although the level is off")
 
+    captured = []
     logger = logging.getLogger("tests.logs.quiet")
+    logger.propagate = False
+    handler = logging.Handler()
+    handler.emit = captured.append
+    logger.handlers = [handler]
     logger.setLevel(logging.WARNING)
     run_event(logger, logging.INFO, "started", "run %s", Explodes(), run_id=1, job_type="t", attempt=1)
+    assert captured == []
+    # The same event at a level that is on is written, fields and all.
+    run_event(logger, logging.WARNING, "failed", "run %s failed", 2, run_id=2, job_type="t", attempt=1)
+    [record] = captured
+    assert (record.getMessage(), record.event, record.run_id) == ("run 2 failed", "failed", 2)
 
 
 def test_run_events_are_written_in_one_batch_and_other_lines_keep_their_order():

@@ -150,10 +150,38 @@ def test_a_short_secret_key_is_refused(database_url_for_tests):
         create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "SECRET_KEY": "x"})
 
 
-def test_gunicorn_uses_threaded_workers_so_slow_clients_do_not_starve_it():
-    config = {}
-    exec((ROOT / "gunicorn.conf.py").read_text(), config)  # noqa: S102 - the repository's own file
-    assert config["worker_class"] == "gthread" and config["threads"] >= 2
+def test_two_slow_clients_do_not_stop_gunicorn_answering_others(database_url_for_tests):
+    import subprocess
+    import sys
+    import urllib.request
+
+    from jobsweb.core.database import libpq_url
+    from tests.conftest import SECRET_KEY, wait_for
+    from tests.test_deploy import free_port, get
+
+    port = free_port()
+    # One process, as the repository's gunicorn.conf.py runs it: a slow client must hold a
+    # thread of it, not the whole of it.
+    env = dict(os.environ, DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY=SECRET_KEY, PORT=str(port),
+               WEB_CONCURRENCY="1")
+    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "wsgi:app"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    slow = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: get(f"{base}/healthz")[0] == 200, timeout=60, message="gunicorn to answer")
+        for _ in range(2):  # requests whose headers never end
+            client = socket.create_connection(("127.0.0.1", port))
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            slow.append(client)
+        # With one thread (or sync workers) the process would sit reading the first slow client.
+        with urllib.request.urlopen(f"{base}/healthz", timeout=30) as response:
+            assert response.status == 200
+    finally:
+        for client in slow:
+            client.close()
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_the_standalone_app_limits_every_request(app):

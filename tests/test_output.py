@@ -110,3 +110,18 @@ def test_in_a_browser_without_javascript_the_output_opens_on_a_click_and_shows_t
         assert page.locator("details.output b").count() == 0
     finally:
         context.close()
+
+
+def test_a_timed_out_attempt_keeps_no_output(app, sql, spawn_worker):
+    # README, "The worker": "A timed-out attempt keeps none", not even what it logged in time.
+    add_many(app, "test.chatty_timeout", 1, max_attempts=1)
+    assert finish(spawn_worker())[0] == 0
+    assert sql("SELECT outcome, error_type, output FROM job_attempts") == [("failed", "timeout", None)]
+
+
+def test_records_from_a_thread_the_handler_starts_itself_are_not_captured(app, sql, spawn_worker):
+    add_many(app, "test.thread_logs", 1)
+    assert finish(spawn_worker())[0] == 0
+    [(outcome, stored)] = sql("SELECT outcome, output FROM job_attempts")
+    assert outcome == "succeeded" and "from the handler" in stored
+    assert "from its own thread" not in stored

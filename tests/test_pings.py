@@ -10,10 +10,12 @@ import pytest
 
 from jobsweb import definitions
 from jobsweb.core.database import libpq_url
-from jobsweb.scheduling.reports import PING_BURST
-from jobsweb.web.pings import BODY_MAX_BYTES
 from tests.conftest import ROOT, committed, csrf_token, wait_for
 from tests.test_deploy import free_port, get
+
+# README, "Or call its ping URL": "at most 10 runs in any 10 seconds" and "over 10 KB it is cut".
+PING_BURST = 10
+BODY_MAX_BYTES = 10 * 1024
 
 
 @pytest.fixture
@@ -118,6 +120,18 @@ def test_pings_past_the_burst_get_429_with_retry_after_and_write_nothing(client,
     response = client.get(f"/ping/{token}/fail")
     assert response.status_code == 429 and 1 <= int(response.headers["Retry-After"]) <= 10
     assert len(runs(sql)) == PING_BURST
+    # The database's clock decides, so time passes by ageing the runs: 9 s old, they still count.
+    sql("UPDATE job_runs SET created_at = now() - interval '9 seconds'")
+    response = client.get(f"/ping/{token}")
+    assert response.status_code == 429 and response.headers["Retry-After"] == "1"
+    # The oldest past the 10 s window: one ping goes through, and the next is refused again.
+    sql("UPDATE job_runs SET created_at = now() - interval '10 seconds' WHERE id = 1")
+    assert client.get(f"/ping/{token}").status_code == 200
+    assert client.get(f"/ping/{token}").status_code == 429
+    # All of them past it: a whole burst again.
+    sql("UPDATE job_runs SET created_at = now() - interval '10 seconds'")
+    assert [client.get(f"/ping/{token}").status_code for _ in range(PING_BURST + 1)] == [200] * PING_BURST + [429]
+    assert len(runs(sql)) == 2 * PING_BURST + 1
     # Another definition has a bucket of its own.
     other = client.application
     with committed(other):
@@ -209,9 +223,13 @@ def test_the_rate_limit_holds_across_gunicorn_processes(token, sql, database_url
             refusing = set(re.findall(r"<(\d+)> POST /ping/\S+ HTTP/1.1 429", log.read_text()))
             return len(refusing) == 2
 
-        # Past the burst, every process refuses: until both have answered a 429 (well within
-        # the 10 s window, so no ping may be let through again meanwhile).
-        wait_for(ping, timeout=5, interval=0, message="both gunicorn processes to refuse a ping")
+        for _ in range(PING_BURST):
+            ping()
+        # The burst's runs are dated an hour ahead on the database's clock, so that the window
+        # stays open however long a loaded machine takes: no ping may be let through again.
+        sql("UPDATE job_runs SET created_at = now() + interval '1 hour'")
+        # Past the burst, every process refuses: until both have answered a 429.
+        wait_for(ping, timeout=60, interval=0, message="both gunicorn processes to refuse a ping")
         assert statuses[:PING_BURST] == [200] * PING_BURST and set(statuses[PING_BURST:]) == {429}
         assert sql("SELECT count(*) FROM job_runs") == [(PING_BURST,)]
     finally:

@@ -162,8 +162,16 @@ def test_operators_pause_resume_and_run_now_with_audit(sign_in, definition, sql)
     response = client.post(f"/definitions/{d}/run-now", data={"csrf_token": token})
     [(run, definition_id, payload)] = sql("SELECT id, definition_id, payload FROM job_runs")
     assert response.headers["Location"] == f"/runs/{run}" and definition_id == d and payload["batch"] == 5
+    assert sql("SELECT user_email, action, target_type, target_id, detail->>'run_id' FROM jobsweb_audit_log "
+               "WHERE action <> 'sign_in' ORDER BY id") == [
+        ("operator@example.com", "pause", "definition", d, None),
+        ("operator@example.com", "resume", "definition", d, None),
+        ("operator@example.com", "run_now", "definition", d, str(run))]
+    # The page's audit section lists the three, newest first, each with who did it.
     html = client.get(f"/definitions/{d}").get_data(as_text=True)
-    assert "pause" in html and "resume" in html and "run now" in html
+    audit = html[html.index("<h2>Audit log</h2>"):]
+    entries = re.findall(r"<strong>operator@example.com</strong> (run now|resume|pause)", audit)
+    assert entries == ["run now", "resume", "pause"]
 
 
 def test_only_admins_delete_definitions_and_runs_stay(sign_in, definition, sql, client):

@@ -55,7 +55,10 @@ def test_a_run_held_by_a_killed_worker_is_recovered_by_another(app, sql, spawn_w
     ]
 
 
-def test_sigterm_releases_unfinished_runs_at_the_shutdown_deadline(app, sql, spawn_worker, tmp_path):
+# README, "The worker": "SIGTERM/SIGINT: stop claiming, ..., wait up to --shutdown-timeout".
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_release_unfinished_runs_at_the_shutdown_deadline(app, sql, spawn_worker, tmp_path,
+                                                                             stop_signal):
     [polite] = add_many(app, "jobsweb.sleep", 1, {"seconds": 60})
     [stubborn] = add_many(app, "test.stubborn", 1, {"seconds": 60})
     log = tmp_path / "worker.log"
@@ -64,7 +67,7 @@ def test_sigterm_releases_unfinished_runs_at_the_shutdown_deadline(app, sql, spa
     # Started by the worker, not only claimed: a run whose claim comes back after the SIGTERM
     # is released unstarted, with another reason.
     wait_for(lambda: log.read_text().count(" started (attempt") == 2, message="both runs to start")
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(stop_signal)
     code, output = finish(proc)
 
     assert code == 0, output
@@ -76,6 +79,25 @@ def test_sigterm_releases_unfinished_runs_at_the_shutdown_deadline(app, sql, spa
     assert "stopped by worker shutdown" in attempts[0][2]
     assert "shut down before the run finished" in attempts[1][2]
     assert sql("SELECT stopped_at IS NOT NULL FROM job_workers") == [(True,)]
+
+
+@pytest.mark.parametrize("first, second", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, signal.SIGINT),
+                                           (signal.SIGTERM, signal.SIGINT)])
+def test_a_second_signal_stops_waiting_for_running_jobs(app, sql, spawn_worker, tmp_path, first, second):
+    [run_id] = add_many(app, "test.stubborn", 1, {"seconds": 600})
+    log = tmp_path / "worker.log"
+    # A shutdown timeout far longer than the test may take: only the second signal ends the wait.
+    proc = spawn_worker("--forever", "--shutdown-timeout", "600", output=open(log, "w+"), JOBSWEB_LOG_LEVEL="debug")
+    wait_for(lambda: " started (attempt" in log.read_text(), message="the run to start")
+    proc.send_signal(first)
+    wait_for(lambda: "worker is shutting down: asked 1 running job(s) to stop" in log.read_text(),
+             message="the worker to start waiting for its handler")
+    assert proc.poll() is None
+    proc.send_signal(second)
+    code, output = finish(proc, timeout=60)
+    assert code == 0, output
+    assert sql("SELECT status, locked_by FROM job_runs") == [("queued", None)]
+    assert sql("SELECT run_id, outcome FROM job_attempts") == [(run_id, "interrupted")]
 
 
 def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worker):
@@ -108,13 +130,21 @@ def test_three_deploys_during_one_run_leave_it_every_attempt_it_had(app, sql, sp
 
 
 # A thread's heartbeat and an awaited handler's (engine/async_execution.py) alike.
-@pytest.mark.parametrize("job_type", ["jobsweb.sleep", "jobsweb.async_sleep"])
-def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type):
-    [run_id] = add_many(app, job_type, 1, {"seconds": 4})
+@pytest.mark.parametrize("job_type", ["test.until_file", "test.async_until_file"])
+def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type, tmp_path):
+    done = tmp_path / "done"
+    [run_id] = add_many(app, job_type, 1, {"file": str(done)})
     owner = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
     wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
-    # A second worker looks for expired leases every second while the run outlives its lease.
+    # A second worker looks for expired leases every second (a third of its lease, as often as
+    # it heartbeats). The run goes on until the rival has been seen well past the first lease
+    # plus a recovery pass: by then, without the owner's heartbeats, it would have taken it over.
     rival = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_LEASE_SECONDS=3)
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers w, job_runs r WHERE w.id LIKE %s "
+                         "AND w.last_seen_at > r.started_at + interval '5 seconds'", [f"%:{rival.pid}:%"])[0][0],
+             timeout=60, message="the rival to look past the run's first lease")
+    assert status_of(sql, run_id) == "running"
+    done.touch()
     wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
     for proc in (owner, rival):
         proc.send_signal(signal.SIGTERM)

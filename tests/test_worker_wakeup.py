@@ -1,33 +1,85 @@
 """A --forever worker LISTENs for new runs: it starts them at once, and still polls."""
 
-from jobsweb import enqueue
+import pytest
 
-from .conftest import wait_for
+from jobsweb import definitions, enqueue, enqueue_many
+from jobsweb.engine import run_actions
+
+from .conftest import committed, define, wait_for
+
+# An idle worker that neither polls nor heartbeats (a heartbeat pass also claims) within the
+# tests' deadlines: a run it starts within them was started by a NOTIFY.
+QUIET = {"JOBSWEB_LEASE_SECONDS": 3600}
+QUIET_POLL = ("--poll-interval", "600")
 
 
 def listening(sql):
     return sql("SELECT 1 FROM pg_stat_activity WHERE query = 'LISTEN jobsweb_runs'")
 
 
-def succeeded(sql, run_id):
-    return sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("succeeded",)]
+def succeeded(sql, *run_ids):
+    return sql("SELECT count(*) FROM job_runs WHERE id = ANY(%s) AND status = 'succeeded'",
+               [list(run_ids)]) == [(len(run_ids),)]
 
 
 def insert_without_notify(sql):
     return sql("INSERT INTO job_runs (job_type, payload) VALUES ('jobsweb.noop', '{}') RETURNING id")[0][0]
 
 
-def test_an_idle_worker_starts_an_enqueued_run_long_before_its_poll_interval(app, sql, spawn_worker):
-    spawn_worker("--forever", "--poll-interval", "30")
+def idle_listening_worker(sql, spawn_worker, log):
+    spawn_worker("--forever", *QUIET_POLL, output=open(log, "w+"), **QUIET)
     first = insert_without_notify(sql)  # found by the worker's first tick: it is idle after it
-    wait_for(lambda: succeeded(sql, first) and listening(sql), timeout=20, message="an idle, listening worker")
+    wait_for(lambda: succeeded(sql, first) and listening(sql), timeout=60, message="an idle, listening worker")
+
+
+def by_enqueue(app, sql):
     with app.app_context():
-        run_id = enqueue("jobsweb.noop")
-    wait_for(lambda: succeeded(sql, run_id), timeout=5, message="the enqueued run to be started by NOTIFY")
+        return [enqueue("jobsweb.noop")]
+
+
+def by_enqueue_many(app, sql):
+    with app.app_context():
+        return enqueue_many("jobsweb.noop", [{}, {}, {}])
+
+
+def by_retry(app, sql):
+    [(dead,)] = sql("SELECT id FROM job_runs WHERE status = 'dead'")
+    with committed(app):
+        assert run_actions.retry([dead]) == [dead]
+    return [dead]
+
+
+def by_run_now(app, sql):
+    with committed(app):
+        return [definitions.run_now("nightly")]
+
+
+def by_plain_sql_and_pg_notify(app, sql):
+    run_id = insert_without_notify(sql)
+    sql("SELECT pg_notify('jobsweb_runs', '')")  # README, "Enqueue and handle jobs"
+    return [run_id]
+
+
+# README, JOBSWEB_LISTEN: "enqueue, enqueue_many, retry and run-now NOTIFY", and plain SQL
+# with pg_notify('jobsweb_runs', '').
+@pytest.mark.parametrize("enqueue_now", [by_enqueue, by_enqueue_many, by_retry, by_run_now,
+                                         by_plain_sql_and_pg_notify])
+def test_an_idle_worker_starts_a_run_due_now_long_before_its_poll_interval(app, sql, spawn_worker, enqueue_now,
+                                                                           tmp_path):
+    define(app, "nightly")  # 06:00 daily: no slot of it falls due during the test
+    sql("INSERT INTO job_runs (job_type, payload, status, attempts, max_attempts) "
+        "VALUES ('jobsweb.noop', '{}', 'dead', 1, 1)")
+    log = tmp_path / "worker.log"
+    idle_listening_worker(sql, spawn_worker, log)
+    run_ids = enqueue_now(app, sql)
+    try:
+        wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message="the runs to be started by NOTIFY")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
 
 
 def test_a_listening_worker_still_polls_for_runs_written_without_notify(app, sql, spawn_worker):
-    spawn_worker("--forever", "--poll-interval", "1")
+    spawn_worker("--forever", "--poll-interval", "1", **QUIET)
     wait_for(lambda: listening(sql), timeout=20, message="a listening worker")
     run_id = insert_without_notify(sql)
     wait_for(lambda: succeeded(sql, run_id), timeout=10, message="the run to be found by polling")

@@ -64,6 +64,7 @@ def test_a_restart_mid_run_sends_every_receipt_once_and_retries_with_backoff(app
     assert len(retries) + interrupted_first == failing
     assert all(waited >= min(BACKOFF_BASE * 2 ** (attempt - 1), BACKOFF_CAP) * 0.8 for attempt, waited in retries)
     assert {r for (r,) in sql("SELECT run_id FROM job_attempts WHERE outcome = 'succeeded'")} >= interrupted
-    figures(jobs=jobs, transient_failures=failing, emails_sent=sum(sent.values()), duplicated_emails=0,
+    figures(jobs=jobs, transient_failures=sql("SELECT count(*) FROM job_attempts WHERE outcome = 'failed'")[0][0],
+            emails_sent=sum(sent.values()), duplicated_emails=sum(sent.values()) - len(sent),
             interrupted_at_sigterm=len(interrupted), sigterm_to_exit_seconds=round(stop_seconds, 2),
             shortest_retry_wait_seconds=round(min(w for _, w in retries), 2))
