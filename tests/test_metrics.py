@@ -140,3 +140,6 @@ def test_metrics_report_each_queues_depth_running_runs_and_pause(metrics_app, sq
     assert m[("jobsweb_queue_running", (("queue", "mail"),))] == 0
     assert m[("jobsweb_queue_paused", (("queue", "mail"),))] == 1
     assert m[("jobsweb_queue_paused", (("queue", "default"),))] == 0
+    # The paused queue's two due runs wait for a resume, not for a worker.
+    assert m[("jobsweb_due_runs", ())] == 1
+    assert m[("jobsweb_due_runs_paused", ())] == 2

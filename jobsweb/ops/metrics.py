@@ -42,8 +42,10 @@ class DatabaseCollector:
             runs.add_metric([status], n)
         yield runs
 
-        due, oldest = execute(stats.DUE_NOW).one()
+        due, oldest, paused = execute(stats.DUE_NOW).one()
         yield GaugeMetricFamily("jobsweb_due_runs", "Runs due now and waiting for a worker.", value=due)
+        yield GaugeMetricFamily("jobsweb_due_runs_paused", "Runs due now in a paused queue or of a paused "
+                                "job type: waiting for a resume, not for a worker.", value=paused)
         yield GaugeMetricFamily("jobsweb_oldest_due_seconds", "How long the oldest due run has waited.",
                                 value=float(oldest or 0))
 
