@@ -54,9 +54,9 @@ def test_an_unimportable_handlers_module_stops_start_up(database_url_for_tests, 
         create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
 
 
-# README's Settings table, row by row: each default as the README states it, a literal here, so
-# a changed default fails this test until the README (and this table) says the new value.
-README_DEFAULTS = {
+# The Settings table of docs/REFERENCE.md, row by row: each default as it states it, a literal
+# here, so a changed default fails this test until the reference (and this table) says the new value.
+DOCUMENTED_DEFAULTS = {
     "JOBSWEB_HANDLERS": [],
     "JOBSWEB_CONCURRENCY": 4,
     "JOBSWEB_POLL_INTERVAL": 5.0,                 # "seconds between polls with --forever"
@@ -105,11 +105,12 @@ README_DEFAULTS = {
     "JOBSWEB_WEB_ALERTS": True,
     "JOBSWEB_NO_WORKER_MINUTES": 5.0,
     "JOBSWEB_LOGIN_URL": None,
+    "JOBSWEB_INLINE": False,
 }
 
 
-def test_every_default_is_the_one_the_readme_settings_table_states():
+def test_every_default_is_the_one_the_reference_settings_table_states():
     config = from_environment({})
-    assert {name: config[name] for name in README_DEFAULTS} == README_DEFAULTS
-    # A setting added without a row here (and in the README's table) fails too.
-    assert set(README_DEFAULTS) == {name for name in config if name.startswith("JOBSWEB_")}
+    assert {name: config[name] for name in DOCUMENTED_DEFAULTS} == DOCUMENTED_DEFAULTS
+    # A setting added without a row here (and in the reference's table) fails too.
+    assert set(DOCUMENTED_DEFAULTS) == {name for name in config if name.startswith("JOBSWEB_")}

@@ -62,8 +62,8 @@ class Listener:
         while not self.stopping.is_set():
             try:
                 with self._connect() as conn:
+                    keepalive = self._keepalive_seconds(conn)  # first: pg_stat_activity then shows LISTEN
                     conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")
-                    keepalive = self._keepalive_seconds(conn)
                     if not self._probe_comes_back(conn):
                         self.unusable.set()
                         log.warning("LISTEN receives no notifications over this connection (a pooler in "
