@@ -28,8 +28,9 @@ ROLE_TIMEOUTS = {"statement_timeout": "5s", "idle_in_transaction_session_timeout
 LONG_JOB = 12  # seconds: longer than both timeouts
 # What the server logs when a timeout ends a statement or a session, and when it refuses a connection.
 KILLED = re.compile(r"statement timeout|idle-in-transaction timeout|too many clients|connection slots are reserved")
-# What jobsweb's processes log when something went wrong.
-TROUBLE = re.compile(r"Traceback|ERROR|WARNING|too many clients|timeout", re.IGNORECASE)
+# What jobsweb's processes log when something went wrong: a level as a word (not the logger
+# name gunicorn.error, which gunicorn's every line carries), a traceback, a refusal, a timeout.
+TROUBLE = re.compile(r"Traceback|\b(?:ERROR|WARNING|CRITICAL)\b|(?i:too many clients|timeout)")
 
 
 def trouble(log):
