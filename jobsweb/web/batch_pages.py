@@ -9,7 +9,7 @@ from ..engine import run_actions, workflows
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
 from .rendering import render
-from .run_pages import bulk_message
+from .run_pages import bulk_message, table_context
 
 bp = Blueprint("batches", __name__, url_prefix="/batches")
 
@@ -38,10 +38,8 @@ def detail(batch_id):
             bar.append({"status": status, "count": n, "x": round(x, 3), "width": round(width, 3)})
             x += width
     return render("batch.html", "partials/_batch.html", batch=state, bar=bar, rows=rows, next_before=next_before,
-                  before=before, filter=member_filter, live=False,
-                  queue_links={queue: url_for("jobsweb.runs.index", **dict(member_filter.args(), queue=queue))
-                               for queue in {run.queue for run, _ in rows}},
-                  audit_entries=audit.entries_for("batch", batch_id))
+                  before=before, filter=member_filter, live=False, audit_entries=audit.entries_for("batch", batch_id),
+                  **table_context(member_filter, rows))
 
 
 def _act(batch_id, action):

@@ -27,30 +27,37 @@ def index():
     before = runlist.number(request.args, "before")
     rows, next_before = runlist.page(run_filter, before)
     live = request.args.get("live") == "1" and before is None
+    definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
+                                     .order_by(JobDefinition.name).limit(500)).all()
+    return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
+                  before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
+                  job_types=[] if htmx() else job_type_names(), definitions=definitions,
+                  **table_context(run_filter, rows))
+
+
+def table_context(run_filter, rows):
+    """What the runs table (partials/_runs_table.html) needs besides its rows: the chips'
+    counts, the links of each row's queue and job type, how many runs the bulk buttons would
+    change, and the paused queues and job types. Also for a batch's members (batch_pages.py)."""
     # Counted on every answer, live polls too: the table's fragment carries the chips' counts
     # out of band, and its bulk buttons say how many runs they would change.
     if run_filter.narrows():
         counts = runlist.filtered_counts(run_filter, RUN_STATUSES)
     else:
         counts = stats.chip_counts(RUN_STATUSES)
-    definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
-                                     .order_by(JobDefinition.name).limit(500)).all()
     # Each row's queue and job type link to this filter narrowed to them: built once per value,
     # as url_for per row was a tenth of the page's time.
     query = run_filter.args()
     queue_links, job_type_links = ({value: url_for("jobsweb.runs.index", **dict(query, **{name: value}))
                                     for value in {getattr(run, name) for run, _ in rows}}
                                    for name in ("queue", "job_type"))
-    return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
-                  before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
-                  job_types=[] if htmx() else job_type_names(), definitions=definitions, counts=counts,
-                  queue_links=queue_links, job_type_links=job_type_links,
-                  total=runlist.total(counts, run_filter),
-                  to_retry=runlist.total(counts, run_filter, RETRYABLE),
-                  to_cancel=runlist.total(counts, run_filter, CANCELLABLE),
-                  # A queued row of a paused queue or job type says so: no worker will take it.
-                  paused_queues=set(stats.paused_queues()),
-                  paused_types={job_type for job_type, _ in flow.paused_types()})
+    return {"counts": counts, "queue_links": queue_links, "job_type_links": job_type_links,
+            "total": runlist.total(counts, run_filter),
+            "to_retry": runlist.total(counts, run_filter, RETRYABLE),
+            "to_cancel": runlist.total(counts, run_filter, CANCELLABLE),
+            # A queued row of a paused queue or job type says so: no worker will take it.
+            "paused_queues": set(stats.paused_queues()),
+            "paused_types": {job_type for job_type, _ in flow.paused_types()}}
 
 
 @bp.post("/bulk")
