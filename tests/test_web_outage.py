@@ -250,6 +250,12 @@ def test_the_web_alert_thread_backs_off_while_the_database_refuses_and_resumes_b
         server_url, proxy, caplog):
     app = make_app(proxy.url(server_url[1]), JOBSWEB_ALERT_INTERVAL=0.2)
     caplog.set_level(logging.INFO, logger="jobsweb.alerts")
+    # The thread's own lines, whatever logging configuration an earlier test of the same process
+    # left behind (in the whole suite none reached the root's capture: a dictConfig or Alembic
+    # fileConfig disables the loggers that exist when it runs).
+    logger = logging.getLogger("jobsweb.alerts")
+    logger.disabled, logger.propagate = False, False
+    logger.addHandler(caplog.handler)
     proxy.refuse = True
     proxy.reset()
     began = time.monotonic()
@@ -270,3 +276,5 @@ def test_the_web_alert_thread_backs_off_while_the_database_refuses_and_resumes_b
                  message="the thread to resume")
     finally:
         alerts.stop()
+        logger.removeHandler(caplog.handler)
+        logger.propagate = True
