@@ -9,13 +9,15 @@ from tests.test_web_definition_form import FORM
 HOOK = "https://hooks.example.com/services/T000/B000/very-secret"
 
 
-def overdue_incident(app, sql, name="nightly"):
+def overdue_incident(app, sql, name="nightly", due=None):
+    """An open overdue incident for a new definition whose slot was due an hour ago (or at `due`)."""
     with committed(app):
         definitions.define(name, "jobsweb.noop", "0 6 * * *")
-    sql("UPDATE job_definitions SET next_run_at = now() - interval '1 hour'")
+    sql("UPDATE job_definitions SET next_run_at = coalesce(%s::timestamptz, now() - interval '1 hour')", [due])
     with app.app_context():
-        [incident_id], _ = alerts.evaluate()
-    return incident_id
+        opened, _ = alerts.evaluate()
+    # The definition's incident opens first; a slot due for days opens the no-worker one too.
+    return opened[0]
 
 
 def test_the_incidents_page_shows_open_incidents_and_notification_errors_escaped(app, sign_in, sql):

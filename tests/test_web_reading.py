@@ -3,6 +3,7 @@ paused queues named as the reason runs wait, external runs by their definition's
 times in text, forms that fit what they define, and phones that show results first."""
 
 import re
+from datetime import datetime, timezone
 
 from playwright import sync_api
 
@@ -155,12 +156,15 @@ def test_a_runs_page_shows_exact_local_times_in_text_and_its_scheduled_slot(app,
 
 
 def test_an_overdue_incident_shows_its_due_time_like_the_rest_of_the_page(app, make_user, open_context, sql):
-    overdue_incident(app, sql, name="nightly report")
+    incident = overdue_incident(app, sql, name="nightly report", due="2026-01-15 10:00:00+00")
     page = open_context(timezone_id="Asia/Kolkata")
+    # The browser's clock an hour after the slot, at a fixed moment: the exact time carries its
+    # day whenever that is not the reader's today, so a clock near local midnight would change it.
+    page.clock.set_fixed_time(datetime(2026, 1, 15, 11, 0, 30, tzinfo=timezone.utc))
     sign_in_page(page, make_user("viewer"))
     page.goto("/incidents")
-    alert = page.locator(".attention .alert").first
-    expect(alert).to_contain_text(re.compile(r"due at \d+ (min|h) ago · \d\d:\d\d"))
+    alert = page.locator(f".attention #incident-{incident}")
+    expect(alert).to_contain_text("due at 1 h ago · 15:30:00")  # 10:00 UTC is 15:30 in India
     assert " UTC" not in alert.inner_text()
 
 
