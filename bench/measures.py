@@ -576,20 +576,36 @@ def admin_pages(bench, history):
     from jobsweb.web.accounts import create_user
 
     with app.app_context():
+        from jobsweb import batch
         from jobsweb.core.database import db
 
         create_user("bench@example.org", "bench password 1", "admin")
         db.session.commit()
+        # A batch of a thousand members, for its page.
+        with batch(on_finish="jobsweb.noop") as members:
+            members.enqueue_many("jobsweb.noop", [{"page": page} for page in range(1000)])
+        batch_id = members.id
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO job_definitions (name, job_type, schedule, next_run_at) "
                      "SELECT 'def-' || g, 'jobsweb.noop', '@every 1h', now() + interval '1 h' "
                      "FROM generate_series(1, 200) g")
+        # One definition's page over a tenth of the history (a run every ten seconds, as a
+        # definition on a busy schedule has after a few weeks).
+        definition_id = conn.execute("SELECT min(id) FROM job_definitions WHERE name = 'def-1'").fetchone()[0]
+        conn.execute("UPDATE job_runs SET definition_id = %s WHERE id %% 10 = 0", [definition_id])
+        # Two overdue definitions, so /incidents has open incidents to show.
+        conn.execute("UPDATE job_definitions SET next_run_at = now() - interval '1 h' WHERE name IN ('def-2', 'def-3')")
+        conn.execute("ANALYZE job_runs")
         # A year of operators' actions for /audit: 20 a day from 5 people.
         conn.execute("INSERT INTO jobsweb_audit_log (user_email, action, target_type, target_id) "
                      "SELECT 'op' || g % 5 || '@example.org', (ARRAY['retry', 'cancel', 'pause', 'edit'])[g % 4 + 1], "
                      "'run', g FROM generate_series(1, 7300) g")
         conn.execute("ANALYZE jobsweb_audit_log")
         max_id, dead_id = conn.execute("SELECT max(id), max(id) FILTER (WHERE status = 'dead') FROM job_runs").fetchone()
+    with app.app_context():
+        from jobsweb.ops import alerts
+
+        alerts.evaluate()
     # A free port rather than a fixed one: two benches on one machine (several worktrees) must
     # not measure each other's server.
     with socket.socket() as probe:
@@ -622,7 +638,11 @@ def admin_pages(bench, history):
                  # requests adds the history's last week to it).
                  "metrics: last hour": "/job-metrics?window=1h", "metrics: last 24 hours": "/job-metrics",
                  "metrics: last 7 days": "/job-metrics?window=7d",
-                 "metrics: last 7 days, by p95": "/job-metrics?window=7d&sort=p95&job_type=jobsweb.noop"}
+                 "metrics: last 7 days, by p95": "/job-metrics?window=7d&sort=p95&job_type=jobsweb.noop",
+                 "definition detail": f"/definitions/{definition_id}", "incidents": "/incidents",
+                 "queues": "/queues", "workers": "/workers", "batch": f"/batches/{batch_id}",
+                 "users": "/users", "enqueue form": "/enqueue", "new definition form": "/definitions/new",
+                 "delete run: confirm": f"/runs/{dead_id}/delete"}
         # The metrics page's first views add the history's last week to its rollup, a budget of
         # a second each (a worker-less install's first minutes after the upgrade): measured
         # apart, then the page is measured as it answers from then on.

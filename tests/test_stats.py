@@ -57,3 +57,20 @@ def test_due_runs_in_a_queue_no_recent_worker_takes_are_named(app, sql):
     sql("UPDATE job_workers SET queues = '{default}'")
     with app.app_context():
         assert stats.unknown_due_types() == {("jobsweb.noop", "mail"): 1}
+
+
+def test_the_status_chips_read_the_status_index_after_updates_cleared_the_visibility_map(app, sql):
+    sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', CASE WHEN n % 100 = 0 THEN 'dead' "
+        "ELSE 'succeeded' END FROM generate_series(1, 100000) n")
+    sql("VACUUM ANALYZE job_runs")
+    # A tenth of the runs changed since (progress, a definition's runs), spread over every page:
+    # no page is all-visible any more, so an index-only scan costs the planner heap reads too.
+    sql("UPDATE job_runs SET progress_note = 'x' WHERE id % 10 = 0")
+    sql("ANALYZE job_runs")
+    plan = "\n".join(row[0] for row in sql("EXPLAIN " + stats.CAPPED_COUNTS,
+                                          {"cap": stats.CHIP_COUNT_CAP, "statuses": ["queued", "dead", "succeeded"]}))
+    assert "using job_runs_status_id" in plan and "Seq Scan" not in plan, plan
+    with app.app_context():
+        counts = stats.chip_counts(["queued", "dead", "succeeded"])
+    assert counts["queued"] == (0, True) and counts["dead"] == (1000, True)
+    assert counts["succeeded"][1] is False and counts["succeeded"][0] >= stats.CHIP_COUNT_CAP

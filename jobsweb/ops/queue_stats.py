@@ -6,24 +6,28 @@ from dataclasses import dataclass
 from ..core.database import execute
 
 # Queues with a job_queues row, and queues that only plain-SQL inserts have used so far. Counts
-# come from the partial indexes the claim uses (job_runs_queue_claimable, job_runs_running),
-# so finished history costs nothing here.
+# come from the partial indexes the claim uses (job_runs_queue_claimable, job_runs_running), each
+# read once and grouped, so finished history costs nothing here. Not a subquery per queue: an
+# empty job_queues is never analysed (autovacuum waits for 50 rows), the planner then expects 630
+# queues, and 630 times the subqueries' cost passed the stock server's JIT threshold as soon as a
+# thousand runs waited (145 ms of compiling for one queue).
 QUEUES = """
-WITH names AS (
-    SELECT name FROM job_queues
-    UNION
-    SELECT DISTINCT queue FROM job_runs WHERE status IN ('queued', 'failed')
-    UNION
-    SELECT DISTINCT queue FROM job_runs WHERE status = 'running'
+WITH waiting AS (
+    SELECT queue, count(*) FILTER (WHERE run_at <= now()) AS due,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest
+    FROM job_runs WHERE status IN ('queued', 'failed') GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running FROM job_runs WHERE status = 'running' GROUP BY queue
+), names AS (
+    SELECT name FROM job_queues UNION SELECT queue FROM waiting UNION SELECT queue FROM running
 )
-SELECT n.name,
-       (SELECT count(*) FROM job_runs r WHERE r.queue = n.name AND r.status IN ('queued', 'failed')
-                                          AND r.run_at <= now()) AS due,
-       (SELECT count(*) FROM job_runs r WHERE r.queue = n.name AND r.status = 'running') AS running,
-       (SELECT extract(epoch FROM now() - min(r.run_at)) FROM job_runs r
-        WHERE r.queue = n.name AND r.status IN ('queued', 'failed') AND r.run_at <= now()) AS oldest_wait,
+SELECT n.name, coalesce(w.due, 0) AS due, coalesce(r.running, 0) AS running,
+       extract(epoch FROM now() - w.oldest) AS oldest_wait,
        q.concurrency_limit, q.rate_limit, q.rate_seconds, coalesce(q.paused, false) AS paused
-FROM names n LEFT JOIN job_queues q ON q.name = n.name
+FROM names n
+LEFT JOIN waiting w ON w.queue = n.name
+LEFT JOIN running r ON r.queue = n.name
+LEFT JOIN job_queues q ON q.name = n.name
 ORDER BY n.name
 """
 
