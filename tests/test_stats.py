@@ -59,6 +59,15 @@ def test_due_runs_in_a_queue_no_recent_worker_takes_are_named(app, sql):
         assert stats.unknown_due_types() == {("jobsweb.noop", "mail"): 1}
 
 
+def test_due_runs_held_by_a_paused_queue_or_job_type_are_not_blamed_on_the_workers(app, sql):
+    due(sql, "reports.weekly")
+    sql("INSERT INTO job_runs (job_type, queue) VALUES ('reports.weekly', 'exports'), ('billing.charge', 'default')")
+    sql("INSERT INTO job_queues (name, paused) VALUES ('exports', true)")
+    sql("INSERT INTO job_paused_types (job_type) VALUES ('billing.charge')")
+    with app.app_context():
+        assert stats.unknown_due_types() == {("reports.weekly", "default"): 1}
+
+
 def test_the_status_chips_read_the_status_index_after_updates_cleared_the_visibility_map(app, sql):
     sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', CASE WHEN n % 100 = 0 THEN 'dead' "
         "ELSE 'succeeded' END FROM generate_series(1, 100000) n")

@@ -50,7 +50,8 @@ class DatabaseCollector:
                                 value=float(oldest or 0))
 
         unknown = GaugeMetricFamily("jobsweb_due_runs_unknown_type", "Due runs of a job type and queue "
-                                    "that no worker seen in the last hour handles: nothing will run them.",
+                                    "that no worker seen in the last hour handles: nothing will run them (runs "
+                                    "held by a pause are counted in jobsweb_due_runs_paused instead).",
                                     labels=["job_type", "queue"])
         for (job_type, queue), n in sorted(stats.unknown_due_types().items()):
             unknown.add_metric([job_type, queue], n)

@@ -56,12 +56,17 @@ SELECT count(*), min(run_at) FROM job_runs WHERE status IN ('queued', 'failed') 
 # Due runs by job type, for the types that no worker seen within :window seconds handles
 # (job_workers.job_types; NULL is a worker from before 0008, which may handle anything).
 # A worker that exits between cron ticks still counts: crontab mode has no worker alive most
-# of the time. Groups first, so the NOT EXISTS runs once per job type, not per run.
+# of the time. Groups first, so the NOT EXISTS runs once per job type, not per run. Runs of a
+# paused queue or job type are left out: they wait for a person, and the dashboard says so
+# (DUE_NOW counts them apart), rather than blaming the workers for them.
 UNHANDLED_WINDOW = 3600  # seconds: workers seen this recently say which job types are handled
 UNHANDLED_DUE = """
 SELECT due.job_type, due.queue, due.n FROM (
     SELECT job_type, queue, count(*) AS n FROM job_runs
-    WHERE status IN ('queued', 'failed') AND run_at <= now() GROUP BY job_type, queue
+    WHERE status IN ('queued', 'failed') AND run_at <= now()
+      AND queue NOT IN (SELECT name FROM job_queues WHERE paused)
+      AND job_type NOT IN (SELECT job_type FROM job_paused_types)
+    GROUP BY job_type, queue
 ) due
 WHERE NOT EXISTS (
     SELECT 1 FROM job_workers w
