@@ -655,6 +655,8 @@ def admin_pages(bench, history):
                     break
         bench.log(f"metrics rollup caught up with the history in {time.perf_counter() - t:.1f} s, {views} views")
         out = {}
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
         for name, path in pages.items():
             times = []
             for i in range(bench.sizes["page_requests"] + 5):
@@ -667,6 +669,12 @@ def admin_pages(bench, history):
                     times.append((time.perf_counter() - t) * 1000)
             out[name] = {"path": path, "p50": percentile(times, 50), "p95": percentile(times, 95)}
             bench.log(f"page {name}: p95 {out[name]['p95']:.1f} ms")
+        # A statement past jit_above_cost is compiled at every execution on a server with JIT
+        # (tens to hundreds of ms): none of the pages' statements may be.
+        with psycopg.connect(url, autocommit=True) as conn:
+            compiled = conn.execute("SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120) FROM pg_stat_statements "
+                                    "WHERE jit_functions > 0").fetchall()
+        bench.log(f"statements JIT-compiled while serving the pages: {[q for q, in compiled] or 'none'}")
         return out
     finally:
         server.terminate()
