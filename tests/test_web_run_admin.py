@@ -164,6 +164,17 @@ def test_reschedule_moves_a_queued_run_to_a_time_read_in_the_viewers_zone(sign_i
     assert target == run and detail["due"].startswith(f"{year}-03-01T09:30:00+05:30")
 
 
+def test_a_reschedule_typed_with_its_own_offset_is_said_back_in_the_viewers_zone(sign_in, sql):
+    client = sign_in("operator")
+    run = later(sql)
+    year = datetime.now(timezone.utc).year + 1
+    response = client.post(f"/runs/{run}/reschedule", data={
+        "csrf_token": csrf_token(client, "/"), "run_at": f"{year}-03-01T09:30+00:00", "tz": "Asia/Kolkata"})
+    [(due,)] = sql("SELECT run_at FROM job_runs")
+    assert due == datetime(year, 3, 1, 9, 30, tzinfo=timezone.utc)
+    assert f"is due {year}-03-01 15:00 Asia/Kolkata" in client.get(response.location).get_data(as_text=True)
+
+
 @pytest.mark.parametrize("value, tz, words", [
     ("", "", "run_at: is required"), ("tomorrow", "", "run_at: must be a date and time"),
     ("2001-01-01T00:00", "", "run_at: 2001-01-01T00:00 is not in the future"),

@@ -12,7 +12,7 @@ from ..core.models import JobAttempt, JobRun
 from ..engine import run_actions
 from ..engine.statements import DELETABLE
 from .access import role_required
-from .local_time import read_local, viewer_zone
+from .local_time import read_local, viewer_zone, zone_name
 from .rendering import render_template
 from .run_pages import BULK_SELECTED_MAX
 
@@ -136,7 +136,8 @@ def reschedule(run_id):
     try:
         if not raw:
             raise InvalidInput("run_at", "is required: the date and time the run is due")
-        when = read_local("run_at", raw, viewer_zone(request.form.get("tz")))
+        zone = viewer_zone(request.form.get("tz"))
+        when = read_local("run_at", raw, zone)
     except InvalidInput as exc:
         abort(400, f"{exc}.")
     now = db.session.scalar(select(func.now()))
@@ -145,6 +146,7 @@ def reschedule(run_id):
     due, status = run.run_at, run.status
     if run_actions.reschedule(run_id, when):
         audit.record("reschedule", "run", run_id, was_due=due.isoformat(), due=when.isoformat())
-        return _back_to(run_id, f"Run {run_id} is due {when.strftime('%Y-%m-%d %H:%M')} "
-                                f"{request.form.get('tz') or 'UTC'}.", "queued")
+        # Said in the viewer's zone, also when the time was typed with an offset of its own.
+        return _back_to(run_id, f"Run {run_id} is due {when.astimezone(zone).strftime('%Y-%m-%d %H:%M')} "
+                                f"{zone_name(zone) or 'UTC'}.", "queued")
     return _back_to(run_id, f"Run {run_id} is {status}: only a queued run can be rescheduled.", status)
