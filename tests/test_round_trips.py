@@ -6,7 +6,7 @@ import logging
 from jobsweb.core.logs import RunEventRecord
 from jobsweb.engine.execution import Deadlines, Held
 from jobsweb.engine.round_trips import Trip
-from jobsweb.engine.worker import FINISH_APART
+from jobsweb.engine.worker import _WAKE, FINISH_APART
 from tests.processes import insert_many
 from tests.test_worker import add, make_worker
 
@@ -64,6 +64,23 @@ def test_runs_a_trip_brings_back_after_a_sigterm_go_back_to_the_queue_unstarted(
         (run_id, "queued", 1, None) for run_id in run_ids]
     assert sql("SELECT outcome, count(*) FROM job_attempts GROUP BY outcome") == [("interrupted", 3)]
     assert executions(sql) == [] and worker.held == {}
+    worker._shut_down()
+
+
+def test_a_wake_up_that_came_while_a_claim_was_under_way_is_claimed_for_at_once(app, sql):
+    worker = make_worker(app, forever=True, poll_interval=600)
+    worker._register()
+    for duty in worker.duties:
+        duty.next_at = float("inf")  # this test's ticks claim, and do nothing else
+    worker.lanes[0].send(Trip.build(worker, [], 4, busy=0))  # reads job_runs before the run below exists
+    worker._collect(None)  # the claim came back empty; the loop has not taken it back yet
+    run_id = add(app, "jobsweb.noop")  # committed with its NOTIFY, which the listener turns into:
+    worker.finished.put(_WAKE)
+    worker._collect(0)
+    sent = trips_sent(worker.lanes[0])
+    worker.tick()  # takes the short claim back: the next one goes at once, not at the next poll
+    worker._settle()
+    assert [[row[0] for row in trip.claimed_rows()] for trip in sent] == [[run_id]]
     worker._shut_down()
 
 

@@ -119,10 +119,17 @@ class TripKeeper:
     """Sending trips and taking them back, for Worker (engine/worker.py), whose state this is (a
     mixin): `lanes`, `returned`, `pending`, `done`, `more_due`, `link`; `_collect` and `_land`."""
 
+    # A wake-up (a NOTIFY: a run was enqueued for now) came since the last claim was sent. The
+    # claims under way then may have read job_runs before that run committed and come back
+    # short; a short claim stops the next one, so the run waited for the poll interval (5 s).
+    # Such claims count as full: the loop claims again at once.
+    woken = False
+
     def _send(self, lane, limit, held):
         """Send the pending outcomes and a claim of up to `limit` runs on `lane`, with the runs
         done so far unless another trip under way writes them (this module's docstring)."""
         outcomes, self.pending = self.pending, []
+        self.woken = self.woken and not limit
         counted = 0
         if not any(other.trip is not None and other.trip.counted for other in self.lanes):
             counted, self.done = self.done + len(outcomes), -len(outcomes)
@@ -155,7 +162,7 @@ class TripKeeper:
                     self._land(trip, start)
             raise unavailable
         if claims := [trip for trip in trips if trip.limit]:
-            self.more_due = all(len(trip.claimed_rows()) == trip.limit for trip in claims)
+            self.more_due = self.woken or all(len(trip.claimed_rows()) == trip.limit for trip in claims)
         return trips
 
     def _check(self, trip):

@@ -275,6 +275,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
             return
         while not self.finished.empty():  # only this thread takes from it
             items.append(self.finished.get_nowait())
+        self.woken = self.woken or any(item is _WAKE for item in items)
         for item in items:
             if isinstance(item, Trip):
                 self.returned.append(item)
@@ -297,12 +298,11 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
     def _expire_timeouts(self):
         for run_id in self.deadlines.due(self.held, time.monotonic()):
             held = self.held.pop(run_id)
-            timeout = held.timeout
             held.stop(force=True)
             log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
-                        held.ctx.attempt, timeout)
+                        held.ctx.attempt, held.timeout)
             self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
-                                                     f"timed out after {timeout:g} seconds",
+                                                     f"timed out after {held.timeout:g} seconds",
                                                      backoff=held.backoff))
 
     def _cancel_held(self, why):
