@@ -29,15 +29,18 @@ WHERE c.oid = 'job_runs'::regclass
 
 TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = 'job_runs'::regclass"
 
+# A run of job_runs that no worker may take because a person paused its queue or job type
+# (the claim leaves them out the same way). Both paused lists are a few rows, hashed once.
+HELD_BY_A_PAUSE = ("(queue IN (SELECT name FROM job_queues WHERE paused) "
+                   "OR job_type IN (SELECT job_type FROM job_paused_types))")
+
 # Uses index job_runs_claimable: due runs waiting for a worker, and how long the oldest waited;
-# apart, the due runs no worker may take because a person paused their queue or job type (the
-# dashboard blamed the workers for those). Both paused lists are a few rows, hashed once.
-DUE_NOW = """
+# apart, the due runs held by a pause (the dashboard blamed the workers for those).
+DUE_NOW = f"""
 SELECT count(*) FILTER (WHERE NOT held),
        extract(epoch FROM now() - min(run_at) FILTER (WHERE NOT held)),
        count(*) FILTER (WHERE held)
-FROM (SELECT run_at, (queue IN (SELECT name FROM job_queues WHERE paused)
-                      OR job_type IN (SELECT job_type FROM job_paused_types)) AS held
+FROM (SELECT run_at, {HELD_BY_A_PAUSE} AS held
       FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()) due
 """
 
@@ -60,12 +63,10 @@ SELECT count(*), min(run_at) FROM job_runs WHERE status IN ('queued', 'failed') 
 # paused queue or job type are left out: they wait for a person, and the dashboard says so
 # (DUE_NOW counts them apart), rather than blaming the workers for them.
 UNHANDLED_WINDOW = 3600  # seconds: workers seen this recently say which job types are handled
-UNHANDLED_DUE = """
+UNHANDLED_DUE = f"""
 SELECT due.job_type, due.queue, due.n FROM (
     SELECT job_type, queue, count(*) AS n FROM job_runs
-    WHERE status IN ('queued', 'failed') AND run_at <= now()
-      AND queue NOT IN (SELECT name FROM job_queues WHERE paused)
-      AND job_type NOT IN (SELECT job_type FROM job_paused_types)
+    WHERE status IN ('queued', 'failed') AND run_at <= now() AND NOT {HELD_BY_A_PAUSE}
     GROUP BY job_type, queue
 ) due
 WHERE NOT EXISTS (
