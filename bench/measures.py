@@ -630,6 +630,8 @@ def admin_pages(bench, history):
             {"csrf_token": token.group(1), "email": "bench@example.org", "password": "bench password 1"}).encode())
         pages = {"dashboard": "/", "runs list": "/runs", "runs: status dead": "/runs?status=dead",
                  "runs: deep keyset page": f"/runs?before={max_id // 2}", "runs: error text search": "/runs?q=upstream",
+                 # Text no error says: every errored run is read (index job_runs_errored).
+                 "runs: error text search, no match": "/runs?q=no+error+says+this",
                  # Every run matches: the counts of a filter pass their cap and are estimated.
                  "runs: job type filter": "/runs?job_type=jobsweb.noop",
                  "run detail": f"/runs/{dead_id}", "definitions list": "/definitions",

@@ -129,6 +129,18 @@ def test_the_duration_histogram_keeps_counting_attempts_that_were_pruned(metrics
     assert sql("SELECT job_type, count FROM job_duration_totals") == [("jobsweb.noop", 2)]
 
 
+def test_a_scrape_joins_to_their_runs_only_the_attempts_of_the_last_seconds(metrics_app, sql):
+    sql("INSERT INTO job_runs (job_type, status, finished_at) SELECT 'jobsweb.noop', 'succeeded', now() "
+        "FROM generate_series(1, 2)")
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at, finished_at) VALUES "
+        "(1, 1, 'succeeded', now() - interval '61 seconds', now() - interval '1 minute'), "
+        "(2, 1, 'succeeded', now() - interval '1 second', now())")
+    m = scrape(metrics_app)
+    assert m[("jobsweb_attempt_duration_seconds_count", (("job_type", "jobsweb.noop"),))] == 2
+    # The minute-old attempt is in the stored totals: the next scrapes do not read it again.
+    assert sql("SELECT job_type, count FROM job_duration_totals") == [("jobsweb.noop", 1)]
+
+
 def test_metrics_report_each_queues_depth_running_runs_and_pause(metrics_app, sql):
     sql("INSERT INTO job_queues (name, paused) VALUES ('mail', true)")
     sql("INSERT INTO job_runs (job_type, queue) VALUES ('t', 'mail'), ('t', 'mail'), ('t', 'default')")

@@ -22,3 +22,29 @@ def test_the_queues_statement_stays_under_the_jit_threshold_with_job_queues_neve
     with app.app_context():
         states = {state.name: (state.due, state.running, state.limit) for state in queue_stats.queues()}
     assert states == {"q0": (333, 0, 2), "q1": (334, 0, None), "q2": (333, 0, None)}
+
+
+def test_the_last_hour_counts_each_queues_attempts_from_the_rollup_and_the_newest_since(app, sql):
+    from jobsweb.ops import job_type_metrics
+
+    sql("INSERT INTO job_runs (job_type, queue) SELECT 't', 'q' || n % 2 FROM generate_series(1, 10) n")
+    # Attempts that ran to an end 2 hours ago (out of the hour), 30 and 20 minutes ago, and 2
+    # seconds ago (newer than the rollup ever seals); an interrupted one says nothing.
+    sql("""INSERT INTO job_attempts (run_id, attempt, outcome, started_at, finished_at)
+           SELECT id, a.n, a.outcome, now() - a.ago - interval '1 s', now() - a.ago FROM job_runs,
+           (VALUES (1, 'succeeded', interval '2 hours'), (2, 'failed', interval '30 minutes'),
+                   (3, 'succeeded', interval '20 minutes'), (4, 'interrupted', interval '10 minutes'),
+                   (5, 'succeeded', interval '2 seconds')) AS a(n, outcome, ago)""")
+
+    def last_hour():
+        with app.app_context():
+            return {state.name: state.last_hour for state in queue_stats.queues()}
+
+    assert last_hour() == {"q0": 15, "q1": 15}  # nothing rolled up yet: every attempt joined
+    with app.app_context():
+        sealed_until = job_type_metrics.seal(1.0)
+    # The attempts the rollup counted are read from it: with them gone from job_attempts, the
+    # figure stays; the newest, not sealed yet, are still joined to their runs.
+    sql("DELETE FROM job_attempts WHERE finished_at < %s", [sealed_until])
+    assert sql("SELECT count(*) FROM job_attempts") == [(10,)]
+    assert last_hour() == {"q0": 15, "q1": 15}

@@ -12,7 +12,7 @@ def test_the_queues_page_lists_each_queue_with_its_counts_limits_and_state(sign_
     sql("INSERT INTO job_runs (job_type, queue, run_at) VALUES ('t', 'mail', now() - interval '2 minutes'), "
         "('t', 'mail', now()), ('t', 'plain_sql', now())")
     sql("INSERT INTO job_runs (job_type, queue, status) VALUES ('t', 'mail', 'running')")
-    sql("INSERT INTO job_attempts (run_id, attempt, outcome) VALUES (4, 1, 'succeeded')")
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at) VALUES (4, 1, 'succeeded', now())")
     html = client.get("/queues").get_data(as_text=True)
     rows = {line.split("<code>")[1].split("</code>")[0]: line for line in html.split("<tr>") if "<code>" in line}
     cells = lambda row: [c.split(">", 1)[1].split("</td>")[0].strip() for c in row.split("<td")[1:]]  # noqa: E731

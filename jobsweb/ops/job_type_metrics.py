@@ -87,17 +87,18 @@ FORGET = "DELETE FROM job_type_metrics"
 START_OVER = "UPDATE job_type_metrics_state SET sealed_until = NULL, bounds = %(bounds)s WHERE id = 1"
 
 # Attempts that ran to an end (succeeded or failed; interrupted and cancelled ones say nothing of
-# how long the job takes) finished in [since, until), added to their minute's or hour's row (UTC).
+# how long the job takes) finished in [since, until), added to their minute's or hour's row (UTC)
+# of their job type and queue (the queue for the Queues page, ops/queue_stats.py).
 # Index job_attempts_finished_outcome finds them; each joins its run by primary key. They are
 # first grouped by the histogram buckets their duration and wait fall in (width_bucket: how many
 # bounds are at most the value), so the cumulative counts are summed over a few groups, not over
 # every attempt.
 ROLL_UP = f"""
-INSERT INTO job_type_metrics AS m (span, bucket, job_type, runs, failures, durations, waited, waits)
-SELECT %(span)s, bucket, job_type, sum(n), sum(failed), ARRAY[{_cumulative("d")}]::bigint[],
+INSERT INTO job_type_metrics AS m (span, bucket, job_type, queue, runs, failures, durations, waited, waits)
+SELECT %(span)s, bucket, job_type, queue, sum(n), sum(failed), ARRAY[{_cumulative("d")}]::bigint[],
        coalesce(sum(n) FILTER (WHERE w IS NOT NULL), 0), ARRAY[{_cumulative("w")}]::bigint[]
 FROM (
-    SELECT date_trunc(%(span)s, a.finished_at, 'UTC') AS bucket, r.job_type,
+    SELECT date_trunc(%(span)s, a.finished_at, 'UTC') AS bucket, r.job_type, r.queue,
            width_bucket(extract(epoch FROM a.finished_at - a.started_at)::float8, CAST(%(bounds)s AS float8[])) AS d,
            width_bucket(wait.seconds, CAST(%(bounds)s AS float8[])) AS w,
            count(*) AS n, count(*) FILTER (WHERE a.outcome = 'failed') AS failed
@@ -107,10 +108,10 @@ FROM (
                        WHERE r.attempts = a.attempt AND r.status IN ('succeeded', 'dead', 'cancelled')) wait ON true
     WHERE a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL
       AND a.finished_at >= %(since)s AND a.finished_at < %(until)s
-    GROUP BY 1, 2, 3, 4
+    GROUP BY 1, 2, 3, 4, 5
 ) grouped
-GROUP BY bucket, job_type
-ON CONFLICT (span, bucket, job_type) DO UPDATE SET
+GROUP BY bucket, job_type, queue
+ON CONFLICT (span, bucket, job_type, queue) DO UPDATE SET
     runs = m.runs + excluded.runs,
     failures = m.failures + excluded.failures,
     durations = ARRAY(SELECT x.a + x.b FROM unnest(m.durations, excluded.durations) WITH ORDINALITY AS x(a, b, n)

@@ -39,7 +39,7 @@ def detail(batch_id):
             x += width
     return render("batch.html", "partials/_batch.html", batch=state, bar=bar, rows=rows, next_before=next_before,
                   before=before, filter=member_filter, live=False, audit_entries=audit.entries_for("batch", batch_id),
-                  **table_context(member_filter, rows))
+                  **table_context(member_filter, rows, every_match=runlist.every_match(member_filter, before, next_before)))
 
 
 def _act(batch_id, action):

@@ -32,16 +32,19 @@ def index():
     return render("runs.html", "partials/_runs_table.html", rows=rows, next_before=next_before,
                   before=before, filter=run_filter, live=live, statuses=RUN_STATUSES,
                   job_types=[] if htmx() else job_type_names(), definitions=definitions,
-                  **table_context(run_filter, rows))
+                  **table_context(run_filter, rows, every_match=runlist.every_match(run_filter, before, next_before)))
 
 
-def table_context(run_filter, rows):
+def table_context(run_filter, rows, every_match=False):
     """What the runs table (partials/_runs_table.html) needs besides its rows: the chips'
     counts, the links of each row's queue and job type, how many runs the bulk buttons would
-    change, and the paused queues and job types. Also for a batch's members (batch_pages.py)."""
+    change, and the paused queues and job types. Also for a batch's members (batch_pages.py).
+    `every_match`: the rows are every run the filter matches, whatever their status."""
     # Counted on every answer, live polls too: the table's fragment carries the chips' counts
     # out of band, and its bulk buttons say how many runs they would change.
-    if run_filter.narrows():
+    if every_match:
+        counts = runlist.counts_of(rows, RUN_STATUSES)
+    elif run_filter.narrows():
         counts = runlist.filtered_counts(run_filter, RUN_STATUSES)
     else:
         counts = stats.chip_counts(RUN_STATUSES)
