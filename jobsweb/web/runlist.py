@@ -340,7 +340,7 @@ def counts_of(rows, statuses):
     """{status: (count, exact)} of a page that holds every matching run (every_match): the
     chips count its rows, with no statement at all. A filter matching a few runs through no
     index of its own would otherwise be counted by a scan of the whole table, cut by its budget
-    and estimated (a search matching nothing showed "≈ 80 dead")."""
+    and estimated (a search matching nothing showed "≈ 10" dead runs beside an empty list)."""
     found = Counter(run.status for run, _ in rows)
     return {status: (found[status], True) for status in statuses}
 
