@@ -28,6 +28,8 @@ def test_the_last_hour_counts_each_queues_attempts_from_the_rollup_and_the_newes
     from jobsweb.ops import job_type_metrics
 
     sql("INSERT INTO job_runs (job_type, queue) SELECT 't', 'q' || n % 2 FROM generate_series(1, 10) n")
+    # A queue whose only run finished: nothing waits or runs in it, it has no job_queues row.
+    sql("INSERT INTO job_runs (job_type, queue, status, finished_at) VALUES ('t', 'done', 'succeeded', now())")
     # Attempts that ran to an end 2 hours ago (out of the hour), 30 and 20 minutes ago, and 2
     # seconds ago (newer than the rollup ever seals); an interrupted one says nothing.
     sql("""INSERT INTO job_attempts (run_id, attempt, outcome, started_at, finished_at)
@@ -40,11 +42,11 @@ def test_the_last_hour_counts_each_queues_attempts_from_the_rollup_and_the_newes
         with app.app_context():
             return {state.name: state.last_hour for state in queue_stats.queues()}
 
-    assert last_hour() == {"q0": 15, "q1": 15}  # nothing rolled up yet: every attempt joined
+    assert last_hour() == {"done": 3, "q0": 15, "q1": 15}  # nothing rolled up yet: every attempt joined
     with app.app_context():
         sealed_until = job_type_metrics.seal(1.0)
     # The attempts the rollup counted are read from it: with them gone from job_attempts, the
     # figure stays; the newest, not sealed yet, are still joined to their runs.
     sql("DELETE FROM job_attempts WHERE finished_at < %s", [sealed_until])
-    assert sql("SELECT count(*) FROM job_attempts") == [(10,)]
-    assert last_hour() == {"q0": 15, "q1": 15}
+    assert sql("SELECT count(*) FROM job_attempts") == [(11,)]
+    assert last_hour() == {"done": 3, "q0": 15, "q1": 15}

@@ -76,5 +76,9 @@ def queues(with_throughput=True):
     if with_throughput:
         done = dict(execute(LAST_HOUR, {"sealed_until": execute(job_type_metrics.SEALED).scalar()}).all())
         for state in states:
-            state.last_hour = done.get(state.name, 0)
+            state.last_hour = done.pop(state.name, 0)
+        # A queue that only finished runs this hour (nothing waits or runs, no limits set) is
+        # listed too: "default" after a busy hour is not an unknown queue.
+        states += [QueueState(name, 0, 0, None, None, None, None, False, n) for name, n in done.items()]
+        states.sort(key=lambda state: state.name)
     return states
