@@ -86,9 +86,13 @@ SELECT finished_at FROM job_attempts WHERE finished_at >= %(since)s ORDER BY fin
 FORGET = "DELETE FROM job_type_metrics"
 START_OVER = "UPDATE job_type_metrics_state SET sealed_until = NULL, bounds = %(bounds)s WHERE id = 1"
 
-# Attempts that ran to an end (succeeded or failed; interrupted and cancelled ones say nothing of
-# how long the job takes) finished in [since, until), added to their minute's or hour's row (UTC)
-# of their job type and queue (the queue for the Queues page, ops/queue_stats.py).
+# An attempt that ran to an end: succeeded or failed (interrupted and cancelled ones say nothing
+# of how long the job takes). What is counted beside the rollup's rows (ops/queue_stats.py's
+# newest attempts) must be counted the same way.
+RAN_TO_AN_END = "a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL"
+
+# Attempts that ran to an end finished in [since, until), added to their minute's or hour's row
+# (UTC) of their job type and queue (the queue for the Queues page, ops/queue_stats.py).
 # Index job_attempts_finished_outcome finds them; each joins its run by primary key. They are
 # first grouped by the histogram buckets their duration and wait fall in (width_bucket: how many
 # bounds are at most the value), so the cumulative counts are summed over a few groups, not over
@@ -106,8 +110,7 @@ FROM (
     JOIN job_runs r ON r.id = a.run_id
     LEFT JOIN LATERAL (SELECT extract(epoch FROM a.started_at - r.run_at)::float8 AS seconds
                        WHERE r.attempts = a.attempt AND r.status IN ('succeeded', 'dead', 'cancelled')) wait ON true
-    WHERE a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL
-      AND a.finished_at >= %(since)s AND a.finished_at < %(until)s
+    WHERE {RAN_TO_AN_END} AND a.finished_at >= %(since)s AND a.finished_at < %(until)s
     GROUP BY 1, 2, 3, 4, 5
 ) grouped
 GROUP BY bucket, job_type, queue
