@@ -3,7 +3,7 @@ import time
 
 from jobsweb import definitions
 from jobsweb.engine import statements
-from tests.conftest import committed
+from tests.conftest import committed, wait_for
 
 # README, "Schedules": "`all` runs each one (at most 20 per tick)" and due definitions are
 # locked "500 at a time".
@@ -195,12 +195,16 @@ def test_the_unique_slot_refuses_a_second_run_for_one_slot(app, sql, materialise
 
 def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(app, sql, spawn_worker):
     """Every second, ten definitions fall due while four real workers race for them."""
+    workers = [spawn_worker("--forever", "--poll-interval", "0.01", "--max-runtime", "8")
+               for _ in range(4)]
+    # The definitions come once all four are ticking: on a loaded machine a worker can take
+    # seconds to start, and the first one up took every slot alone (CI: 1 materialiser of 4).
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE stopped_at IS NULL")[0][0] == 4,
+             message="four workers registered")
     with committed(app):
         for n in range(10):
             definitions.define(f"every-second-{n}", "test.record", "@every 1s", misfire="all",
                                overlap="allow")
-    workers = [spawn_worker("--forever", "--poll-interval", "0.01", "--max-runtime", "6")
-               for _ in range(4)]
     outputs = [w.communicate(timeout=60)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0, 0, 0], outputs
     assert not any(bad in out for out in outputs for bad in ("already exists", "Traceback", "unavailable")), outputs
