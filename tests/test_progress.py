@@ -87,3 +87,17 @@ def test_get_run_sees_a_run_enqueued_in_the_session_and_none_for_no_run(app):
         for bad in ("1", 0, 2**63, True, None):
             with pytest.raises(InvalidInput, match="run_id"):
                 get_run(bad)
+
+
+# What `done` says for each status, as docs/REFERENCE.md words it: "it will not execute again".
+@pytest.mark.parametrize("status, done", [
+    ("queued", False), ("running", False), ("failed", False),  # failed: a retry is due
+    ("succeeded", True), ("dead", True), ("cancelled", True), ("skipped", True), ("missed", True),
+    # Waits for other runs (after=) or its batch, then runs. A bug found by this test (issue 35):
+    # Run.done reads "not in ACTIVE_STATUSES", which leaves 'waiting' out, so a waiting run says done.
+    pytest.param("waiting", False, marks=pytest.mark.xfail(strict=True, reason="bug: a waiting run says done")),
+])
+def test_get_run_says_a_run_is_done_only_once_it_will_not_execute_again(app, sql, status, done):
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type, status) VALUES ('jobsweb.noop', %s) RETURNING id", [status])
+    run = read(app, run_id)
+    assert (run.status, run.done) == (status, done)
