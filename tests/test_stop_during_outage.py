@@ -1,8 +1,9 @@
 """SIGTERM while the database is gone: a worker waits out its backoff quietly, stops by its
 shutdown deadline, and leaves what it could not record to lease recovery. On both servers.
 
-Each test has a server of its own (tests/servers.py): it stops it outright, as a crash or a
-failover would, which the suite's shared server must never be.
+A test that stops a server has one of its own (tests/servers.py): it stops it outright, as a
+crash or a failover would, which the suite's shared server must never be. A test that only needs
+the database unreachable reaches the suite's server through a FaultProxy that refuses.
 """
 
 import os
@@ -13,10 +14,12 @@ import time
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
+from jobsweb.core.database import libpq_url
 from tests import servers
 from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
-from tests.private_databases import migrated
+from tests.private_databases import migrated, proxy_to
 
 SHUTDOWN_TIMEOUT = 3  # seconds: --shutdown-timeout
 RUNS = 8
@@ -72,3 +75,40 @@ def test_a_worker_told_to_stop_while_the_database_is_down_exits_by_its_deadline_
     figures(shutdown_timeout=SHUTDOWN_TIMEOUT, sigterm_to_exit_seconds=round(took, 2),
             unavailable_lines=unavailable, lease_seconds=3,
             seconds_from_restart_to_all_done_by_the_next_worker=round(recovered, 1))
+
+
+def test_a_worker_whose_handler_ignores_the_stop_exits_by_its_deadline_although_its_backoff_step_is_longer(
+        app, sql, database_url_for_tests, spawn_worker, tmp_path, figures):
+    # The backoff step under way when the stop comes is cut at the shutdown deadline: a handler
+    # that never stops keeps the worker draining until then, and a step waited out whole (4 s
+    # here, up to 30 s in a long outage) would hold the exit past the promised bound.
+    url = libpq_url(database_url_for_tests)
+    proxy = proxy_to(url)
+    try:
+        [(run_id,)] = sql("INSERT INTO job_runs (job_type, payload) VALUES ('test.until_file', %s) RETURNING id",
+                          [Jsonb({"file": str(tmp_path / "never")})])  # runs, ignoring its cancellation flag
+        log = tmp_path / "worker.log"
+        with open(log, "w") as output:
+            proc = spawn_worker("--forever", "--poll-interval", "0.05", "--shutdown-timeout", "1", output=output,
+                                DATABASE_URL=proxy.url(url), JOBSWEB_LEASE_SECONDS=3)
+        wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("running",)],
+                 message="the run to start")
+        proxy.refuse = True
+        proxy.reset()
+        # The third backoff step (0.5 s, 1 s, then 2 s) is under way: the next one is 4 s.
+        wait_for(lambda: "trying again in 2.0s" in log.read_text(), message="the third backoff step")
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            # 1 s of --shutdown-timeout, and at most 2 s past it for the last writes (docs/REFERENCE.md).
+            proc.wait(timeout=3.0)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 3 s after SIGTERM:\n{log.read_text()}")
+        took = time.monotonic() - began
+    finally:
+        proxy.close()
+    figures(shutdown_timeout=1, sigterm_to_exit_seconds=round(took, 2))
+    output = log.read_text()
+    assert proc.returncode == 0, output
+    assert "could not record the last" in output and "Traceback" not in output, output
+    assert took >= 1.0  # it did wait for the handler until the shutdown deadline
