@@ -10,6 +10,7 @@ from jobsweb.engine.execution import Outcome, finish_params
 from jobsweb.engine.lease_recovery import RECOVER_BATCH
 from jobsweb.engine.outages import RECONNECT_FIRST_DELAY
 from jobsweb.engine.link import DatabaseUnavailable
+from tests.conftest import wait_for
 from tests.processes import insert_many
 
 
@@ -289,3 +290,31 @@ def test_a_claim_whose_rows_were_lost_with_the_connection_is_released_and_run_at
     assert sql("SELECT status, attempts FROM job_runs WHERE id = %s", [run_id]) == [("succeeded", 2)]
     assert sql("SELECT outcome FROM job_attempts WHERE run_id = %s ORDER BY attempt", [run_id]) == [
         ("interrupted",), ("succeeded",)]
+
+
+def test_a_running_runs_lease_is_extended_every_third_of_the_lease(app, sql, tmp_path):
+    # docs/REFERENCE.md: JOBSWEB_LEASE_SECONDS is the lease, "heartbeats every third of it": with
+    # a lease of 1.5 s, locked_until moves every 0.5 s. Each heartbeat sets it to the database's
+    # now() + the lease, so the steps between its values are the times between heartbeats.
+    app.config["JOBSWEB_LEASE_SECONDS"] = 1.5
+    gate = tmp_path / "gate"
+    run_id = add(app, "test.until_file", {"file": str(gate)})
+    worker = make_worker(app)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        seen = []  # locked_until, each value once
+
+        def five_heartbeats():
+            rows = sql("SELECT locked_until FROM job_runs WHERE id = %s AND status = 'running'", [run_id])
+            if rows and rows[0][0] != (seen[-1] if seen else None):
+                seen.append(rows[0][0])
+            return len(seen) >= 6  # the first one seen may be the claim's
+
+        wait_for(five_heartbeats, timeout=20, interval=0.02, message="five heartbeats")
+    finally:
+        gate.touch()
+        thread.join()
+    steps = sorted((b - a).total_seconds() for a, b in zip(seen[1:], seen[2:]))
+    assert steps[0] >= 0.45, steps  # never sooner than 0.5 s (less a little for the round trips' jitter)
+    assert 0.45 <= steps[len(steps) // 2] <= 0.6, steps  # 0.5 s, plus the loop's lag
