@@ -106,9 +106,8 @@ def test_get_run_sees_a_run_enqueued_in_the_session_and_none_for_no_run(app):
 @pytest.mark.parametrize("status, done", [
     ("queued", False), ("running", False), ("failed", False),  # failed: a retry is due
     ("succeeded", True), ("dead", True), ("cancelled", True), ("skipped", True), ("missed", True),
-    # Waits for other runs (after=) or its batch, then runs. A bug found by this test (issue 35):
-    # Run.done reads "not in ACTIVE_STATUSES", which leaves 'waiting' out, so a waiting run says done.
-    pytest.param("waiting", False, marks=pytest.mark.xfail(strict=True, reason="bug: a waiting run says done")),
+    # Waits for other runs (after=) or its batch, then runs (it said done until issue 35).
+    ("waiting", False),
 ])
 def test_get_run_says_a_run_is_done_only_once_it_will_not_execute_again(app, sql, status, done):
     [(run_id,)] = sql("INSERT INTO job_runs (job_type, status) VALUES ('jobsweb.noop', %s) RETURNING id", [status])

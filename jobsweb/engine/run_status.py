@@ -19,7 +19,7 @@ class Run:
 
     id: int
     job_type: str
-    status: str  # queued | running | succeeded | failed (a retry is due) | dead | cancelled | skipped | missed
+    status: str  # waiting (for other runs) | queued | running | succeeded | failed (a retry is due) | dead | cancelled | skipped | missed
     attempts: int  # attempts started so far
     max_attempts: int
     progress: float | None  # 0.0 to 1.0, the latest ctx.progress() of its handler
@@ -36,7 +36,7 @@ class Run:
     @property
     def done(self):
         """True once the run will not execute again (succeeded, dead, cancelled, skipped, missed)."""
-        return self.status not in statements.ACTIVE_STATUSES
+        return self.status in statements.ENDED_STATUSES
 
 
 INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/inline.py), by id
