@@ -18,6 +18,9 @@ releases or cancels them."""
 # waiting runs wait for other runs (after=) or, as a batch's callbacks, for the batch to finish.
 RUN_STATUSES = ("waiting", "queued", "running", "succeeded", "failed", "dead", "cancelled", "skipped", "missed")
 ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execute
+# A run that has ended: it will not execute again unless an operator retries it (get_run().done).
+# Not the complement of ACTIVE_STATUSES: a waiting run has not ended and will execute later.
+ENDED_STATUSES = ("succeeded", "dead", "cancelled", "skipped", "missed")
 RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
 CANCELLABLE = ("waiting", "queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
 
