@@ -3,8 +3,10 @@ real command, passes its output and exit code on, and records the run."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -274,3 +276,31 @@ def test_sigterm_sigint_and_sighup_sent_to_exec_are_passed_on_to_the_command(bac
     assert got.read_text() == signal.Signals(number).name
     assert proc.returncode == 3  # the command's exit code: exec itself was not stopped by the signal
     assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
+
+
+def test_a_silent_database_holds_the_command_back_half_a_second_and_no_more(jobs_exec, tmp_path):
+    # docs/REFERENCE.md: "exec waits at most 0.5 s for the run's start to be recorded". A server
+    # that takes the connection and never answers (a failover's silence) costs the command that
+    # 0.5 s, measured from the connection to the command's first act.
+    silent = socket.create_server(("127.0.0.1", 0))
+    connected = []  # (the connection, held open and never answered; time.time() when it came)
+
+    def take_one():
+        conn, _ = silent.accept()
+        connected.append((conn, time.time()))
+
+    threading.Thread(target=take_one, daemon=True).start()
+    started = tmp_path / "started"
+    try:
+        proc = jobs_exec("backup", "--", "touch", str(started), wait=False,
+                         DATABASE_URL=f"postgresql://jobsweb@127.0.0.1:{silent.getsockname()[1]}/jobsweb")
+        wait_for(started.exists, message="the command to start")
+        proc.kill()  # the end's report would wait for the silent server a while longer
+        _, err = proc.communicate(timeout=10)
+    finally:
+        silent.close()
+        for conn, _ in connected:
+            conn.close()
+    held_back = started.stat().st_mtime - connected[0][1]
+    assert 0.45 <= held_back <= 1.0, held_back  # 0.5 s; less the connection's own set-up, plus touch's start
+    assert "its start is not recorded (database did not answer within 0.5 s)" in err, err
