@@ -60,7 +60,7 @@ ON_BOTH_SERVERS = (
     "test_worker_processes.py", "test_worker_cancel.py", "test_worker_wakeup.py", "test_async_handlers.py",
     "test_flow_control.py", "test_flow_processes.py", "test_effects.py", "test_exec.py", "test_output.py",
     "test_job_objects.py", "test_testing_helpers.py", "test_progress.py", "test_external.py", "test_bounds.py",
-    "test_deadlines.py", "test_workflows.py", "test_claim_order_by_run_at.py",
+    "test_deadlines.py", "test_workflows.py", "test_workflow_seams.py", "test_claim_order_by_run_at.py",
     "test_after_separate_transactions.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)

@@ -90,6 +90,61 @@ def test_delete_all_matching_deletes_every_match_in_batches_but_running_ones(app
     assert detail["filter"] == {"job_type": "billing.charge_invoice"}
 
 
+def a_graph(app):
+    """A queued run `root` that b waits for, c waits for b, and `cleanup` (after_failure="run")
+    waits for root; and a batch of two queued members: (root, b, c, cleanup, members)."""
+    from jobsweb import batch, enqueue
+
+    with app.app_context():
+        root = enqueue("test.record", run_at=None, queue="held")
+        b = enqueue("test.record", after=[root])
+        c = enqueue("test.record", after=[b])
+        cleanup = enqueue("test.record", after=[root], after_failure="run")
+        with batch(on_finish="test.batch_callback", on_success="test.batch_callback") as export:
+            members = export.enqueue_many("test.record", [{}, {}], run_at=None, queue="held")
+    return root, b, c, cleanup, members
+
+
+def test_the_delete_page_of_a_run_says_what_waits_for_it_will_be_cancelled(app, sign_in, sql):
+    client = sign_in("admin")
+    root, b, c, cleanup, members = a_graph(app)
+    ask = client.get(f"/runs/{root}/delete").get_data(as_text=True)
+    assert "2 runs wait for it and will be cancelled (each can be retried afterwards)." in ask
+    assert "member of an open batch" not in ask
+    member = client.get(f"/runs/{members[0]}/delete").get_data(as_text=True)
+    assert "It is a member of an open batch, which will count it as cancelled (its on_success callback " \
+           "will not run)." in member and "wait for it" not in member
+    client.post(f"/runs/{root}/delete", data={"csrf_token": csrf_token(client, "/")})
+    assert sql("SELECT id, status, reason FROM job_runs WHERE id = ANY(%s) ORDER BY id", [[b, c, cleanup]]) == [
+        (b, "cancelled", f"run {root} was deleted"), (c, "cancelled", f"run {b} ended cancelled"),
+        (cleanup, "queued", None)]
+    assert audit(sql, "delete")[0][3] == {"job_type": "test.record", "status": "queued"}
+
+
+def test_delete_selected_and_all_matching_say_what_waits_and_which_batches_count_them(app, sign_in, sql):
+    client = sign_in("admin")
+    root, b, c, cleanup, members = a_graph(app)
+    token = csrf_token(client, "/")
+    ticked = client.post("/runs/delete", data={"csrf_token": token, "action": "delete",
+                                               "ids": [str(root), str(members[0]), str(members[1])]})
+    html = ticked.get_data(as_text=True)
+    assert "2 runs wait for these and will be cancelled" in html
+    assert "2 of these are members of open batches, which will count them as cancelled (their on_success " \
+           "callbacks will not run)." in html
+    # Every waiting run matches too: deleted, so not said to be cancelled.
+    every = client.post("/runs/delete", data={"csrf_token": token, "action": "delete-all",
+                                              "job_type": "test.record"}).get_data(as_text=True)
+    assert "wait for these" not in every
+    assert "2 of these are members of open batches" in every
+    client.post("/runs/delete", data={"csrf_token": token, "action": "delete", "confirmed": "yes",
+                                      "ids": [str(root), str(members[0]), str(members[1])]})
+    assert sql("SELECT id, status FROM job_runs WHERE id = ANY(%s) ORDER BY id", [[b, c, cleanup]]) == [
+        (b, "cancelled"), (c, "cancelled"), (cleanup, "queued")]
+    assert sql("SELECT pending, failures FROM job_batches") == [(0, 2)]
+    assert sql("SELECT batch_callback, status FROM job_runs WHERE batch_callback IS NOT NULL ORDER BY 1") == [
+        ("on_finish", "queued"), ("on_success", "cancelled")]
+
+
 def test_the_delete_buttons_are_an_admins_only(sign_in, sql, client):
     run = add_run(sql, "dead")
     for role, shown in (("operator", False), ("admin", True)):

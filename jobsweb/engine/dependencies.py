@@ -1,6 +1,7 @@
 """after=: a run waits for other runs. What it waits for is decided here, under locks; what
 releases or cancels it later is the trigger job_runs_workflow (migration 0020_workflows)."""
 
+from ..core.database import execute
 from ..core.errors import BIGINT_MAX, InvalidInput
 
 AFTER_FAILURE = ("cancel", "run")  # what a dependency ending dead or cancelled does to the run
@@ -26,6 +27,14 @@ INSERT INTO job_run_deps (run_id, after_id)
 SELECT r.id, a.id FROM job_runs r CROSS JOIN unnest(%(after)s::bigint[]) AS a(id)
 WHERE r.id = ANY(%(ids)s::bigint[]) AND r.waiting_for IS NOT NULL
 ON CONFLICT DO NOTHING
+"""
+
+# What a cancel of some runs reaches, a level of the graph at a time, for a page that asks first
+# (the delete's): who waits for these runs (job_run_deps_after), then which of them are waiting
+# (job_runs by id). One table per statement, as the trigger reads them (migration 0024_seams).
+WAITING_FOR = "SELECT DISTINCT run_id FROM job_run_deps WHERE after_id = ANY(%(ids)s::bigint[])"
+WAITING = """
+SELECT id, run_after_failure, awaited FROM job_runs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'waiting'
 """
 
 NO_DEPENDENCIES = {"status": "queued", "waiting_for": None, "run_after_failure": False, "reason": None}
@@ -71,3 +80,20 @@ def record(conn, ids, after):
     """The new runs `ids` wait for the runs of `after`."""
     if after and ids:
         conn.exec_driver_sql(RECORD_DEPENDENCIES, {"ids": list(ids), "after": after})
+
+
+def cancelled_below(roots, also_gone=lambda ids: set()):
+    """How many waiting runs a cancel of `roots` (runs not yet ended) would cancel with them,
+    down the whole graph: those enqueued with after_failure="run" are counted down instead, and
+    `also_gone(ids)` names those among `ids` that go anyway (deleted with the roots)."""
+    seen, frontier = set(roots), list(roots)
+    cancelled = 0
+    while frontier:
+        ids = [row.run_id for row in execute(WAITING_FOR, {"ids": frontier})]
+        rows = [row for row in execute(WAITING, {"ids": [i for i in ids if i not in seen]})
+                if not row.run_after_failure]
+        seen.update(row.id for row in rows)
+        gone = also_gone([row.id for row in rows]) if rows else set()
+        cancelled += sum(1 for row in rows if row.id not in gone)
+        frontier = [row.id for row in rows if row.awaited]
+    return cancelled

@@ -2,11 +2,30 @@
 batch); run now and reschedule a queued run.
 
 The statements and the races they guard against are in statements.py (RETRY_RUNS,
-CANCEL_WAITING, REQUEST_CANCEL, DELETE_RUNS, RUN_QUEUED_NOW, RESCHEDULE_QUEUED).
+CANCEL_WAITING, REQUEST_CANCEL, CANCEL_BEFORE_DELETE, DELETE_RUNS, RUN_QUEUED_NOW,
+RESCHEDULE_QUEUED).
+
+A cancel or a delete also changes the runs that wait for these (the trigger job_runs_workflow,
+migration 0024_seams): 100,000 of them take seconds. A caller that gives up after a while (a web
+request) says so first with `limit_on_server`, so that the server stops the statement and
+releases its locks instead of going on after the caller has gone.
 """
+
+from collections import namedtuple
 
 from . import reported_runs, statements
 from ..core.database import execute
+
+Deleted = namedtuple("Deleted", "id job_type status")  # status: the run's before the delete
+
+# The rest of the caller's transaction is cut by the server after this many milliseconds.
+LIMIT_ON_SERVER = "SELECT set_config('statement_timeout', %(ms)s, true)"
+
+
+def limit_on_server(seconds):
+    """Every later statement of the caller's transaction is stopped by the server past `seconds`
+    (SET LOCAL statement_timeout): psycopg then raises QueryCanceled, and nothing was changed."""
+    execute(LIMIT_ON_SERVER, {"ms": str(max(1, round(seconds * 1000)))})
 
 
 def retry(ids):
@@ -27,9 +46,18 @@ def cancel(ids):
 
 
 def delete(ids):
-    """Delete these runs and their attempts, except running ones; returns the deleted rows (id,
-    job_type, status)."""
-    return execute(statements.DELETE_RUNS, {"ids": list(ids)}).all()
+    """Delete these runs and their attempts, except running ones; returns the deleted runs
+    (Deleted: id, job_type, status before). Each one deleted before it ended is cancelled first,
+    in this transaction, so that what waits for it is cancelled and its batch counts it.
+
+    Two statements rather than a BEFORE DELETE trigger: such a trigger may not update the row
+    being deleted (PostgreSQL refuses: "tuple to be deleted was already modified"), so it would
+    repeat the cancel's work on dependents and batches that the workflow trigger already does
+    for a cancel, and it would run for retention's deletes too, which only delete ended runs."""
+    ids = list(ids)
+    was = dict(execute(statements.CANCEL_BEFORE_DELETE, {"ids": ids}).all())
+    return [Deleted(row.id, row.job_type, was.get(row.id, row.status))
+            for row in execute(statements.DELETE_RUNS, {"ids": ids})]
 
 
 def run_now(run_id):

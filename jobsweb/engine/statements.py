@@ -338,15 +338,25 @@ WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
 RETURNING id
 """
 
-# Operators delete runs (admin only), with their attempts (ON DELETE CASCADE), in any status
-# but running: a worker holds a running run and would finish it into nothing. A run claimed
-# while this waited for its row lock is re-checked after the wait (READ COMMITTED) and kept.
+# A run deleted before it ended is cancelled first, in the delete's transaction (run_actions.delete),
+# so the trigger job_runs_workflow does what a cancel does: what waits for it is cancelled ("run
+# 812 was deleted": reason 'deleted' tells it), its batch counts it. Returns the status before.
+CANCEL_BEFORE_DELETE = """
+UPDATE job_runs r SET status = 'cancelled', finished_at = now(), updated_at = now(), reason = 'deleted'
+FROM (SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) AND status IN ('waiting', 'queued', 'failed')
+      ORDER BY id FOR NO KEY UPDATE) was
+WHERE r.id = was.id RETURNING r.id, was.status
+"""
+
+# Operators delete runs (admin only) once ended (after CANCEL_BEFORE_DELETE), with their attempts
+# (ON DELETE CASCADE); never a running one, which a worker would finish into nothing. A run claimed
+# meanwhile, or ended failed or queued, is re-checked after the row lock (READ COMMITTED) and kept.
 DELETE_RUNS = """
 DELETE FROM job_runs
-WHERE id = ANY(%(ids)s) AND status <> 'running'
+WHERE id = ANY(%(ids)s) AND status IN ('succeeded', 'dead', 'cancelled', 'skipped', 'missed')
 RETURNING id, job_type, status
 """
-DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # what DELETE_RUNS takes
+DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # what run_actions.delete takes
 
 # A queued run due later is made due now ("run now"); the caller sends NOTIFY in the same
 # transaction, so listening workers claim it at commit. A run claimed or cancelled meanwhile

@@ -2,8 +2,9 @@
 callback runs; retry its failed members, cancel the rest."""
 
 from flask import Blueprint, abort, flash, redirect, request, url_for
+from sqlalchemy.exc import OperationalError
 
-from . import audit, runlist
+from . import audit, outage, runlist
 from ..core.database import db
 from ..engine import run_actions, workflows
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
@@ -44,10 +45,19 @@ def detail(batch_id):
 
 def _act(batch_id, action):
     _batch_or_404(batch_id)
-    if action == "retry":
-        changed, requested = run_actions.retry(workflows.batch_members(batch_id, RETRYABLE)), []
-    else:
-        changed, requested = run_actions.cancel(workflows.batch_members(batch_id, CANCELLABLE))
+    try:
+        # One transaction however many members, so bounded on the server: what waits for them
+        # changes with them, and a batch of 100,000 members is one statement per step.
+        outage.limit_action()
+        if action == "retry":
+            changed, requested = run_actions.retry(workflows.batch_members(batch_id, RETRYABLE)), []
+        else:
+            changed, requested = run_actions.cancel(workflows.batch_members(batch_id, CANCELLABLE))
+    except OperationalError as exc:
+        if not outage.stopped(exc):
+            raise
+        return outage.gave_up(f"{'Retrying' if action == 'retry' else 'Cancelling'} the members of batch {batch_id}",
+                              f"no member was {'retried' if action == 'retry' else 'cancelled'}")
     audit.record(f"batch_{action}", "batch", batch_id, changed=len(changed), cancel_requested=len(requested))
     db.session.commit()
     flash(bulk_message(action, len(changed), len(requested), "member", f" of batch {batch_id}"))

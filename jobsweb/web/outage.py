@@ -5,6 +5,11 @@ a hang, and works again by itself with the next request once the database answer
 A request of jobsweb's blueprint waits at most ROUND_TRIP_LIMIT for any one answer of the
 database, through jobsweb's own engine (core/deadlines.py); a team's engine, inside its own
 app, keeps the bounds the team gave it, and its errors get the same 503 page here.
+
+An action that may change very many runs (cancel, delete, retry: a graph of 100,000 runs waiting
+for one another) is also bounded on the server, a little under that (`limit_action`): past it
+the server stops the statement and releases its locks, instead of going on for minutes after
+the cut socket, and the page says in words that nothing was changed (`gave_up`).
 """
 
 import logging
@@ -15,6 +20,8 @@ from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 
 from ..core import deadlines
 from ..core.database import db, outage
+from ..engine import run_actions
+from .rendering import render
 
 log = logging.getLogger("jobsweb.web")
 
@@ -25,6 +32,10 @@ log = logging.getLogger("jobsweb.web")
 ROUND_TRIP_LIMIT = 5.0
 RETRY_AFTER = 5  # seconds, in the 503's Retry-After
 ERRORS = (OperationalError, PoolTimeout)
+# Seconds the server may spend on a statement of an operator's action on runs: under
+# ROUND_TRIP_LIMIT by enough for the server's error to come back before the client cuts.
+ACTION_LIMIT = ROUND_TRIP_LIMIT - 0.5
+QUERY_CANCELED = "57014"  # the SQLSTATE of a statement the server stopped (statement_timeout)
 
 
 def bound_waits():
@@ -59,3 +70,29 @@ def explain(exc):
     """The 503 page's words."""
     words = reason(exc)
     return f"{words[0].upper()}{words[1:]}. This page works again by itself once it answers; try again in a moment."
+
+
+def limit_action():
+    """The rest of this transaction's statements are stopped by the server past ACTION_LIMIT
+    (each transaction of a bulk action says so again: SET LOCAL ends with it)."""
+    run_actions.limit_on_server(ACTION_LIMIT)
+
+
+def stopped(exc):
+    """Whether `exc` is the server stopping a statement (ACTION_LIMIT): a database that answered."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) == QUERY_CANCELED
+
+
+def gave_up(what, unchanged, done=""):
+    """The 503 page of an action the server stopped at ACTION_LIMIT, rolled back: `what` ("Cancelling
+    run 812") took too long, `unchanged` ("nothing was cancelled"); `done`, what earlier batches did."""
+    db.session.rollback()
+    log.warning("%s took longer than %g s: the database stopped it", what, ACTION_LIMIT)
+    message = (f"{what} took longer than {ACTION_LIMIT:g} s, and the database stopped it: {unchanged}. {done}"
+               "Try again in a moment (another transaction may have held some of these runs). If it stops "
+               "again, the runs that wait for these are too many to change within a web request: do it in "
+               "psql or `flask shell`, which have no such limit.")
+    response = render("error.html", "partials/_error.html", code=503, title="Took too long", message=message)
+    response.status_code = 503
+    response.headers["Retry-After"] = str(RETRY_AFTER)
+    return response

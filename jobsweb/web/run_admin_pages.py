@@ -3,13 +3,15 @@ queued run now or at another time (operator). Each asks first where it cannot be
 audited, and leaves running runs alone."""
 
 from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
-from sqlalchemy import func, select
+from sqlalchemy import BigInteger, any_, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import OperationalError
 
-from . import audit, runlist
+from . import audit, outage, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobRun
-from ..engine import run_actions
+from ..engine import dependencies, run_actions
 from ..engine.statements import DELETABLE
 from .access import role_required
 from .local_time import read_local, viewer_zone, zone_name
@@ -19,6 +21,7 @@ from .run_pages import BULK_SELECTED_MAX
 bp = Blueprint("run_admin", __name__, url_prefix="/runs")
 
 AUDITED_IDS = 100  # the ids a bulk delete's audit entry lists; the count covers them all
+NOT_ENDED = ("waiting", "queued", "failed")  # deleted as a cancel first (run_actions.delete)
 
 
 def _run_or_404(run_id):
@@ -32,9 +35,16 @@ def delete(run_id):
     run = _run_or_404(run_id)
     if request.method == "GET":
         attempts = db.session.scalar(select(func.count()).where(JobAttempt.run_id == run_id))
-        return render_template("run_delete.html", run=run, attempts=attempts)
+        below, members = _what_else([JobRun.id == run_id])
+        return render_template("run_delete.html", run=run, attempts=attempts, below=below, members=members)
     job_type = run.job_type  # the row is gone after the commit
-    deleted = run_actions.delete([run_id])
+    try:
+        outage.limit_action()  # a run not ended is cancelled first, and what waits for it with it
+        deleted = run_actions.delete([run_id])
+    except OperationalError as exc:
+        if not outage.stopped(exc):
+            raise
+        return outage.gave_up(f"Deleting run {run_id}", "nothing was deleted or cancelled")
     if not deleted:
         db.session.rollback()
         flash(f"Run {run_id} is running: a running run is not deleted. Cancel it, then delete it.", "run:running")
@@ -63,6 +73,22 @@ def _counts(where):
     return deletable, running
 
 
+def _what_else(where):
+    """What deleting the runs matching `where` does besides, as its page says first: (the waiting
+    runs that are cancelled with them, down the graph; how many of them are members of open
+    batches, which count them as cancelled). A member not ended is one of an open batch."""
+    not_ended = [*where, JobRun.status.in_(NOT_ENDED)]
+    roots = db.session.scalars(select(JobRun.id).where(*not_ended, JobRun.awaited)).all()
+
+    def also_deleted(ids):
+        return set(db.session.scalars(select(JobRun.id).where(
+            JobRun.id == any_(bindparam("below", ids, type_=ARRAY(BigInteger))), *where)))
+
+    members = db.session.scalar(select(func.count()).where(
+        *not_ended, JobRun.batch_id.is_not(None), JobRun.batch_callback.is_(None)))
+    return dependencies.cancelled_below(roots, also_deleted), members
+
+
 @bp.post("/delete")
 @role_required("admin")
 def bulk_delete():
@@ -85,26 +111,43 @@ def bulk_delete():
         where = run_filter.conditions()
     if request.form.get("confirmed") != "yes":
         deletable, running = _counts(where)
+        below, members = _what_else(where)
         return render_template("runs_delete.html", scope=scope, ids=ids, query=run_filter.args(), back=back,
-                               deletable=deletable, running=running)
+                               deletable=deletable, running=running, below=below, members=members)
     batches = [ids] if ids is not None else runlist.matching_ids_in_batches(
         run_filter, DELETABLE, current_app.config["JOBSWEB_BULK_BATCH"])
     deleted, by_type = [], {}
-    for batch in batches:
-        for row in run_actions.delete(batch):
-            deleted.append(row.id)
-            by_type[row.job_type] = by_type.get(row.job_type, 0) + 1
-        db.session.commit()  # one short transaction per batch
+    try:
+        for batch in batches:
+            outage.limit_action()
+            rows = run_actions.delete(batch)
+            db.session.commit()  # one short transaction per batch
+            for row in rows:
+                deleted.append(row.id)
+                by_type[row.job_type] = by_type.get(row.job_type, 0) + 1
+    except OperationalError as exc:
+        if not outage.stopped(exc):
+            raise
+        db.session.rollback()
+        if deleted:  # the batches before it stay deleted: audited as such
+            _audit_bulk_delete(ids, run_filter, deleted, by_type, running=None)
+        return outage.gave_up("Deleting a batch of these runs", "nothing of that batch was deleted or cancelled",
+                              f"{len(deleted):,} runs were deleted before it. " if deleted else "")
     running = _counts(where)[1]
-    audit.record("bulk_delete", "runs", None, scope="selected" if ids is not None else "matching",
-                 filter=run_filter.args(), deleted=len(deleted), job_types=by_type,
-                 ids=deleted[:AUDITED_IDS], kept_running=running)
-    db.session.commit()
+    _audit_bulk_delete(ids, run_filter, deleted, by_type, running)
     message = f"Deleted {len(deleted)} run{'s' * (len(deleted) != 1)}."
     if running:
         message += f" {running} running run{'s were' if running != 1 else ' was'} not deleted."
     flash(message)
     return redirect(back)
+
+
+def _audit_bulk_delete(ids, run_filter, deleted, by_type, running):
+    """Audit and commit a bulk delete; `running`: the running runs kept (None: it was stopped)."""
+    audit.record("bulk_delete", "runs", None, scope="selected" if ids is not None else "matching",
+                 filter=run_filter.args(), deleted=len(deleted), job_types=by_type,
+                 ids=deleted[:AUDITED_IDS], kept_running=running)
+    db.session.commit()
 
 
 @bp.post("/<int:run_id>/run-now")

@@ -2,8 +2,9 @@
 
 from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
-from . import audit, runlist
+from . import audit, outage, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
@@ -91,14 +92,27 @@ def bulk():
             abort(400, f"Bad selection: {exc}.")
         scope = "selected"
     changed = requested = considered = 0
-    for ids in batches:
-        considered += len(ids)
-        if action == "retry":
-            changed += len(run_actions.retry(ids))
-        else:
-            done, asked = run_actions.cancel(ids)
-            changed, requested = changed + len(done), requested + len(asked)
-        db.session.commit()  # one short transaction per batch
+    try:
+        for ids in batches:
+            outage.limit_action()
+            if action == "retry":
+                changed += len(run_actions.retry(ids))
+            else:
+                done, asked = run_actions.cancel(ids)
+                changed, requested = changed + len(done), requested + len(asked)
+            db.session.commit()  # one short transaction per batch
+            considered += len(ids)
+    except OperationalError as exc:
+        if not outage.stopped(exc):
+            raise
+        db.session.rollback()
+        if considered:  # the batches before it stay changed: audited as such
+            audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
+                         changed=changed, cancel_requested=requested, stopped=True)
+            db.session.commit()
+        return outage.gave_up(f"{'Retrying' if action == 'retry' else 'Cancelling'} a batch of these runs",
+                              "none of that batch was changed",
+                              bulk_message(action, changed, requested) + " " if considered else "")
     left = considered - changed - requested
     audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
                  changed=changed, cancel_requested=requested, left=left)
@@ -162,7 +176,14 @@ def detail(run_id):
 def retry(run_id):
     """Queue a failed, dead or cancelled run again, due now; its attempts stay as history."""
     run = _run_or_404(run_id)
-    if run_actions.retry([run_id]):
+    try:
+        outage.limit_action()  # a retry revives what the run's end cancelled
+        retried = run_actions.retry([run_id])
+    except OperationalError as exc:
+        if not outage.stopped(exc):
+            raise
+        return outage.gave_up(f"Retrying run {run_id}", "it was not retried")
+    if retried:
         audit.record("retry", "run", run_id, previous_status=run.status)
         _tell("queued", f"Run {run_id} is queued again.", f"Run {run_id} was queued again")
     elif run.job_type == EXTERNAL_JOB_TYPE:
@@ -180,7 +201,13 @@ def cancel(run_id):
     """Cancel a queued or failed run; ask the worker of a running one to stop."""
     run = _run_or_404(run_id)
     previous = run.status
-    done, requested = run_actions.cancel([run_id])
+    try:
+        outage.limit_action()  # a cancel also cancels every run waiting below this one
+        done, requested = run_actions.cancel([run_id])
+    except OperationalError as exc:
+        if not outage.stopped(exc):
+            raise
+        return outage.gave_up(f"Cancelling run {run_id}", "nothing was cancelled")
     if done:
         audit.record("cancel", "run", run_id, previous_status=previous)
         _tell("cancelled", f"Run {run_id} is cancelled.", f"Run {run_id} was cancelled")
