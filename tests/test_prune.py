@@ -143,3 +143,48 @@ def test_the_migration_defines_a_daily_prune_that_is_an_ordinary_definition(scra
                            "to_char(next_run_at AT TIME ZONE 'UTC', 'HH24:MI') "
                            "FROM job_definitions WHERE name = 'jobsweb.prune'").fetchone()
     assert row == ("jobsweb.prune", "17 3 * * *", "UTC", True, True, True, "03:17")
+
+
+def long_ago(sql, *ids, days=100):
+    """Their end is `days` ago (a change of finished_at only: the workflow trigger is not fired)."""
+    sql("UPDATE job_runs SET finished_at = now() - make_interval(days => %s) WHERE id = ANY(%s)", [days, list(ids)])
+
+
+def test_pruning_runs_that_ended_long_ago_leaves_what_waits_for_them_waiting_for_the_rest_only(app, sql):
+    from jobsweb import enqueue
+    from tests.test_worker import make_worker
+
+    with app.app_context():
+        done = enqueue("test.record")
+        died = enqueue("jobsweb.fail", max_attempts=1)
+        make_worker(app).run()
+        later = enqueue("test.record", run_at=None, queue="held")
+        after_done = enqueue("test.record", after=[done, later])
+        after_died = enqueue("test.record", after=[died, later], after_failure="run")
+    long_ago(sql, done, died)
+    with committed(app):
+        retention.prune()
+    assert remaining(sql) == {later, after_done, after_died}
+    assert sql("SELECT status, waiting_for FROM job_runs WHERE id = ANY(%s) ORDER BY id", [[after_done, after_died]]) \
+        == [("waiting", 1), ("waiting", 1)]
+    make_worker(app).run()
+    assert sql("SELECT status FROM job_runs WHERE id = ANY(%s) ORDER BY id", [[later, after_done, after_died]]) \
+        == [("succeeded",), ("succeeded",), ("succeeded",)]
+
+
+def test_pruning_a_batchs_ended_members_leaves_it_to_finish_with_its_last_member(app, sql):
+    from jobsweb import batch
+    from tests.test_worker import make_worker
+
+    with app.app_context():
+        with batch(on_finish="test.batch_callback") as export:
+            first = export.enqueue_many("test.record", [{}, {}])
+            last = export.enqueue("test.record", run_at=None, queue="held")
+    make_worker(app, queues=["default"]).run()
+    long_ago(sql, *first)
+    with committed(app):
+        retention.prune()
+    assert remaining(sql) == {last, export.callbacks["on_finish"]}
+    assert sql("SELECT pending FROM job_batches") == [(1,)]
+    make_worker(app).run()
+    assert sql("SELECT status FROM job_runs WHERE id = %s", [export.callbacks["on_finish"]]) == [("succeeded",)]

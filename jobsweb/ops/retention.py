@@ -4,6 +4,14 @@ Run daily by the built-in `jobsweb.prune` definition (migration 0007_retention),
 is defined here, and by `flask jobs prune [--dry-run]`. Deletes go in batches of JOBSWEB_PRUNE_BATCH runs, each its own
 short transaction, so that workers claiming and finishing runs never wait long behind it and
 autovacuum can reclaim the space as it goes. `failed` runs will be retried: never pruned.
+
+Workflows (docs/WORKFLOWS.md) need nothing of pruning: it deletes only ended runs (RETENTION's
+statuses, past their days), and the end of each was counted when it happened, in its own
+transaction (the trigger job_runs_workflow): runs waiting for it were counted down or cancelled
+then, and its batch's `pending` counted it. So a waiting run waits only for runs not yet ended,
+which are never pruned, and a batch's `pending` only for members not yet ended; the job_run_deps
+rows of a pruned run go with it (ON DELETE CASCADE), and a retried dependent recounts from the
+rows left (tests/test_prune.py). A run deleted before it ended is another matter: run_actions.delete.
 """
 
 from dataclasses import dataclass
