@@ -101,3 +101,20 @@ def test_the_dashboard_never_counts_a_waiting_run_as_due(app, sign_in, sql):
     sql("UPDATE job_runs SET run_at = now() - interval '1 hour'")
     html = sign_in("viewer").get("/").get_data(as_text=True)
     assert "1 run due now" in html
+
+
+def test_cancelling_the_rest_of_a_large_batch_goes_a_bulk_batch_of_members_per_transaction(app, sign_in, sql):
+    app.config["JOBSWEB_BULK_BATCH"] = 7
+    with app.app_context():
+        with batch(on_finish="test.batch_callback", on_success="test.batch_callback") as export:
+            export.enqueue_many("test.record", [{}] * 20, run_at=None, queue="held")
+    client = sign_in("operator")
+    response = client.post(f"/batches/{export.id}/cancel", data={"csrf_token": csrf_token(client, "/")})
+    assert response.status_code == 302
+    assert "Cancelled 20 members of batch" in client.get(response.location).get_data(as_text=True)
+    assert sql("SELECT pending, failures, finishes FROM job_batches") == [(0, 20, 1)]
+    assert sql("SELECT batch_callback, status FROM job_runs WHERE batch_callback IS NOT NULL ORDER BY 1") == [
+        ("on_finish", "queued"), ("on_success", "cancelled")]
+    # Three transactions, so three xmin values among the members.
+    assert sql("SELECT count(DISTINCT xmin::text) FROM job_runs WHERE batch_callback IS NULL") == [(3,)]
+    assert sql("SELECT detail->>'changed' FROM jobsweb_audit_log WHERE action = 'batch_cancel'") == [("20",)]

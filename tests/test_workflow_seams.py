@@ -177,3 +177,15 @@ def test_0024_goes_down_to_the_workflow_trigger_of_0020_and_up_again(scratch_dat
     assert workflow_function(head) == before
     at(head, upgrade, "head")
     assert workflow_function(head) == after
+
+
+def test_retrying_a_run_whose_cancel_reached_20000_runs_on_its_page_makes_them_all_wait_again(app, sql, sign_in):
+    root = wide(app, sql, 20_000)
+    with app.app_context():
+        run_actions.cancel([root])
+        db.session.commit()
+    client = sign_in("operator")
+    response = client.post(f"/runs/{root}/retry", data={"csrf_token": csrf_token(client, "/")})
+    assert response.status_code == 302
+    assert sql("SELECT status, waiting_for, reason, count(*) FROM job_runs WHERE id > %s GROUP BY 1, 2, 3",
+               [root]) == [("waiting", 1, None, 20_000)]

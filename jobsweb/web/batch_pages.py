@@ -1,7 +1,7 @@
 """A batch's page: its counts as a bar, its members (the runs list's table, filtered to it), its
 callback runs; retry its failed members, cancel the rest."""
 
-from flask import Blueprint, abort, flash, redirect, request, url_for
+from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
 from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
@@ -45,23 +45,40 @@ def detail(batch_id):
 
 def _act(batch_id, action):
     _batch_or_404(batch_id)
+    statuses = RETRYABLE if action == "retry" else CANCELLABLE
+    ids = workflows.batch_members(batch_id, statuses)
+    size = current_app.config["JOBSWEB_BULK_BATCH"]
+    changed, requested = [], []
     try:
-        # One transaction however many members, so bounded on the server: what waits for them
-        # changes with them, and a batch of 100,000 members is one statement per step.
-        outage.limit_action()
-        if action == "retry":
-            changed, requested = run_actions.retry(workflows.batch_members(batch_id, RETRYABLE)), []
-        else:
-            changed, requested = run_actions.cancel(workflows.batch_members(batch_id, CANCELLABLE))
+        # JOBSWEB_BULK_BATCH members per transaction, as the runs list's bulk actions: each member's
+        # end updates the batch's row, and 100,000 updates of one row in one transaction walk an
+        # ever longer chain of its versions (minutes); each transaction is bounded on the server.
+        for start in range(0, len(ids), size):
+            outage.limit_action()
+            if action == "retry":
+                done, asked = run_actions.retry(ids[start:start + size]), []
+            else:
+                done, asked = run_actions.cancel(ids[start:start + size])
+            db.session.commit()
+            changed += done
+            requested += asked
     except OperationalError as exc:
         if not outage.stopped(exc):
             raise
+        db.session.rollback()
+        if changed or requested:
+            _audit(batch_id, action, changed, requested)
         return outage.gave_up(f"{'Retrying' if action == 'retry' else 'Cancelling'} the members of batch {batch_id}",
-                              f"no member was {'retried' if action == 'retry' else 'cancelled'}")
-    audit.record(f"batch_{action}", "batch", batch_id, changed=len(changed), cancel_requested=len(requested))
-    db.session.commit()
+                              "the members of its last step were not changed",
+                              bulk_message(action, len(changed), len(requested), "member") + " " if changed else "")
+    _audit(batch_id, action, changed, requested)
     flash(bulk_message(action, len(changed), len(requested), "member", f" of batch {batch_id}"))
     return redirect(url_for("jobsweb.batches.detail", batch_id=batch_id))
+
+
+def _audit(batch_id, action, changed, requested):
+    audit.record(f"batch_{action}", "batch", batch_id, changed=len(changed), cancel_requested=len(requested))
+    db.session.commit()
 
 
 @bp.post("/<int:batch_id>/retry")

@@ -30,7 +30,9 @@ fire the trigger again (its WHEN: a waiting run cancelled inside the trigger, no
 callback, is one of the cascade's): the cascade counts their batches (jobsweb_batch_ended, one
 update per batch) and their dependents with after_failure="run" (jobsweb_count_down) itself. The
 WHEN also lets through only changes into or out of an end (succeeded, dead, cancelled): a batch
-member's claim (queued -> running) no longer calls the function for nothing.
+member's claim (queued -> running) no longer calls the function for nothing. The retry's revive
+(0020's other recursive statement: retrying that run afterwards took over 120 s) goes level by
+level the same way (jobsweb_revive_below): 4.6 s for 100,000 on a loaded machine.
 """
 
 from alembic import op
@@ -176,6 +178,43 @@ BEGIN
 END
 $cancel$;
 
+-- Run `_root` was retried: the runs its end cancelled (reason `_root_reason`), and those
+-- cancelled below them ("run 813 ended cancelled"), wait again, each for those of its runs not
+-- succeeded; a level of the graph per statement, as jobsweb_cancel_below. A revived run that
+-- others wait for, or a batch's member, fires the trigger (its after_failure="run" dependents
+-- wait for it again; its batch reopens): only those.
+CREATE FUNCTION jobsweb_revive_below(_root bigint, _root_reason text) RETURNS void
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan  -- the arrays' lengths known to the planner
+AS $revive$
+DECLARE
+    _frontier bigint[] := ARRAY[_root];
+    _reasons text[] := ARRAY[_root_reason];  -- what the level above's end wrote on what it cancelled
+    _ids bigint[];
+    _locked bigint[];
+BEGIN
+    LOOP
+        SELECT array_agg(DISTINCT d.run_id) INTO _ids FROM job_run_deps d WHERE d.after_id = ANY(_frontier);
+        EXIT WHEN _ids IS NULL;
+        SELECT array_agg(l.id) INTO _locked
+        FROM (SELECT id FROM job_runs WHERE id = ANY(_ids) AND status = 'cancelled' AND reason = ANY(_reasons)
+              ORDER BY id FOR NO KEY UPDATE) l;
+        EXIT WHEN _locked IS NULL;
+        WITH revived AS (
+            UPDATE job_runs w
+            SET status = 'waiting', finished_at = NULL, reason = NULL, updated_at = now(),
+                waiting_for = (SELECT count(*) FROM job_run_deps d JOIN job_runs a ON a.id = d.after_id
+                               WHERE d.run_id = w.id AND a.status <> 'succeeded')
+            WHERE w.id = ANY(_locked)
+            RETURNING w.id, w.awaited
+        )
+        SELECT array_agg(id) FILTER (WHERE awaited) INTO _frontier FROM revived;
+        EXIT WHEN _frontier IS NULL;
+        SELECT array_agg('run ' || f.id || ' ended cancelled') INTO _reasons FROM unnest(_frontier) AS f(id);
+    END LOOP;
+END
+$revive$;
+
 CREATE OR REPLACE FUNCTION jobsweb_workflow_step() RETURNS trigger
 LANGUAGE plpgsql
 SET jit = off
@@ -208,22 +247,7 @@ BEGIN
                   WHERE d.after_id = NEW.id AND r.status = 'waiting' AND r.run_after_failure
                   ORDER BY r.id FOR NO KEY UPDATE OF r) l
             WHERE w.id = l.id;
-            WITH RECURSIVE revived(id) AS (
-                SELECT w.id FROM job_run_deps d JOIN job_runs w ON w.id = d.run_id
-                WHERE d.after_id = NEW.id AND w.status = 'cancelled'
-                  AND w.reason = 'run ' || NEW.id || ' ended ' || OLD.status
-                UNION
-                SELECT w.id FROM revived x
-                JOIN job_run_deps d ON d.after_id = x.id JOIN job_runs w ON w.id = d.run_id
-                WHERE w.status = 'cancelled' AND w.reason = 'run ' || x.id || ' ended cancelled'
-            )
-            UPDATE job_runs w
-            SET status = 'waiting', finished_at = NULL, reason = NULL, updated_at = now(),
-                waiting_for = (SELECT count(*) FROM job_run_deps d JOIN job_runs a ON a.id = d.after_id
-                               WHERE d.run_id = w.id AND a.status <> 'succeeded')
-            FROM (SELECT r.id FROM job_runs r WHERE r.id IN (SELECT id FROM revived) AND r.status = 'cancelled'
-                  ORDER BY r.id FOR NO KEY UPDATE) l
-            WHERE w.id = l.id;
+            PERFORM jobsweb_revive_below(NEW.id, 'run ' || NEW.id || ' ended ' || OLD.status);
         END IF;
         -- ... and, if it waits for runs itself, it waits again for those not ended as it needs
         -- (recounted from the runs it still has: one deleted meanwhile is no longer waited for).
@@ -439,6 +463,7 @@ WHEN (OLD.status IS DISTINCT FROM NEW.status
       AND (NEW.awaited OR NEW.batch_id IS NOT NULL OR NEW.waiting_for IS NOT NULL))
 EXECUTE FUNCTION jobsweb_workflow_step();
 DROP FUNCTION jobsweb_cancel_below(bigint, text);
+DROP FUNCTION jobsweb_revive_below(bigint, text);
 DROP FUNCTION jobsweb_batch_ended(bigint, integer, integer);
 DROP FUNCTION jobsweb_count_down(bigint[], boolean);
 """
