@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import claim_conditions, measures, process_measures, report, workflows
+from . import claim_conditions, measures, process_measures, report, seams, workflows
 from .server import KINDS, Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ FULL = {
     "claim_seconds": 10, "jit_drain": 5000,
     "backlog_due": 10_000, "backlog_future": 1_000_000, "backlog_paused": 100_000, "backlog_claim": 100,
     "workflow_waiting": 1_000_000, "workflow_batch": 100_000, "workflow_chain": 1000,
+    "seams_dependents": 100_000,
 }
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
@@ -52,6 +53,7 @@ QUICK = {
     "claim_seconds": 3, "jit_drain": 1000,
     "backlog_due": 1000, "backlog_future": 20_000, "backlog_paused": 2000, "backlog_claim": 100,
     "workflow_waiting": 20_000, "workflow_batch": 2000, "workflow_chain": 50,
+    "seams_dependents": 5000,
 }
 
 
@@ -63,6 +65,7 @@ ALONE = {
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
+    "seams": seams.wide_graph,
 }
 
 
@@ -116,6 +119,7 @@ def suite(bench):
     results["alerts"] = process_measures.alerts_without_workers(bench)
     results["backlog"] = claim_conditions.backlog(bench)
     results["workflows"] = workflows.workflows(bench)
+    results["seams"] = seams.wide_graph(bench)
     # Last: it switches the server's JIT settings (and puts them back as shipped).
     results["jit"] = claim_conditions.jit(bench)
     results["seconds"] = time.monotonic() - bench.started

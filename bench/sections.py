@@ -1,6 +1,7 @@
 """One server's sections of docs/BENCHMARKS.md, §1 to §15, from its results; report.py puts
 every server's under each heading."""
 
+from .seams import seams_section
 from .targets import fmt, ratio
 
 
@@ -169,6 +170,7 @@ def server_sections(r):
         *extra_sections(r),
         *server_conditions(r),
         *workflow_section(r),
+        *seams_section(r),
     ]
     return lines
 
