@@ -7,9 +7,10 @@ database, through jobsweb's own engine (core/deadlines.py); a team's engine, ins
 app, keeps the bounds the team gave it, and its errors get the same 503 page here.
 
 An action that may change very many runs (cancel, delete, retry: a graph of 100,000 runs waiting
-for one another) is also bounded on the server, a little under that (`limit_action`): past it
-the server stops the statement and releases its locks, instead of going on for minutes after
-the cut socket, and the page says in words that nothing was changed (`gave_up`).
+for one another) has a longer bound, ACTION_ROUND_TRIP_LIMIT, and is also bounded on the server a
+little under it (`limit_action`): past that the server stops the statement and releases its
+locks, instead of going on for minutes after a cut socket, and the page says in words that
+nothing was changed (`gave_up`).
 """
 
 import logging
@@ -32,9 +33,13 @@ log = logging.getLogger("jobsweb.web")
 ROUND_TRIP_LIMIT = 5.0
 RETRY_AFTER = 5  # seconds, in the 503's Retry-After
 ERRORS = (OperationalError, PoolTimeout)
-# Seconds the server may spend on a statement of an operator's action on runs: under
-# ROUND_TRIP_LIMIT by enough for the server's error to come back before the client cuts.
-ACTION_LIMIT = ROUND_TRIP_LIMIT - 0.5
+# An operator's action on runs (cancel, delete, retry) may change 100,000 runs waiting for one
+# another: seconds of writing on a busy server (about 3 s on a quiet one), a statement that
+# answers, not a silent path. Its round trips get this longer bound (gunicorn's timeout is 60 s),
+# and the server stops its statements a little before (ACTION_LIMIT), so that the server's error
+# comes back before the client cuts: then the server has stopped and released its locks.
+ACTION_ROUND_TRIP_LIMIT = 15.0
+ACTION_LIMIT = ACTION_ROUND_TRIP_LIMIT - 0.5
 QUERY_CANCELED = "57014"  # the SQLSTATE of a statement the server stopped (statement_timeout)
 
 
@@ -73,8 +78,13 @@ def explain(exc):
 
 
 def limit_action():
-    """The rest of this transaction's statements are stopped by the server past ACTION_LIMIT
-    (each transaction of a bulk action says so again: SET LOCAL ends with it)."""
+    """The rest of the request's round trips wait up to ACTION_ROUND_TRIP_LIMIT, and this
+    transaction's statements are stopped by the server past ACTION_LIMIT (each transaction of a
+    bulk action says so again: SET LOCAL ends with it)."""
+    stack = g.get("jobsweb_bounds")
+    if stack is not None and not g.get("jobsweb_action_bound"):
+        stack.enter_context(deadlines.bounded(ACTION_ROUND_TRIP_LIMIT))  # lifted with the request's own
+        g.jobsweb_action_bound = True
     run_actions.limit_on_server(ACTION_LIMIT)
 
 
