@@ -26,7 +26,7 @@ OLDEST_VENV := .cache/venv-oldest
 OLDEST_PINS := examples/requirements-oldest.txt
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test drills bench bench-quick
+.PHONY: run test test-model drills bench bench-quick
 run: $(STAMP)
 	$(BIN)/flask --app wsgi dev
 
@@ -53,6 +53,13 @@ test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POST
 	echo "embedded server, the other tests (exit $$rest): $$(tail -n 1 $(TEST_LOGS)/embedded-rest.log)"; \
 	echo "stock server, both_servers tests (exit $$stock): $$(tail -n 1 $(TEST_LOGS)/stock-both.log)"; \
 	[ $$both -eq 0 ] && [ $$rest -eq 0 ] && [ $$stock -eq 0 ]
+
+# The model test of the run lifecycle at length (docs/RELIABILITY.md): new random examples at each
+# run, on the embedded server; `make test` runs 200 fixed ones on each server.
+# make test-model EXAMPLES=20000
+test-model: $(STAMP)
+	JOBSWEB_MODEL_EXAMPLES=$(or $(EXAMPLES),5000) JOBSWEB_MODEL_RANDOM=1 JOBSWEB_TEST_SERVER=embedded \
+		env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider -q tests/test_lifecycle_model.py
 
 # The reliability drills at full size, printing their figures (docs/RELIABILITY.md).
 # make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
