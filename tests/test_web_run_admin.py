@@ -134,7 +134,7 @@ def test_delete_selected_and_all_matching_say_what_waits_and_which_batches_count
     # Every waiting run matches too: deleted, so not said to be cancelled.
     every = client.post("/runs/delete", data={"csrf_token": token, "action": "delete-all",
                                               "job_type": "test.record"}).get_data(as_text=True)
-    assert "wait for these" not in every
+    assert "for these and will be cancelled" not in every
     assert "2 of these are members of open batches" in every
     client.post("/runs/delete", data={"csrf_token": token, "action": "delete", "confirmed": "yes",
                                       "ids": [str(root), str(members[0]), str(members[1])]})

@@ -101,7 +101,7 @@ def wide(app, sql, dependents):
     """A queued root and `dependents` runs waiting for it, enqueued after job_runs was analysed
     without waiting runs (as autovacuum leaves a table): the planner takes 'waiting' for rare."""
     with app.app_context():
-        enqueue_many("test.record", [{}] * 100)
+        enqueue_many("test.record", [{}] * 1000)
     sql("ANALYZE job_runs")
     sql("ANALYZE job_run_deps")
     with app.app_context():
