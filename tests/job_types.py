@@ -304,3 +304,15 @@ def pair_up(ctx):
     finally:
         with _pairs_lock:
             pairs["running"] -= 1
+
+
+@job("test.started")
+def started(ctx):
+    """Record that its handler began (test_executions.at is clock_timestamp(), committed at once),
+    then sleep payload["seconds"]: the order and times handlers start in, as the database saw them.
+    payload["until"]: then also wait (ignoring cancellation) until that file exists."""
+    record_execution(ctx)
+    db.session.commit()
+    time.sleep(float(ctx.payload.get("seconds", 0)))
+    while ctx.payload.get("until") and not os.path.exists(ctx.payload["until"]):
+        time.sleep(0.02)

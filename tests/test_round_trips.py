@@ -6,7 +6,8 @@ import logging
 from jobsweb.core.logs import RunEventRecord
 from jobsweb.engine.execution import Deadlines, Held
 from jobsweb.engine.round_trips import Trip
-from jobsweb.engine.worker import _WAKE, FINISH_APART
+from jobsweb.engine.stopping import WAKE
+from jobsweb.engine.worker import FINISH_APART
 from tests.processes import insert_many
 from tests.test_worker import add, make_worker
 
@@ -60,9 +61,10 @@ def test_runs_a_trip_brings_back_after_a_sigterm_go_back_to_the_queue_unstarted(
     worker.lanes[0].send(Trip.build(worker, [], 3, busy=0))
     worker.request_stop()  # arrives while the claim is under way
     worker._flush()  # takes the trip back, then writes what became of its runs
+    # No handler began: no attempt is recorded, and the one the claim counted is given back.
     assert sql("SELECT id, status, attempts, locked_by FROM job_runs ORDER BY id") == [
-        (run_id, "queued", 1, None) for run_id in run_ids]
-    assert sql("SELECT outcome, count(*) FROM job_attempts GROUP BY outcome") == [("interrupted", 3)]
+        (run_id, "queued", 0, None) for run_id in run_ids]
+    assert sql("SELECT count(*) FROM job_attempts") == [(0,)]
     assert executions(sql) == [] and worker.held == {}
     worker._shut_down()
 
@@ -75,7 +77,7 @@ def test_a_wake_up_that_came_while_a_claim_was_under_way_is_claimed_for_at_once(
     worker.lanes[0].send(Trip.build(worker, [], 4, busy=0))  # reads job_runs before the run below exists
     worker._collect(None)  # the claim came back empty; the loop has not taken it back yet
     run_id = add(app, "jobsweb.noop")  # committed with its NOTIFY, which the listener turns into:
-    worker.finished.put(_WAKE)
+    worker.finished.put(WAKE)
     worker._collect(0)
     sent = trips_sent(worker.lanes[0])
     worker.tick()  # takes the short claim back: the next one goes at once, not at the next poll

@@ -8,7 +8,10 @@ wait in the pool's queue (threads) or on its semaphore (async) and start the mom
 frees, while the loop's next round trip is under way.
 
 Runs claimed ahead are held like running ones (Worker.held): heartbeats extend their leases,
-a SIGTERM releases those not started, and a worker killed outright leaves them to lease
+a SIGTERM releases those not started (engine/stopping.py: no attempt recorded, the claim's
+given back), their started_at counts from when their handler began (the time they waited is
+added at FINISH_RUNS; for sync handlers: an async one's task does not say yet when it began, and
+its release is an interrupted attempt), and a worker killed outright leaves them to lease
 recovery like its running runs (which fails the attempt the claim counted, so the claim never
 takes a run on its last attempt ahead of a free slot: it would end dead without having run).
 Slow jobs finish few runs per second, so nothing is claimed ahead of them and no other worker
@@ -55,7 +58,7 @@ class ClaimAhead:
         if self.window_start is not None and now - self.window_start >= 2 * RATE_WINDOW:
             self.finished(0, now)  # nothing finished for a while: the rate fell
         # Fewer runs per CLAIM_AHEAD_SECONDS than slots: each takes longer than that, far longer
-        # than a round trip, and a run claimed ahead would only wait (its started_at too early).
+        # than a round trip, and a run claimed ahead would only wait.
         ahead = self.ahead if self.ahead >= concurrency else 0
         room = concurrency + ahead - busy
         if busy < concurrency or room >= max(1, ahead // 2):

@@ -30,7 +30,7 @@ class Outcome:
     job_type: str
     attempt: int
     worker: str
-    outcome: str  # succeeded | failed | interrupted | cancelled
+    outcome: str  # succeeded | failed | interrupted | cancelled | released
     result: object = None
     error_type: str | None = None
     error: str | None = None
@@ -38,6 +38,7 @@ class Outcome:
     delay: float = 0.0  # seconds before the retry, when it fails
     give_up: bool = False  # True: dead now, whatever attempts remain
     output: str | None = None  # the tail of what the handler logged (output.py)
+    waited: float = 0.0  # seconds it was held before its handler began (claimed ahead): FINISH_RUNS
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Held:
     cancel_requested: bool = False  # an operator cancelled it (seen by a heartbeat)
     abort: object = None  # cancels an async handler's task (set by the event loop running it)
     forced: bool = False  # stopped by force, maybe before its task started
+    landed: float | None = None  # time.monotonic() when its claim came back to the worker
+    began: float | None = None  # time.monotonic() when its handler began (None: not begun)
 
     def stop(self, force=False):
         """Ask the handler to stop (ctx.cancelled). force: the worker gave the run up or an operator
@@ -63,6 +66,12 @@ class Held:
             self.forced = True
             if self.abort is not None:
                 self.abort()
+
+    def waited(self):
+        """Seconds between its claim's return and its handler's start: time spent claimed ahead."""
+        if self.began is None or self.landed is None:
+            return 0.0
+        return max(self.began - self.landed, 0.0)
 
 
 class Deadlines:
@@ -110,6 +119,7 @@ class Finished:
     exc: BaseException | None = None
     seconds: float = 0.0
     output: str | None = None
+    begun: bool = True  # False: asked to stop before its handler was called, which never was
 
 
 def clip(text, limit):
@@ -132,9 +142,10 @@ def check_result(result):
 
 def run_handler(app, held):
     """Call the (sync) handler of one held run inside an app context; never raises."""
-    started = time.monotonic()
     if held.ctx.cancelled:  # released or given up while it waited for a slot (claimed ahead)
-        return Finished(held, exc=Cancelled(f"run {held.ctx.run_id} was asked to stop before it started"))
+        return Finished(held, exc=Cancelled(f"run {held.ctx.run_id} was asked to stop before it started"),
+                        begun=False)
+    held.began = started = time.monotonic()
     with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged:
         finished = _call(app, held, started)
     finished.output = logged.text()
@@ -168,6 +179,12 @@ class Pool:
         self.idle = 0  # threads waiting for a handler to run
         self.cond = threading.Condition()
         self.threads = []
+
+    def withdraw(self):
+        """Take back the held runs no thread has taken yet: they will not start here."""
+        with self.cond:
+            helds, self.waiting = list(self.waiting), collections.deque()
+        return helds
 
     def submit(self, helds):
         """Queue held runs for the threads: one lock and one wake-up call per batch."""
@@ -231,6 +248,7 @@ class Failures:
         stopping worker, or failed (retried or dead); with what it logged."""
         outcome = self._ended(worker, finished, stopping)
         outcome.output = finished.output
+        outcome.waited = finished.held.waited()
         return outcome
 
     def _ended(self, worker, finished, stopping):
@@ -257,6 +275,12 @@ def interrupted(run_id, job_type, attempt, worker, why):
                    error=f"worker {worker}: {why}")
 
 
+def released(run_id, job_type, attempt, worker):
+    """A run a stopping worker held whose handler never began: back to the queue as it was, with
+    no attempt recorded and the claim's given back (FINISH_RUNS)."""
+    return Outcome(run_id, job_type, attempt, worker, "released")
+
+
 def finish_params(outcomes):
     """FINISH_RUNS parameters: one array per column, one element per outcome."""
     return {
@@ -271,16 +295,24 @@ def finish_params(outcomes):
         "delays": [o.delay for o in outcomes],
         "give_up": [o.give_up for o in outcomes],
         "outputs": [o.output for o in outcomes],
+        "waits": [o.waited for o in outcomes],
     }
 
 
 def log_finished(outcomes, rows):
-    """One log line per written outcome; a warning for each the guard rejected. Returns count written."""
+    """One log line per written outcome; a warning for each the guard rejected. Returns the count
+    of attempts written (a run released unstarted is not one)."""
     by_id = {o.run_id: o for o in outcomes}
+    unstarted = 0
     for run_id, status, retry_in, seconds in rows:
         o = by_id.pop(run_id)
         fields = dict(run_id=run_id, job_type=o.job_type, attempt=o.attempt, duration=seconds, worker=o.worker)
-        if status == "succeeded":
+        if o.outcome == "released":
+            unstarted += 1
+            run_event(log, logging.INFO, "released", "run %d %s released back to the queue unstarted (attempt %d "
+                      "given back)", run_id, o.job_type, o.attempt, run_id=run_id, job_type=o.job_type,
+                      attempt=o.attempt, worker=o.worker)
+        elif status == "succeeded":
             run_event(log, logging.INFO, "succeeded", "run %d %s succeeded (attempt %d)", run_id, o.job_type,
                       o.attempt, **fields)
         elif status == "failed":
@@ -299,7 +331,7 @@ def log_finished(outcomes, rows):
         run_event(log, logging.WARNING, "rejected", "run %d %s: outcome of attempt %d rejected: the run is no "
                   "longer held by %s", o.run_id, o.job_type, o.attempt, o.worker, run_id=o.run_id,
                   job_type=o.job_type, attempt=o.attempt, worker=o.worker)
-    return len(rows)
+    return len(rows) - unstarted
 
 
 def finish_each(run, outcomes):

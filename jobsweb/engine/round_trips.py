@@ -25,6 +25,7 @@ and takes trips back.
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 import psycopg
@@ -45,6 +46,7 @@ class Trip:
     results: list | None = None  # rows of each statement, once back
     error: BaseException | None = None  # what Link.fetch_together raised instead
     lane: "Lane | None" = None  # where it was sent
+    back_at: float | None = None  # time.monotonic() when it came back: its claimed runs are held from then
 
     @classmethod
     def build(cls, worker, outcomes, limit, busy, counted=0):
@@ -101,6 +103,7 @@ class Lane:
             trip.results = self.link.fetch_together(trip.batch)
         except Exception as exc:  # noqa: BLE001 - handed to the loop thread, which decides
             trip.error = exc
+        trip.back_at = time.monotonic()
 
     def _serve(self):
         while (trip := self.trips.get()) is not None:

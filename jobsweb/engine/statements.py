@@ -182,19 +182,21 @@ SELECT * FROM jobsweb_claim_runs(%(worker)s, %(lease)s, %(job_types)s, %(limit)s
 """
 
 # Finish many attempts in one statement and record each in job_attempts. One row per attempt:
-# outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of
-# attempts, then dead), 'interrupted' (back to queued, due now, the attempt given back) or 'cancelled' (the handler
-# stopped because an operator cancelled it). A run whose cancellation was requested is never
-# retried or re-queued: whatever else its attempt came to, it ends cancelled. `worker` is the holder the
-# guard expects: this worker for its own runs, the dead holder when recovering a lease.
-# Runs of a definition also update that definition's state, in the same round trip.
+# outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of attempts,
+# then dead), 'interrupted' (back to queued, due now, the attempt given back), 'cancelled' (the
+# handler stopped because an operator cancelled it) or 'released' (held by a stopping worker, no
+# handler began: queued again, nothing recorded). A run whose cancellation was requested ends
+# cancelled whatever its attempt came to. `worker` is the holder the guard expects: this worker,
+# or the dead holder when recovering a lease. Runs of a definition also update its state.
+# `waited`: seconds a run claimed ahead waited in the worker for a slot (time.monotonic there),
+# added to the claim's started_at; the database's clock stays the only wall clock.
 FINISH_RUNS = """
 WITH outcome AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(workers)s::text[], %(outcomes)s::text[],
         %(results)s::jsonb[], %(error_types)s::text[], %(errors)s::text[], %(stacks)s::text[],
-        %(delays)s::float8[], %(give_up)s::bool[], %(outputs)s::text[]
-    ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up, output)
+        %(delays)s::float8[], %(give_up)s::bool[], %(outputs)s::text[], %(waits)s::float8[]
+    ) AS o(id, attempt, worker, outcome, result, error_type, error, stack, delay, give_up, output, waited)
 ),
 -- Workflows: the batches of these runs and the runs waiting for them are locked first, in id
 -- order (batches, then runs), before any run is updated. The trigger job_runs_workflow (migration
@@ -217,7 +219,7 @@ decided AS (
            CASE
                WHEN o.outcome = 'succeeded' THEN 'succeeded'
                WHEN o.outcome = 'cancelled' OR r.cancel_requested_at IS NOT NULL THEN 'cancelled'
-               WHEN o.outcome = 'interrupted' THEN 'queued'
+               WHEN o.outcome IN ('interrupted', 'released') THEN 'queued'
                WHEN o.give_up OR r.attempts >= r.max_attempts THEN 'dead'
                ELSE 'failed'
            END AS new_status
@@ -228,7 +230,7 @@ finished AS (
     SET status = d.new_status,
         run_at = CASE d.new_status
                      WHEN 'failed' THEN now() + make_interval(secs => d.delay)
-                     WHEN 'queued' THEN now()
+                     WHEN 'queued' THEN CASE d.outcome WHEN 'released' THEN r.run_at ELSE now() END
                      ELSE r.run_at
                  END,
         finished_at = CASE WHEN d.new_status IN ('succeeded', 'dead', 'cancelled') THEN now() END,
@@ -236,13 +238,13 @@ finished AS (
         last_error = coalesce(d.error, r.last_error),
         error_type = coalesce(d.error_type, r.error_type),
         last_stack = CASE WHEN d.error IS NULL THEN r.last_stack ELSE d.stack END,
-        -- An interrupted attempt (a deploy's SIGTERM, a claim released unstarted) was not the
-        -- run's fault: it stays in job_attempts but is given back, as Oban's snooze does, so
-        -- that three deploys during a long run do not end it dead.
-        max_attempts = r.max_attempts + (d.new_status = 'queued')::int,
-        locked_by = NULL,
-        locked_until = NULL,
-        updated_at = now()
+        -- An interrupted attempt (a deploy's SIGTERM) was not the run's fault: recorded, but given
+        -- back, as Oban's snooze does (three deploys during a long run do not end it dead); a
+        -- released run never began: no attempt recorded, and the claim's is taken back.
+        max_attempts = r.max_attempts + (d.new_status = 'queued' AND d.outcome = 'interrupted')::int,
+        attempts = r.attempts - (d.outcome = 'released')::int,
+        started_at = r.started_at + make_interval(secs => d.waited),
+        locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM decided d
     WHERE r.id = d.id
       AND r.attempts = d.attempt
@@ -291,7 +293,7 @@ recorded AS (
     INSERT INTO job_attempts (run_id, attempt, worker, started_at, finished_at, outcome,
                               error_type, error, stack, output)
     SELECT id, attempt, worker, started_at, now(), outcome, error_type, error, stack, output
-    FROM finished
+    FROM finished WHERE outcome <> 'released'
 )
 -- seconds: how long the attempt took by the database clock, for the worker's log line.
 SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,

@@ -12,34 +12,29 @@ import logging
 import os
 import queue
 import secrets
-import signal
 import socket
-import threading
 import time
 
 from . import registry, upkeep, workflows
 from ..core.logs import flush_events, run_event
 from .async_execution import AsyncPool
 from .claim_ahead import ClaimAhead
-from .execution import Deadlines, Failures, Held, Outcome, Pool, interrupted, log_finished
+from .execution import Deadlines, Failures, Held, Outcome, Pool, log_finished, released
 from .flow import LimitWait
 from .held_leases import LeaseHolder
 from .link import DatabaseUnavailable, Link
 from .outages import RECONNECT_FIRST_DELAY, OutageWaits
 from .registry import JobContext
 from .round_trips import Lane, Trip, TripKeeper
+from .stopping import LAST_WRITES_SECONDS, WAKE, Stopping
 from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
 
-# A stopping worker's time to record what it can after its deadline: a few round trips even on a slow
-# link, leaving room to exit within the promised 5 s (with 3 s, exits took over 7 s at load 8).
-LAST_WRITES_SECONDS = 2.0
 # Outcomes this many or more go out on a lane of their own, while the claim goes on the other:
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
 # with the claim, in its one commit: a quiet worker uses one connection.
 FINISH_APART = 64
-_WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
 
 
 def worker_id():
@@ -47,7 +42,7 @@ def worker_id():
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-class Worker(LeaseHolder, TripKeeper, OutageWaits):
+class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
                  max_runtime=None, forever=False, duties=(), queues=None, listen_conninfo=None):
         config = app.config
@@ -111,7 +106,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
             restore()
             return 0
         if self.listen:
-            self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(_WAKE)).start()
+            self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(WAKE)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "",
                  f", queues {','.join(self.queues)}" if self.queues else "")
@@ -123,7 +118,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
                 now = time.monotonic()
                 if self.stop_requested and drain_until is None:
                     drain_until = now + self.shutdown_timeout
-                    self._cancel_held("worker is shutting down")
+                    self._stop_held("worker is shutting down")
                     self._last_writes_until(drain_until + LAST_WRITES_SECONDS)
                 if self.stop_requested > 1:  # a second signal: stop waiting for handlers
                     drain_until = now
@@ -245,7 +240,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
         return workflows.batch_of_run(self.link.fetch, run_id)
 
     def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id,
-               run_timeout, run_lease, backoff_base, backoff_cap):
+               run_timeout, run_lease, backoff_base, backoff_cap, landed=None):
         job = registry.get(job_type)
         ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
                          _extend_lease=self.extend_lease, _report_progress=self.report_progress,
@@ -256,7 +251,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
         # A definition may lengthen the lease, never shorten it: heartbeats come every third
         # of this worker's lease, and a shorter one would expire between two of them.
         self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
-                                 (backoff_base, backoff_cap))
+                                 (backoff_base, backoff_cap), landed=landed)
         self.deadlines.add(run_id, self.held[run_id])
         self.busy += 1
         # DEBUG: one INFO line per run, when it ends (its duration says when it started).
@@ -275,11 +270,11 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
             return
         while not self.finished.empty():  # only this thread takes from it
             items.append(self.finished.get_nowait())
-        self.woken = self.woken or any(item is _WAKE for item in items)
+        self.woken = self.woken or any(item is WAKE for item in items)
         for item in items:
             if isinstance(item, Trip):
                 self.returned.append(item)
-            elif item is not _WAKE:
+            elif item is not WAKE:
                 self._handler_returned(item)
 
     def _handler_returned(self, finished):
@@ -292,6 +287,9 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
             log.warning("run %d %s: attempt %d returned after this worker gave it up; result ignored",
                         ctx.run_id, ctx.job_type, ctx.attempt)
             return
+        if not finished.begun and self.stop_requested:
+            self._unstarted(held)  # it waited for a thread and saw the stop request first
+            return
         del self.held[ctx.run_id]
         self.pending.append(self.failures.outcome_of(self.id, finished, stopping=bool(self.stop_requested)))
 
@@ -301,15 +299,10 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
             held.stop(force=True)
             log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
                         held.ctx.attempt, held.timeout)
-            self.pending.append(self.failures.failed(self.id, held.job, held.ctx, "timeout",
-                                                     f"timed out after {held.timeout:g} seconds",
-                                                     backoff=held.backoff))
-
-    def _cancel_held(self, why):
-        for held in self.held.values():
-            held.stop()
-        if self.held:
-            log.info("%s: asked %d running job(s) to stop", why, len(self.held))
+            outcome = self.failures.failed(self.id, held.job, held.ctx, "timeout",
+                                           f"timed out after {held.timeout:g} seconds", backoff=held.backoff)
+            outcome.waited = held.waited()
+            self.pending.append(outcome)
 
     # -- writing to the database ---------------------------------------------------------
 
@@ -331,70 +324,10 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits):
         threaded = []
         for row in trip.claimed_rows():
             if start and not self.stop_requested:
-                if (held := self._start(*row)) is not None:
+                if (held := self._start(*row, landed=trip.back_at)) is not None:
                     threaded.append(held)
             else:
                 run_id, job_type, _, attempt = row[:4]
-                self.pending.append(interrupted(run_id, job_type, attempt, self.id,
-                                                "stopping when the run was claimed"))
+                self.pending.append(released(run_id, job_type, attempt, self.id))
         if threaded:
             self.pool.submit(threaded)
-
-    def _shut_down(self):
-        if self.listener is not None:
-            self.listener.stop()
-        self._last_writes_until(time.monotonic() + LAST_WRITES_SECONDS)
-        try:
-            self._settle(start=False)
-        except DatabaseUnavailable:
-            pass  # its outcomes are pending again: reported below if they still cannot be written
-        leftover = list(self.held.values())
-        self.held.clear()
-        for held in leftover:
-            held.stop(force=True)  # one claimed ahead and not started must now never start
-            log.warning("run %d %s: still running at the shutdown deadline; released back to the queue",
-                        held.ctx.run_id, held.ctx.job_type)
-            self.pending.append(self.failures.interrupted(self.id, held.ctx, "shut down before the run finished"))
-        try:
-            self._flush()
-            self.link.fetch(upkeep.WORKER_STOPPED, {"worker": self.id, "done": self.done})
-        except DatabaseUnavailable as exc:
-            log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
-                      "another worker will retry them", len(self.pending), exc)
-        for lane in self.lanes:
-            lane.stop()
-            lane.link.close()
-        self.progress_link.close()
-        self.async_pool.stop()
-        for duty in self.duties:
-            duty.stop()
-        log.info("worker %s stopped", self.id)
-
-    def _last_writes_until(self, deadline):
-        """No round trip lasts past `deadline`: a stopping worker exits on time whatever the path
-        to the database does (a trip lost in a blackhole is cut then), and what it could not
-        write is left to lease recovery."""
-        for lane in self.lanes:
-            lane.link.cut_by(deadline)
-        self.progress_link.cut_by(deadline)
-
-    def _install_signal_handlers(self):
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def restore():
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
-
-    def request_stop(self, signum=None, frame=None):
-        """Signal handler: sets the flag, wakes the loop, and bounds the round trips from now on
-        (the loop may itself be waiting on one, which a silent path would hold for its whole
-        ROUND_TRIP_TIMEOUT before the loop could set the drain deadline)."""
-        self.stop_requested += 1
-        drain = self.shutdown_timeout if self.stop_requested == 1 else 0
-        self._last_writes_until(time.monotonic() + drain + LAST_WRITES_SECONDS)
-        self.finished.put(_WAKE)
-
