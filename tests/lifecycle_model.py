@@ -316,7 +316,7 @@ class Model:
             return "succeeded"
         if outcome == "cancelled" or run.cancel_requested:
             return "cancelled"
-        if outcome == "interrupted":
+        if outcome in ("interrupted", "released"):
             return "queued"
         if give_up or run.attempts >= run.max_attempts:
             return "dead"
@@ -327,11 +327,14 @@ class Model:
         changes = []
         for run, outcome, give_up, retry_at in finishes:
             new = self.finish_status(run, outcome, give_up)
-            run.attempt_rows += 1
             run.holder = None
+            if outcome == "released":
+                run.attempts -= 1  # never began: nothing recorded, the claim's attempt taken back
+            else:
+                run.attempt_rows += 1
             if new == "failed":
                 run.run_at = retry_at
-            elif new == "queued":
+            elif new == "queued" and outcome == "interrupted":
                 run.run_at = self.now()
                 run.max_attempts += 1  # an interrupted attempt is given back
             changes.append((run, new))

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from jobsweb import PermanentError, batch, chain, enqueue, enqueue_many, get_run
 from jobsweb.core.database import db, libpq_url
 from jobsweb.engine import flow, registry, run_actions, statements, workflows
-from jobsweb.engine.execution import Failures, Finished, Held, finish_params, interrupted
+from jobsweb.engine.execution import Failures, Finished, Held, finish_params, interrupted, released
 from jobsweb.engine.lease_recovery import recover_expired_leases
 from jobsweb.engine.link import Link
 from jobsweb.engine.registry import JobContext
@@ -64,6 +64,7 @@ options = st.fixed_dictionaries({"job_type": st.sampled_from(JOB_TYPES), "queue"
                                  "priority": st.sampled_from([-1, 0, 1]), "when": whens,
                                  "max_attempts": st.sampled_from([1, 2, 3])})
 dependencies = st.none() | st.tuples(picks, st.sampled_from(["cancel", "run"]))
+pools = st.sampled_from(["any", "eligible", "awaited"])  # which runs an operator's action picks from
 
 
 def run_at_of(when):
@@ -112,6 +113,12 @@ class RunLifecycle(RuleBasedStateMachine):
     def live_ids(self, statuses=None):
         return [run.id for run in self.model.live() if statuses is None or run.status in statuses]
 
+    def targets(self, among, statuses):
+        """Runs an operator's action may pick: any, those in `statuses`, or those others wait for."""
+        if among == "awaited":
+            return sorted({a for run in self.model.live() if run.status == "waiting" for a in run.after})
+        return self.live_ids(statuses if among == "eligible" else None)
+
     def run_key(self, key):
         return self.model.now() if key is None else key
 
@@ -139,7 +146,7 @@ class RunLifecycle(RuleBasedStateMachine):
 
     # -- enqueue ---------------------------------------------------------------------------
 
-    @rule(o=options, unique_key=st.sampled_from([None, "k1", "k2"]), dependency=dependencies)
+    @rule(o=options, unique_key=st.sampled_from([None, "k1", "k1", "k2"]), dependency=dependencies)
     def enqueue_a_run(self, o, unique_key, dependency):
         self.step()
         run_at, key = run_at_of(o["when"])
@@ -168,24 +175,27 @@ class RunLifecycle(RuleBasedStateMachine):
             self.model.add(run_id, o["job_type"], o["queue"], o["priority"], self.run_key(key), o["max_attempts"],
                            after=after, after_failure=after_failure)
 
-    @rule(members=st.lists(st.tuples(options, dependencies), max_size=3),
+    @rule(members=st.lists(st.tuples(options, st.integers(1, 3), st.booleans()), max_size=3), dependency=dependencies,
           on_finish=st.sampled_from([None, "jobsweb.noop"]), on_success=st.sampled_from([None, "jobsweb.noop"]))
-    def enqueue_a_batch(self, members, on_finish, on_success):
+    def enqueue_a_batch(self, members, dependency, on_finish, on_success):
+        """Members through b.enqueue (n = 1) and b.enqueue_many; those that wait share one after=."""
         self.step()
         from tests.lifecycle_model import Batch
 
-        planned = []
+        after, after_failure = ([], "cancel") if dependency is None else (
+            self.picked(self.live_ids(), dependency[0]), dependency[1])
         with batch(on_finish=on_finish, on_success=on_success) as b:
             self.model.batches[b.id] = model_batch = Batch(b.id, [])
-            for o, dependency in members:
+            for o, n, waits in members:
                 run_at, key = run_at_of(o["when"])
-                after, after_failure = ([], "cancel") if dependency is None else (
-                    self.picked(self.live_ids(), dependency[0]), dependency[1])
-                run_id = b.enqueue(o["job_type"], {}, run_at=run_at, max_attempts=o["max_attempts"], queue=o["queue"],
-                                   priority=o["priority"], after=after or None, after_failure=after_failure)
-                self.model.add(run_id, o["job_type"], o["queue"], o["priority"], self.run_key(key), o["max_attempts"],
-                               after=after, after_failure=after_failure, batch_id=b.id)
-                planned.append(run_id)
+                waits_for = after if waits else []
+                common = dict(run_at=run_at, max_attempts=o["max_attempts"], queue=o["queue"], priority=o["priority"],
+                              after=waits_for or None, after_failure=after_failure)
+                ids = [b.enqueue(o["job_type"], {}, **common)] if n == 1 else b.enqueue_many(o["job_type"], [{}] * n,
+                                                                                              **common)
+                for run_id in ids:
+                    self.model.add(run_id, o["job_type"], o["queue"], o["priority"], self.run_key(key),
+                                   o["max_attempts"], after=waits_for, after_failure=after_failure, batch_id=b.id)
         self.model.close_batch(model_batch)
         registered = registry.get("jobsweb.noop")
         for role in ("on_finish", "on_success"):
@@ -329,15 +339,17 @@ class RunLifecycle(RuleBasedStateMachine):
     @precondition(lambda self: any(worker.held for worker in self.workers))
     @rule(w=st.integers(0, 2))
     def a_worker_is_stopped_and_releases_its_runs(self, w):
-        """SIGTERM: what Worker._shut_down writes for the runs it holds."""
+        """SIGTERM: what Worker._shut_down (engine/stopping.py) writes for the runs it holds: a run
+        whose handler began is an interrupted attempt; one claimed ahead and never begun is released."""
         self.step()
         worker = [worker for worker in self.workers if worker.held][w % sum(1 for x in self.workers if x.held)]
         runs = [self.model.runs[run_id] for run_id in worker.held]
         outcomes = [interrupted(run.id, run.job_type, run.attempts, worker.id, "shut down before the run finished")
+                    if run.id in worker.started else released(run.id, run.job_type, run.attempts, worker.id)
                     for run in runs]
         rows = self.link.fetch(statements.FINISH_RUNS, finish_params(outcomes))
         assert sorted(row[0] for row in rows) == sorted(run.id for run in runs)
-        self.model.finished([(run, "interrupted", False, None) for run in runs])
+        self.model.finished([(run, outcome.outcome, False, None) for run, outcome in zip(runs, outcomes)])
         self.replace(worker)
 
     def replace(self, worker):
@@ -357,20 +369,20 @@ class RunLifecycle(RuleBasedStateMachine):
 
     # -- operators ---------------------------------------------------------------------------
 
-    @rule(ns=picks)
-    def an_operator_retries(self, ns):
+    @rule(ns=picks, among=pools)
+    def an_operator_retries(self, ns, among):
         self.step()
-        ids = self.picked(self.live_ids(), ns)
+        ids = self.picked(self.targets(among, statements.RETRYABLE), ns)
         expected = self.model.retry(ids)
         retried = run_actions.retry(ids)
         self.commit()
         assert sorted(retried) == sorted(expected), f"retry {ids}: retried {retried}, expected {expected}"
         self.learn_reopened()
 
-    @rule(ns=picks)
-    def an_operator_cancels(self, ns):
+    @rule(ns=picks, among=pools)
+    def an_operator_cancels(self, ns, among):
         self.step()
-        ids = self.picked(self.live_ids(), ns)
+        ids = self.picked(self.targets(among, statements.CANCELLABLE), ns)
         run_actions.cancel(ids)
         self.commit()
         self.model.cancel(ids)
@@ -386,10 +398,10 @@ class RunLifecycle(RuleBasedStateMachine):
         self.commit()
         self.model.cancel(members)
 
-    @rule(ns=picks)
-    def an_operator_deletes(self, ns):
+    @rule(ns=picks, among=pools)
+    def an_operator_deletes(self, ns, among):
         self.step()
-        ids = self.picked(self.live_ids(), ns)
+        ids = self.picked(self.targets(among, ("waiting", "queued", "failed")), ns)
         run_actions.delete(ids)
         self.commit()
         self.model.delete(ids)
@@ -397,7 +409,7 @@ class RunLifecycle(RuleBasedStateMachine):
     @rule(n=st.integers(0, 63))
     def an_operator_runs_a_queued_run_now(self, n):
         self.step()
-        run_id = self.pick(self.live_ids(), n)
+        run_id = self.pick(self.live_ids(), n) if n % 2 else self.pick(self.live_ids(["queued"]), n // 2)
         if run_id is None:
             return
         run = self.model.runs[run_id]
@@ -410,7 +422,7 @@ class RunLifecycle(RuleBasedStateMachine):
     @rule(n=st.integers(0, 63), slot=st.integers(0, 2))
     def an_operator_reschedules_a_queued_run(self, n, slot):
         self.step()
-        run_id = self.pick(self.live_ids(), n)
+        run_id = self.pick(self.live_ids(), n) if n % 2 else self.pick(self.live_ids(["queued"]), n // 2)
         if run_id is None:
             return
         run = self.model.runs[run_id]
