@@ -147,24 +147,40 @@ DECLARE
 BEGIN
     LOOP
         -- Who waits for the level above, and for which of it first (the smallest id: the reason).
-        SELECT array_agg(n.id), array_agg(n.cause) INTO _ids, _causes
-        FROM (SELECT d.run_id AS id, min(d.after_id) AS cause FROM job_run_deps d
-              WHERE d.after_id = ANY(_frontier) GROUP BY d.run_id) n;
+        -- The first level waits for _root alone: no cause to look for, no join (a tenth of the
+        -- time of a wide fan-out, where the writing itself is most of it).
+        IF _frontier = ARRAY[_root] THEN
+            SELECT array_agg(d.run_id) INTO _ids FROM job_run_deps d WHERE d.after_id = _root;
+        ELSE
+            SELECT array_agg(n.id), array_agg(n.cause) INTO _ids, _causes
+            FROM (SELECT d.run_id AS id, min(d.after_id) AS cause FROM job_run_deps d
+                  WHERE d.after_id = ANY(_frontier) GROUP BY d.run_id) n;
+        END IF;
         EXIT WHEN _ids IS NULL;
         SELECT array_agg(l.id) INTO _locked
         FROM (SELECT id FROM job_runs WHERE id = ANY(_ids) AND status = 'waiting' AND NOT run_after_failure
               ORDER BY id FOR NO KEY UPDATE) l;
         EXIT WHEN _locked IS NULL;
-        WITH cancelled AS (
-            UPDATE job_runs w
-            SET status = 'cancelled', finished_at = now(), updated_at = now(),
-                reason = 'run ' || c.cause || CASE WHEN c.cause = _root THEN _words ELSE ' ended cancelled' END
-            FROM unnest(_ids, _causes) AS c(id, cause)
-            WHERE w.id = c.id AND w.id = ANY(_locked)
-            RETURNING w.id, w.awaited, w.batch_id
-        )
-        SELECT array_agg(id) FILTER (WHERE awaited), coalesce(array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL), '{}')
-        INTO _frontier, _members FROM cancelled;
+        IF _frontier = ARRAY[_root] THEN
+            WITH cancelled AS (
+                UPDATE job_runs w
+                SET status = 'cancelled', finished_at = now(), updated_at = now(), reason = 'run ' || _root || _words
+                WHERE w.id = ANY(_locked)
+                RETURNING w.id, w.awaited, w.batch_id
+            )
+            SELECT array_agg(id) FILTER (WHERE awaited), coalesce(array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL), '{}')
+            INTO _frontier, _members FROM cancelled;
+        ELSE
+            WITH cancelled AS (
+                UPDATE job_runs w
+                SET status = 'cancelled', finished_at = now(), updated_at = now(), reason = 'run ' || c.cause || ' ended cancelled'
+                FROM unnest(_ids, _causes) AS c(id, cause)
+                WHERE w.id = c.id AND w.id = ANY(_locked)
+                RETURNING w.id, w.awaited, w.batch_id
+            )
+            SELECT array_agg(id) FILTER (WHERE awaited), coalesce(array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL), '{}')
+            INTO _frontier, _members FROM cancelled;
+        END IF;
         _batches := _batches || _members;
         EXIT WHEN _frontier IS NULL;
         _ended := _ended || _frontier;
