@@ -129,11 +129,11 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
 
 
 def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,
-         definition_id, run_timeout, run_lease, backoff_base, backoff_cap):
+         definition_id, run_timeout, run_lease, backoff_base, backoff_cap, priority, run_at):
     """One claimed attempt, as Worker._start and the pool do it, finished with FINISH_RUNS."""
     ctx = _context(link, worker, run_id, job_type, payload, attempt, max_attempts, definition_id)
     held = Held(ctx, registry.get(job_type), max(run_lease or 0, lease), None, run_timeout,
-                (backoff_base, backoff_cap))
+                (backoff_base, backoff_cap), order=(priority, run_at, run_id))
     finished = run_coroutine(run_async_handler(app, held)) if held.job.is_async else run_handler(app, held)
     outcome = failures.outcome_of(worker, finished, stopping=False)
     rows = link.fetch(statements.FINISH_RUNS, finish_params([outcome]))

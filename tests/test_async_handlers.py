@@ -2,13 +2,19 @@
 cancellation, ctx.sleep, the SIGTERM drain, and mixing with sync handlers (issue 18, part 4)."""
 
 import asyncio
+import queue
 import signal
+import threading
 
 from jobsweb import enqueue, job
 from jobsweb.commands import build_worker
+from jobsweb.engine.async_execution import AsyncPool
+from jobsweb.engine.execution import Held
+from jobsweb.engine.registry import JobContext, JobType
 from jobsweb.testing import drain
 from tests.conftest import wait_for
 from tests.processes import add_many, finish, insert_many, status_of
+from tests.test_claim_ahead import enqueue_at, held_at_once
 
 
 def make_worker(app, **options):
@@ -149,3 +155,99 @@ def test_drain_awaits_an_async_handler_from_inside_a_running_event_loop(app, sql
 
     run_id, ran = asyncio.run(a_test_with_its_own_loop())
     assert [(r.run_id, r.status, r.result) for r in ran] == [(run_id, "succeeded", {"ran": 7})]
+
+
+def held_run(run_id, priority, func):
+    return Held(JobContext(run_id, "test.async_order", {}, 1, 5), JobType("test.async_order", func), 30, None,
+                order=(priority, 0, run_id))
+
+
+def gated_pool(app):
+    """An async pool of one slot whose run 1 holds the slot until `gate` is set; (pool, gate, began,
+    finished)."""
+    gate, began, finished = threading.Event(), [], queue.SimpleQueue()
+
+    async def handler(ctx):
+        began.append(ctx.run_id)
+        if ctx.run_id == 1:
+            await asyncio.to_thread(gate.wait, 30)
+
+    pool = AsyncPool(app, 1, finished.put)
+    first = held_run(1, 0, handler)
+    pool.submit(first)
+    wait_for(lambda: began == [1], message="the first run to hold the slot")
+    return pool, gate, began, finished, handler
+
+
+def test_async_runs_wait_for_the_slot_in_priority_order_whichever_claim_brought_them(app):
+    pool, gate, began, finished, handler = gated_pool(app)
+    try:
+        for run_id, priority in [(2, 5), (3, 5), (4, 0), (5, 0)]:  # a claim of priority 5, then one of 0
+            pool.submit(held_run(run_id, priority, handler))
+        gate.set()
+        assert sorted(finished.get(timeout=10).held.ctx.run_id for _ in range(5)) == [1, 2, 3, 4, 5]
+        assert began == [1, 4, 5, 2, 3]
+    finally:
+        gate.set()
+        pool.stop()
+
+
+def test_an_async_run_asked_to_stop_while_it_waits_for_the_slot_never_begins(app):
+    pool, gate, began, finished, handler = gated_pool(app)
+    try:
+        waiting = held_run(2, 0, handler)
+        pool.submit(waiting)
+        wait_for(lambda: len(pool.slots.waiting) == 1, message="run 2 to wait for the slot")
+        waiting.stop()  # as a SIGTERM asks each held run (engine/stopping.py)
+        # Back at once, while run 1 still holds the slot: not begun, so the worker releases it.
+        stopped = finished.get(timeout=10)
+        assert (stopped.held, stopped.begun, waiting.began) == (waiting, False, None)
+        gate.set()
+        first = finished.get(timeout=10)
+        assert first.begun and first.held.began is not None
+        assert began == [1]
+    finally:
+        gate.set()
+        pool.stop()
+
+
+def test_async_runs_held_behind_a_busy_slot_start_their_clock_when_their_handler_begins(app, sql, spawn_worker,
+                                                                                        tmp_path):
+    # 400 no-ops first: the worker finishes runs fast, so the claim that reaches the five 0.3 s
+    # async runs takes them all at once, ahead of its one slot.
+    enqueue_at(sql, "jobsweb.noop", 400, priority=0)
+    enqueue_at(sql, "test.async_record", 5, priority=1, payload='{"seconds": 0.3}')
+    worker = spawn_worker("--concurrency", "1", output=open(tmp_path / "worker.log", "w+"))
+    wait_for(lambda: held_at_once(sql, 1) >= 3, timeout=60, interval=0.005,
+             message="three or more of the 0.3 s async runs held at once by a worker with one slot")
+    code, output = finish(worker, timeout=60)
+    assert code == 0, output
+    durations = [d for (d,) in sql("SELECT extract(epoch FROM finished_at - started_at)::float8 FROM job_runs "
+                                   "WHERE priority = 1")]
+    # Each awaited 0.3 s; held behind the others, it showed up to 1.5 s.
+    assert len(durations) == 5 and all(0.3 <= d < 0.5 for d in durations), durations
+
+
+def test_sigterm_gives_back_the_async_runs_held_behind_a_busy_slot_with_no_attempt_recorded(app, sql, spawn_worker,
+                                                                                           tmp_path):
+    started = tmp_path / "started"
+    enqueue_at(sql, "jobsweb.noop", 400, priority=0)  # fast runs first: the worker then claims ahead
+    # Holds the one async slot (until the shutdown deadline cancels it).
+    enqueue_at(sql, "test.async_record", 1, priority=1, payload=f'{{"seconds": 60, "started": "{started}"}}')
+    enqueue_at(sql, "test.async_record", 20, priority=2, attempts=2)
+    worker = spawn_worker("--forever", "--concurrency", "1", "--poll-interval", "0.05", "--shutdown-timeout", "1",
+                          output=open(tmp_path / "worker.log", "w+"))
+    # Once the slot is taken by the run that awaits 60 s (its handler has begun), no run of
+    # priority 2 can begin: those the worker holds wait for the slot until the signal.
+    wait_for(lambda: started.exists() and held_at_once(sql, 2) >= 2, timeout=60, interval=0.005,
+             message="the 60 s run begun, two or more async runs held behind it")
+    worker.send_signal(signal.SIGTERM)
+    code, output = finish(worker)
+    assert code == 0, output
+
+    assert sql("SELECT count(*) FROM test_executions") == [(0,)]
+    assert sql("SELECT status, attempts, max_attempts, locked_by, count(*) FROM job_runs WHERE priority = 2 "
+               "GROUP BY 1, 2, 3, 4") == [("queued", 2, 5, None, 20)]
+    assert sql("SELECT count(*) FROM job_attempts a JOIN job_runs r ON r.id = a.run_id WHERE r.priority = 2") == [(0,)]
+    assert sql("SELECT a.outcome FROM job_attempts a JOIN job_runs r ON r.id = a.run_id WHERE r.priority = 1") == [
+        ("interrupted",)]

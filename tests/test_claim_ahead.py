@@ -2,13 +2,18 @@
 ones, so that a kill or a SIGTERM neither loses them nor runs them twice."""
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
+from jobsweb.engine import statements
 from jobsweb.engine.claim_ahead import RATE_WINDOW, ClaimAhead
+from jobsweb.engine.execution import Held, Pool
+from jobsweb.engine.registry import JobContext, JobType
 from tests.conftest import wait_for
 from tests.processes import finish, insert_many
 
@@ -196,13 +201,7 @@ def test_sigterm_gives_back_the_runs_held_behind_a_busy_slot_with_no_attempt_rec
                "WHERE r.priority = 2 GROUP BY 1, 2") == [(3, "succeeded", 20)]
 
 
-ON_ITS_LAST_ATTEMPT = pytest.param(1, marks=pytest.mark.xfail(strict=True, reason=(
-    "issue 35: jobsweb_claim_runs (0017_claim_fronts) takes a run on its last attempt only into a free "
-    "slot and fills the runs it claims ahead from the next priority, which then start first; the fix "
-    "is the claim function's (a migration), and its rows do not carry priority and run_at for the worker")))
-
-
-@pytest.mark.parametrize("max_attempts", [5, ON_ITS_LAST_ATTEMPT])
+@pytest.mark.parametrize("max_attempts", [5, 1])
 def test_runs_of_the_smaller_priority_start_first_whatever_a_claim_takes_ahead(app, sql, spawn_worker, tmp_path,
                                                                                max_attempts):
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # under load
@@ -225,3 +224,57 @@ def test_runs_of_the_smaller_priority_start_first_whatever_a_claim_takes_ahead(a
     finally:
         burner.kill()
         burner.wait()
+
+
+def claim(sql, job_type, free):
+    """(id, priority, run_at) of the runs a claim of up to 10 runs of `job_type` takes, `free` slots free."""
+    return [(row[0], row[10], row[11]) for row in sql(statements.CLAIM_RUNS, {
+        "worker": "test", "lease": 60, "job_types": [job_type], "limit": 10, "free": free, "queues": None})]
+
+
+def four_runs(sql, job_type):
+    """Due runs, in claim order: at priority 0 one with attempts to spare, one on its last attempt
+    and one with attempts to spare; then one at priority 1, due before all three."""
+    return sql("INSERT INTO job_runs (job_type, priority, run_at, max_attempts) VALUES "
+               "(%(t)s, 0, now() - interval '3 s', 5), (%(t)s, 0, now() - interval '2 s', 1), "
+               "(%(t)s, 0, now() - interval '1 s', 5), (%(t)s, 1, now() - interval '4 s', 5) "
+               "RETURNING id, priority, run_at", {"t": job_type})
+
+
+def test_a_claim_takes_no_run_ahead_past_one_on_its_last_attempt_at_any_priority(app, sql):
+    first, last_attempt, after, next_priority = four_runs(sql, "test.record")
+    # One free slot: the run on its last attempt is not claimed ahead, and the runs after it, of
+    # its priority or the next, are not either: they would start before it.
+    assert claim(sql, "test.record", free=1) == [first]
+    assert claim(sql, "test.record", free=0) == []
+    # Once it can take a free slot, the runs after it are claimed ahead of it again.
+    assert claim(sql, "test.record", free=1) == [last_attempt, after, next_priority]
+
+
+def test_a_run_on_its_last_attempt_in_a_free_slot_does_not_stop_the_claim_ahead(app, sql):
+    runs = four_runs(sql, "test.record")
+    # Each row carries its priority and run_at, by which the worker orders the runs it holds.
+    assert claim(sql, "test.record", free=2) == runs
+
+
+def held_run(run_id, priority, func):
+    return Held(JobContext(run_id, "test.order", {}, 1, 5), JobType("test.order", func), 30, None,
+                order=(priority, 0, run_id))
+
+
+def test_held_runs_wait_for_the_slot_in_priority_order_whichever_claim_brought_them(app):
+    gate, began, finished = threading.Event(), [], queue.SimpleQueue()
+
+    def handler(ctx):
+        began.append(ctx.run_id)
+        gate.wait(30)  # the first run holds the one slot until the later claims are queued
+
+    pool = Pool(app, 1, finished.put)
+    pool.submit([held_run(1, 0, handler)])
+    wait_for(lambda: began == [1], message="the first run to hold the slot")
+    pool.submit([held_run(2, 5, handler), held_run(3, 5, handler)])  # a claim's runs of priority 5
+    pool.submit([held_run(4, 0, handler), held_run(5, 0, handler)])  # then a claim of priority 0
+    gate.set()
+    assert sorted(finished.get(timeout=10).held.ctx.run_id for _ in range(5)) == [1, 2, 3, 4, 5]
+    assert began == [1, 4, 5, 2, 3]
+    assert pool.withdraw() == []

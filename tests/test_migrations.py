@@ -43,7 +43,8 @@ def claim_function(url):
 
 
 @pytest.mark.parametrize("revision, previous", [("0016_claim_by_id", "0015_claim_path"),
-                                                ("0017_claim_fronts", "0016_claim_by_id")])
+                                                ("0017_claim_fronts", "0016_claim_by_id"),
+                                                ("0025_claim_order", "0024_seams")])
 def test_a_migration_that_replaces_the_claim_goes_down_to_the_claim_before_it_and_up_again(
         scratch_database, revision, previous):
     before = claim_function(scratch_database("jobsweb_before", revision=previous))

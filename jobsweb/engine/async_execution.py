@@ -8,6 +8,8 @@ Finished back through the same callback.
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +32,7 @@ class AsyncPool:
         self.app = app
         self.size = size  # handlers awaited at once; runs claimed ahead wait for a slot
         self.report = report  # called on the loop thread with a Finished
-        self.slots = None  # an asyncio.Semaphore of size, made on the loop
+        self.slots = None  # Slots of size, made on the loop
         self.loop = None
         self.thread = None
         self.tasks = set()
@@ -47,7 +49,7 @@ class AsyncPool:
         # A task runs in a copy of this thread's context: what a handler sets in a context
         # variable (its app context, its attempt's captured output) stays its own.
         if self.slots is None:
-            self.slots = asyncio.Semaphore(self.size)
+            self.slots = Slots(self.size)
         task = self.loop.create_task(run_async_handler(self.app, held, self.slots))
         self.tasks.add(task)
         task.add_done_callback(self._done)
@@ -74,9 +76,50 @@ class AsyncPool:
             await asyncio.wait(list(self.tasks), timeout=STOP_WAIT)
 
 
+class Slots:
+    """The loop's --concurrency handler slots. A run waiting for one (claimed ahead) gets it before
+    every waiting run of a larger (priority, run_at, id), whichever claim brought it, as the
+    thread pool's execution.Waiting; an asyncio.Semaphore would wake them in arrival order.
+    Used on the loop's thread only."""
+
+    def __init__(self, size):
+        self.free = size  # more than 0 only while no run waits
+        self.waiting = []  # (order, arrival, future); a run cancelled while it waited leaves its entry
+        self.arrivals = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def taken(self, order):
+        await self._acquire(order)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, order):
+        if self.free:
+            self.free -= 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiting, (order, next(self.arrivals), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if not future.cancelled():  # handed the slot as it was cancelled: hand it on
+                self._release()
+            raise
+
+    def _release(self):
+        while self.waiting:
+            future = heapq.heappop(self.waiting)[2]
+            if not future.done():
+                future.set_result(None)
+                return
+        self.free += 1
+
+
 async def run_async_handler(app, held, slots=None):
-    """Await the async handler of one held run inside an app context, once one of `slots` (a
-    semaphore) is free, capturing what it logs (this task's context is its own); never raises.
+    """Await the async handler of one held run inside an app context, once it has one of `slots`
+    (Slots), capturing what it logs (this task's context is its own); never raises.
     """
     with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged:
         finished = await _await_handler(app, held, slots)
@@ -96,24 +139,31 @@ async def _await_handler(app, held, slots):
     task = asyncio.current_task()
     ctx = held.ctx
     ctx._cancel_waker = asyncio.Event()
-    ctx._on_cancel = lambda: loop.call_soon_threadsafe(ctx._cancel_waker.set)
-    held.abort = lambda: loop.call_soon_threadsafe(task.cancel)
-    # The worker may have asked before this task existed (a timeout shorter than the queue's wait).
-    if ctx.cancelled:
+
+    def cancelled():
         ctx._cancel_waker.set()
-    if held.forced:
-        task.cancel()
+        # A run asked to stop before its handler began never begins (a SIGTERM releases it, as
+        # the thread pool's run_handler does): on this thread, `began` cannot change meanwhile.
+        if held.began is None:
+            task.cancel()
+
+    ctx._on_cancel = lambda: loop.call_soon_threadsafe(cancelled)
+    held.abort = lambda: loop.call_soon_threadsafe(task.cancel)
     try:
-        async with slots or contextlib.nullcontext():
-            if ctx.cancelled:  # released or given up while it waited for a slot (claimed ahead)
+        # Asked to stop before its handler began, before this task existed (a SIGTERM, a timeout
+        # shorter than the queue's wait) or while it waited for a slot: it never begins.
+        if ctx.cancelled:
+            raise asyncio.CancelledError
+        async with slots.taken(held.order) if slots else contextlib.nullcontext():
+            if ctx.cancelled:  # asked from another thread as the slot came: `cancelled` not yet run
                 raise asyncio.CancelledError
-            started = time.monotonic()
+            held.began = started = time.monotonic()
             with app.app_context():
                 result = check_result(await held.job.func(ctx))
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except asyncio.CancelledError:
         return Finished(held, exc=Cancelled(f"run {ctx.run_id} was asked to stop"),
-                        seconds=time.monotonic() - started)
+                        seconds=time.monotonic() - started, begun=held.began is not None)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
     finally:

@@ -240,7 +240,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         return workflows.batch_of_run(self.link.fetch, run_id)
 
     def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id,
-               run_timeout, run_lease, backoff_base, backoff_cap, landed=None):
+               run_timeout, run_lease, backoff_base, backoff_cap, priority, run_at, landed=None):
         job = registry.get(job_type)
         ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
                          _extend_lease=self.extend_lease, _report_progress=self.report_progress,
@@ -251,7 +251,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         # A definition may lengthen the lease, never shorten it: heartbeats come every third
         # of this worker's lease, and a shorter one would expire between two of them.
         self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
-                                 (backoff_base, backoff_cap), landed=landed)
+                                 (backoff_base, backoff_cap), landed=landed, order=(priority, run_at, run_id))
         self.deadlines.add(run_id, self.held[run_id])
         self.busy += 1
         # DEBUG: one INFO line per run, when it ends (its duration says when it started).
