@@ -169,12 +169,12 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # read at the call's start: no run that ended before it seems to overlap, no lease ends before
 # started_at + lease. A limited queue gives at most `free` runs (slots free now, none ahead:
 # engine/claim_ahead.py): no run waits holding its slot. Runs beyond the first `free` are claimed
-# ahead, never one on its last attempt (a killed worker would spend it).
+# ahead up to the first on its last attempt (a killed worker would spend it), which waits for a slot.
 # The runs are read front by front: each (queue, priority) with claimable runs that this claim may
 # take from, through job_runs_queue_claimable up to the first run not yet due, smallest priority
 # first; so runs scheduled for later, and paused or full queues, cost a claim nothing.
 # The claim is the PL/pgSQL function jobsweb_claim_runs, written out in the newest migration that
-# replaced it (0017_claim_fronts; 0015_claim_path made it a function): one round trip whatever the
+# replaced it (0025_claim_order; 0015_claim_path made it a function): one round trip whatever the
 # number of fronts, nothing prepared on the client's side (which a pooler in transaction mode would
 # lose), each statement planned at each call with the table as it is then, and never JIT-compiled.
 CLAIM_RUNS = """
