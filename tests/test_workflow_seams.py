@@ -1,7 +1,9 @@
 """Where workflows meet the other ways runs change: a delete counts as a cancel for what waits
 and for batches, and a cancel reaching tens of thousands of waiting runs is a few statements
 that the web can afford, or, if the server stops it, one that changed nothing and left nothing
-running (migration 0024_seams)."""
+running (migration 0024_seams); a retry never leaves a run waiting for one that ended dead or
+cancelled, and puts back to waiting what the retried run's failure released and has not started
+(migration 0026_retry_seams)."""
 
 import psycopg
 import pytest
@@ -14,7 +16,7 @@ from jobsweb.web import outage
 from tests.conftest import csrf_token
 from tests.test_migrations import at
 from tests.test_worker import make_worker
-from tests.test_workflows import reason_of, statuses
+from tests.test_workflows import reason_of, statuses, times
 
 
 def delete(app, *ids):
@@ -189,3 +191,143 @@ def test_retrying_a_run_whose_cancel_reached_20000_runs_on_its_page_makes_them_a
     assert response.status_code == 302
     assert sql("SELECT status, waiting_for, reason, count(*) FROM job_runs WHERE id > %s GROUP BY 1, 2, 3",
                [root]) == [("waiting", 1, None, 20_000)]
+
+
+def waiting_for(sql, *ids):
+    rows = dict(sql("SELECT id, waiting_for FROM job_runs WHERE id = ANY(%s)", [list(ids)]))
+    return [rows[run_id] for run_id in ids]
+
+
+def retry(app, *ids):
+    with app.app_context():
+        retried = run_actions.retry(ids)
+        db.session.commit()
+    return sorted(retried)
+
+
+def dead_in_turn(app, *queues):
+    """Runs each queue's runs alone, one queue after the other: their runs end in that order."""
+    for queue in queues:
+        make_worker(app, queues=[queue]).run()
+
+
+def test_retrying_one_of_two_dead_runs_leaves_what_waits_for_both_cancelled_naming_the_other(app, sql):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        b = enqueue("test.fail_first", max_attempts=1, queue="later")
+        w = enqueue("test.record", after=[a, b])
+        below = enqueue("test.record", after=[w])
+    dead_in_turn(app, "default", "later")
+    assert statuses(sql, a, b, w, below) == ["dead", "dead", "cancelled", "cancelled"]
+    assert reason_of(sql, w) == f"run {a} ended dead"
+    assert retry(app, a) == [a]
+    assert statuses(sql, a, b, w, below) == ["queued", "dead", "cancelled", "cancelled"]
+    assert (reason_of(sql, w), reason_of(sql, below)) == (f"run {b} ended dead", f"run {w} ended cancelled")
+    assert retry(app, b) == [b]
+    assert statuses(sql, w, below) == ["waiting", "waiting"]
+    assert waiting_for(sql, w, below) == [2, 1]
+    make_worker(app).run()
+    assert statuses(sql, a, b, w, below) == ["succeeded"] * 4
+
+
+def test_retrying_on_its_page_a_run_that_waits_for_dead_ones_leaves_it_and_names_the_one_that_revives_it(
+        app, sql, sign_in):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        b = enqueue("test.fail_first", max_attempts=1, queue="later")
+        w = enqueue("test.record", after=[a, b])
+    dead_in_turn(app, "later", "default")  # b's death cancelled w, a's came after
+    client = sign_in("operator")
+    response = client.post(f"/runs/{w}/retry", data={"csrf_token": csrf_token(client, "/")})
+    assert response.status_code == 302
+    assert statuses(sql, a, b, w) == ["dead", "dead", "cancelled"]
+    assert (f"Run {w} waits for run {b}, which ended dead: retry that one and {w} waits for it again."
+            in client.get(response.location).get_data(as_text=True))
+    assert sql("SELECT count(*) FROM jobsweb_audit_log WHERE action = 'retry'") == [(0,)]
+
+
+def test_a_bulk_retry_leaves_alone_the_runs_that_wait_for_a_dead_run_and_what_waits_below_them(app, sql, sign_in):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        w = enqueue("test.record", after=[a])
+        below = enqueue("test.record", after=[w])
+    make_worker(app).run()
+    client = sign_in("operator")
+    response = client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "retry",
+                                               "ids": [str(w), str(below)]})
+    assert statuses(sql, a, w, below) == ["dead", "cancelled", "cancelled"]
+    assert ("Retried 0 of 2 runs ticked. 2 left alone: they wait for a run that ended dead or cancelled."
+            in client.get(response.location).get_data(as_text=True))
+
+
+def test_a_bulk_retry_of_a_dead_run_and_what_waits_for_it_makes_that_wait_for_its_new_attempt(app, sql, sign_in):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        w = enqueue("test.record", after=[a])
+    make_worker(app).run()
+    client = sign_in("operator")
+    response = client.post("/runs/bulk", data={"csrf_token": csrf_token(client, "/"), "action": "retry",
+                                               "ids": [str(w), str(a)]})
+    assert "Retried 2 of 2 runs ticked." in client.get(response.location).get_data(as_text=True)
+    assert statuses(sql, a, w) == ["queued", "waiting"]
+    assert waiting_for(sql, w) == [1]
+    make_worker(app).run()
+    assert statuses(sql, a, w) == ["succeeded", "succeeded"]
+    assert times(sql, w)[0] >= times(sql, a)[1]
+
+
+def test_retrying_a_dead_run_puts_back_to_waiting_a_cleanup_its_death_released_that_has_not_started(app, sql):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        cleanup = enqueue("test.record", after=[a], after_failure="run", queue="later")
+    dead_in_turn(app, "default")
+    assert statuses(sql, a, cleanup) == ["dead", "queued"]
+    assert retry(app, a) == [a]
+    assert statuses(sql, cleanup) == ["waiting"]
+    assert waiting_for(sql, cleanup) == [1]
+    make_worker(app).run()
+    assert statuses(sql, a, cleanup) == ["succeeded", "succeeded"]
+    assert times(sql, cleanup)[0] >= times(sql, a)[1]
+
+
+def test_retrying_a_dead_run_leaves_a_cleanup_its_death_released_that_has_started_as_it_is(app, sql):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        cleanup = enqueue("test.fail_first", after=[a], after_failure="run", max_attempts=1, queue="later")
+    dead_in_turn(app, "default", "later")
+    assert retry(app, cleanup) == [cleanup]  # queued again, with its first attempt behind it
+    assert retry(app, a) == [a]
+    assert statuses(sql, a, cleanup) == ["queued", "queued"]
+    assert waiting_for(sql, cleanup) == [0]
+
+
+def functions(url):
+    with psycopg.connect(libpq_url(url)) as conn:
+        return conn.execute("SELECT pg_get_functiondef('jobsweb_workflow_step'::regproc), "
+                            "pg_get_functiondef('jobsweb_revive_below'::regproc)").fetchone()
+
+
+def test_0026_goes_down_to_the_functions_of_0024_and_up_again(scratch_database):
+    before = functions(scratch_database("jobsweb_before_retry_seams", revision="0025_claim_order"))
+    head = scratch_database("jobsweb_retry_seams")
+    after = functions(head)
+    assert after[0] != before[0] and after[1] != before[1]
+    at(head, downgrade, "0025_claim_order")
+    assert functions(head) == before
+    at(head, upgrade, "head")
+    assert functions(head) == after
+
+
+def test_retrying_on_its_page_a_run_cancelled_before_what_it_waits_for_died_says_to_retry_both_at_once(
+        app, sql, sign_in):
+    with app.app_context():
+        a = enqueue("test.fail_first", max_attempts=1)
+        w = enqueue("test.record", after=[a])
+        run_actions.cancel([w])
+        db.session.commit()
+    make_worker(app).run()
+    client = sign_in("operator")
+    response = client.post(f"/runs/{w}/retry", data={"csrf_token": csrf_token(client, "/")})
+    assert statuses(sql, a, w) == ["dead", "cancelled"]
+    assert (f"Run {w} waits for run {a}, which ended dead: retry both at once from the runs list and {w} waits "
+            f"for {a}&#39;s new attempt." in client.get(response.location).get_data(as_text=True))

@@ -1,22 +1,27 @@
 """Operator actions on runs: retry, cancel and delete, one run or many (the caller commits each
 batch); run now and reschedule a queued run.
 
-The statements and the races they guard against are in statements.py (RETRY_RUNS,
+The statements and the races they guard against are in action_statements.py (RETRY_RUNS,
 CANCEL_WAITING, REQUEST_CANCEL, CANCEL_BEFORE_DELETE, DELETE_RUNS, RUN_QUEUED_NOW,
 RESCHEDULE_QUEUED).
 
-A cancel or a delete also changes the runs that wait for these (the trigger job_runs_workflow,
-migration 0024_seams): 100,000 of them take seconds. A caller that gives up after a while (a web
-request) says so first with `limit_on_server`, so that the server stops the statement and
-releases its locks instead of going on after the caller has gone.
+A cancel, a delete or a retry also changes the runs that wait for these (the trigger
+job_runs_workflow, migrations 0024_seams and 0026_retry_seams): 100,000 of them take seconds. A
+caller that gives up after a while (a web request) says so first with `limit_on_server`, so
+that the server stops the statement and releases its locks instead of going on after the
+caller has gone.
 """
 
 from collections import namedtuple
 
-from . import reported_runs, statements
+from . import action_statements, reported_runs
+from .statements import NOTIFY
 from ..core.database import execute
 
 Deleted = namedtuple("Deleted", "id job_type status")  # status: the run's before the delete
+# A run a retry left alone for waiting for `after_id`, which ended `after_status`; whether that
+# run's retry revives it (its reason names that run).
+WaitsForFailed = namedtuple("WaitsForFailed", "id after_id after_status revived_by_its_retry")
 
 # The rest of the caller's transaction is cut by the server after this many milliseconds.
 LIMIT_ON_SERVER = "SELECT set_config('statement_timeout', %(ms)s, true)"
@@ -30,18 +35,25 @@ def limit_on_server(seconds):
 
 def retry(ids):
     """Queue these runs again now; returns the ids that were retried (the caller commits). Runs
-    of external definitions are left alone: no worker could run them."""
+    of external definitions are left alone: no worker could run them; so are runs that wait for
+    a run ended dead or cancelled that is not among these (waits_for_failed says which)."""
     ids = [row.id for row in execute(reported_runs.RETRYABLE_IDS, {"ids": list(ids)})]
-    retried = [row.id for row in execute(statements.RETRY_RUNS, {"ids": ids})]
+    retried = [row.id for row in execute(action_statements.RETRY_RUNS, {"ids": ids})]
     if retried:
-        execute(statements.NOTIFY)  # listening workers start them at commit
+        execute(NOTIFY)  # listening workers start them at commit
     return retried
+
+
+def waits_for_failed(ids):
+    """Of these runs, those a retry leaves alone because a run they wait for ended dead or
+    cancelled (and was not retried with them): {id: WaitsForFailed}, for the pages to say why."""
+    return {row.id: WaitsForFailed(*row) for row in execute(action_statements.WAITS_FOR_FAILED, {"ids": list(ids)})}
 
 
 def cancel(ids):
     """Cancel these runs; returns (cancelled ids, ids whose cancellation was requested)."""
-    done = [row.id for row in execute(statements.CANCEL_WAITING, {"ids": list(ids)})]
-    requested = [row.id for row in execute(statements.REQUEST_CANCEL, {"ids": list(ids)})]
+    done = [row.id for row in execute(action_statements.CANCEL_WAITING, {"ids": list(ids)})]
+    requested = [row.id for row in execute(action_statements.REQUEST_CANCEL, {"ids": list(ids)})]
     return done, requested
 
 
@@ -55,19 +67,19 @@ def delete(ids):
     repeat the cancel's work on dependents and batches that the workflow trigger already does
     for a cancel, and it would run for retention's deletes too, which only delete ended runs."""
     ids = list(ids)
-    was = dict(execute(statements.CANCEL_BEFORE_DELETE, {"ids": ids}).all())
+    was = dict(execute(action_statements.CANCEL_BEFORE_DELETE, {"ids": ids}).all())
     return [Deleted(row.id, row.job_type, was.get(row.id, row.status))
-            for row in execute(statements.DELETE_RUNS, {"ids": ids})]
+            for row in execute(action_statements.DELETE_RUNS, {"ids": ids})]
 
 
 def run_now(run_id):
     """Make a queued run that is due later due now and wake the listening workers; whether it did."""
-    if execute(statements.RUN_QUEUED_NOW, {"id": run_id}).first() is None:
+    if execute(action_statements.RUN_QUEUED_NOW, {"id": run_id}).first() is None:
         return False
-    execute(statements.NOTIFY)  # delivered at the caller's commit
+    execute(NOTIFY)  # delivered at the caller's commit
     return True
 
 
 def reschedule(run_id, run_at):
     """Move a queued run to `run_at`; whether it did (a run no longer queued is left alone)."""
-    return execute(statements.RESCHEDULE_QUEUED, {"id": run_id, "run_at": run_at}).first() is not None
+    return execute(action_statements.RESCHEDULE_QUEUED, {"id": run_id, "run_at": run_at}).first() is not None

@@ -1,9 +1,9 @@
 """The run state machine and the worker's hot path, as SQL written as the database runs it.
 
-Every statement that changes `job_runs.status` is here, next to the others: enqueue, run now
+The statements that change `job_runs.status` are here, next to each other: enqueue, run now
 and schedule slots create runs; the claim, the finish and lease recovery move them along; the
-admin's retry and cancel and the retention job end or revive them. docs/ARCHITECTURE.md draws
-the states and names the statement behind each arrow.
+retention job deletes them. An operator's retry, cancel and delete are in action_statements.py.
+docs/ARCHITECTURE.md draws the states and names the statement behind each arrow.
 
 Every statement that changes a run a worker holds is guarded by who holds it (`locked_by`) and
 which attempt it is (`attempts`), and reports through RETURNING which rows it changed: a worker
@@ -23,6 +23,7 @@ ACTIVE_STATUSES = ("queued", "running", "failed")  # a run that will still execu
 ENDED_STATUSES = ("succeeded", "dead", "cancelled", "skipped", "missed")
 RETRYABLE = ("failed", "dead", "cancelled")  # what RETRY_RUNS takes
 CANCELLABLE = ("waiting", "queued", "failed", "running")  # what CANCEL_WAITING and REQUEST_CANCEL take
+DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # what run_actions.delete takes
 
 # -- runs come into being: queued or waiting (or, for schedule slots, skipped / missed) -------
 
@@ -301,80 +302,8 @@ SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,
 FROM finished
 """
 
-# -- operators and retention: retry, cancel, prune --------------------------------------------
-# These race with workers claiming and finishing the same runs, so each is one guarded UPDATE
-# whose WHERE names the statuses it may act on; READ COMMITTED re-checks that WHERE after
-# waiting for a worker's row lock, so a run a worker claimed meanwhile is left alone (and, for
-# cancel, gets a cancellation request instead).
-
-# failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
-# next claim records attempt n+1. The status guard leaves a run a worker just claimed alone. A
-# dead or cancelled run whose unique key another unfinished run holds now is left as it is.
-RETRY_RUNS = """
-UPDATE job_runs
-SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
-    finished_at = NULL, cancel_requested_at = NULL, updated_at = now()
-WHERE id = ANY(%(ids)s) AND status IN ('failed', 'dead', 'cancelled')
-  AND (unique_key IS NULL OR status = 'failed' OR NOT EXISTS (
-      SELECT 1 FROM job_runs o WHERE o.unique_key = job_runs.unique_key
-                                 AND o.status IN ('queued', 'running', 'failed')))
-RETURNING id
-"""
-
-# waiting/queued/failed -> cancelled at once: no worker holds them. Runs waiting for one that is
-# cancelled are cancelled with it (the trigger job_runs_workflow).
-CANCEL_WAITING = """
-UPDATE job_runs
-SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s) AND status IN ('waiting', 'queued', 'failed')
-RETURNING id
-"""
-
-# running: ask the holder to stop. Its heartbeat (EXTEND_LEASES) sees the request and sets the
-# handler's cancellation flag; FINISH_RUNS then ends the run cancelled. Runs after
-# CANCEL_WAITING in the same transaction, so a run claimed between the two is caught here.
-REQUEST_CANCEL = """
-UPDATE job_runs
-SET cancel_requested_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
-RETURNING id
-"""
-
-# A run deleted before it ended is cancelled first, in the delete's transaction (run_actions.delete),
-# so the trigger job_runs_workflow does what a cancel does: what waits for it is cancelled ("run
-# 812 was deleted": reason 'deleted' tells it), its batch counts it. Returns the status before.
-CANCEL_BEFORE_DELETE = """
-UPDATE job_runs r SET status = 'cancelled', finished_at = now(), updated_at = now(), reason = 'deleted'
-FROM (SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) AND status IN ('waiting', 'queued', 'failed')
-      ORDER BY id FOR NO KEY UPDATE) was
-WHERE r.id = was.id RETURNING r.id, was.status
-"""
-
-# Operators delete runs (admin only) once ended (after CANCEL_BEFORE_DELETE), with their attempts
-# (ON DELETE CASCADE); never a running one, which a worker would finish into nothing. A run claimed
-# meanwhile, or ended failed or queued, is re-checked after the row lock (READ COMMITTED) and kept.
-DELETE_RUNS = """
-DELETE FROM job_runs
-WHERE id = ANY(%(ids)s) AND status IN ('succeeded', 'dead', 'cancelled', 'skipped', 'missed')
-RETURNING id, job_type, status
-"""
-DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # what run_actions.delete takes
-
-# A queued run due later is made due now ("run now"); the caller sends NOTIFY in the same
-# transaction, so listening workers claim it at commit. A run claimed or cancelled meanwhile
-# is left alone (status), and so is one already due (nothing to do).
-RUN_QUEUED_NOW = """
-UPDATE job_runs SET run_at = now(), updated_at = now()
-WHERE id = %(id)s AND status = 'queued' AND run_at > now()
-RETURNING id
-"""
-
-# A queued run moved to another time (later or earlier, never into the past: the view checks).
-RESCHEDULE_QUEUED = """
-UPDATE job_runs SET run_at = %(run_at)s, updated_at = now()
-WHERE id = %(id)s AND status = 'queued'
-RETURNING id
-"""
+# -- retention: prune ------------------------------------------------------------------------
+# An operator's retry, cancel, delete, run now and reschedule: action_statements.py.
 
 # Retention: the oldest finished runs of a status past its retention are deleted with their
 # attempts, one batch per transaction (ops/retention.py). SKIP LOCKED: a run an operator is

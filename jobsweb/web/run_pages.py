@@ -91,12 +91,14 @@ def bulk():
         except InvalidInput as exc:
             abort(400, f"Bad selection: {exc}.")
         scope = "selected"
-    changed = requested = considered = 0
+    changed = requested = considered = waiting = 0
     try:
         for ids in batches:
             outage.limit_action()
             if action == "retry":
-                changed += len(run_actions.retry(ids))
+                retried = run_actions.retry(ids)
+                changed += len(retried)
+                waiting += len(run_actions.waits_for_failed(set(ids).difference(retried)))
             else:
                 done, asked = run_actions.cancel(ids)
                 changed, requested = changed + len(done), requested + len(asked)
@@ -113,14 +115,18 @@ def bulk():
         return outage.gave_up(f"{'Retrying' if action == 'retry' else 'Cancelling'} a batch of these runs",
                               "none of that batch was changed",
                               bulk_message(action, changed, requested) + " " if considered else "")
-    left = considered - changed - requested
+    left = considered - changed - requested - waiting
     audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
-                 changed=changed, cancel_requested=requested, left=left)
+                 changed=changed, cancel_requested=requested, left=left + waiting,
+                 waiting_for_failed=waiting)
     db.session.commit()
     verb = "Retried" if action == "retry" else "Cancelled"
     message = f"{verb} {changed} of {_runs(considered)} {'that match' if scope == 'matching' else 'ticked'}."
     if requested:
         message += f" Asked {_runs(requested)} running to stop."
+    if waiting:
+        # Retried, they would wait for ever: retrying the run they wait for revives them.
+        message += f" {waiting:,} left alone: they wait for a run that ended dead or cancelled."
     if left:
         # Said, not skipped silently: "Retried 37 runs" while 39 matched read as a lost two.
         message += (f" {_runs(left)} left as they were: " + (
@@ -188,6 +194,12 @@ def retry(run_id):
         _tell("queued", f"Run {run_id} is queued again.", f"Run {run_id} was queued again")
     elif run.job_type == EXTERNAL_JOB_TYPE:
         flash(f"Run {run_id} was reported from outside: jobsweb cannot run it again.")
+    elif blocker := run_actions.waits_for_failed([run_id]).get(run_id):
+        after = blocker.after_id
+        _tell(run.status, f"Run {run_id} waits for run {after}, which ended {blocker.after_status}: " + (
+            f"retry that one and {run_id} waits for it again." if blocker.revived_by_its_retry else
+            f"retry both at once from the runs list and {run_id} waits for {after}'s new attempt."),
+            f"Run {run_id} waits for run {after}, which ended {blocker.after_status}, and was not retried")
     else:
         _tell(run.status, f"Run {run_id} is {run.status}: only failed, dead or cancelled runs can be retried.",
               f"Run {run_id} was {run.status}, and could not be retried")
