@@ -82,7 +82,8 @@ class Worker:
 
 
 class Model:
-    def __init__(self):
+    def __init__(self, open_bugs=()):
+        self.open = set(open_bugs)  # the test's OPEN: bugs found and not yet fixed, modelled as they behave
         self.runs = {}
         self.batches = {}
         self.tick = 0
@@ -171,8 +172,14 @@ class Model:
         else:
             if old != "succeeded":
                 for dependent in self.dependents(run.id):
-                    if dependent.status == "waiting" and dependent.run_after_failure:
+                    if not dependent.run_after_failure:
+                        continue
+                    if dependent.status == "waiting":
                         dependent.waiting_for += 1
+                    elif (dependent.status == "queued" and dependent.attempts == 0
+                          and "retry_leaves_released_dependents" not in self.open):
+                        dependent.waiting_for += 1  # released by this run's end and not started: waits again
+                        dependent.status = "waiting"
                 self.revive_below(run, old)
             if run.waiting_for is not None and run.status == "queued":
                 pending = sum(1 for a in run.after if not (
@@ -247,24 +254,35 @@ class Model:
             self.batch_ended(self.batches[batch_id], members.count(batch_id), members.count(batch_id))
 
     def revive_below(self, root, old):
-        """A retried run's end is undone: the runs it cancelled, and those cancelled below them, wait again."""
-        revived = {}
-        frontier = [(root.id, old)]
+        """jobsweb_revive_below: a retried run's end is undone a level at a time: the runs it
+        cancelled, and those cancelled below them, wait again. Since 0026_retry_seams one that also
+        waits for another run ended dead or cancelled stays cancelled, its reason naming that run."""
+        frontier, reasons = [root.id], {(root.id, old)}
         while frontier:
-            cause = frontier.pop()
-            for dependent in self.dependents(cause[0]):
-                if dependent.status == "cancelled" and dependent.cause == cause and dependent.id not in revived:
-                    revived[dependent.id] = dependent
-                    frontier.append((dependent.id, "cancelled"))
-        runs = sorted(revived.values(), key=lambda r: r.id)
-        for run in runs:
-            run.cause = None
-            run.status, run.aged = "waiting", False
-        for run in runs:  # counted once every revived row has its new status, as the UPDATE does
-            run.waiting_for = sum(1 for a in run.after if self.runs[a].status != "succeeded")
-            run.stuck = any(self.runs[a].status in FAILED_ENDS for a in run.after)
-        for run in runs:
-            self.trigger(run, "cancelled")
+            ids = sorted({d.id for f in frontier for d in self.dependents(f)})
+            locked = [self.runs[i] for i in ids if self.runs[i].status == "cancelled" and self.runs[i].cause in reasons]
+            if not locked:
+                return
+            blocked = {}
+            if "retry_waits_for_failed" not in self.open:
+                for run in locked:
+                    failed = sorted(a for a in run.after if self.runs[a].status in FAILED_ENDS)
+                    if failed:
+                        blocked[run.id] = (failed[0], self.runs[failed[0]].status)
+            for run in locked:
+                if run.id in blocked:
+                    run.cause = blocked[run.id]
+            revived = [run for run in locked if run.id not in blocked]
+            for run in revived:
+                run.cause = None
+                run.status, run.aged = "waiting", False
+            for run in revived:  # counted once every revived row has its new status, as the UPDATE does
+                run.waiting_for = sum(1 for a in run.after if self.runs[a].status != "succeeded")
+                run.stuck = any(self.runs[a].status in FAILED_ENDS for a in run.after)
+            for run in revived:  # their triggers fire at the end of the statement
+                self.trigger(run, "cancelled")
+            frontier = [run.id for run in revived]
+            reasons = {(run.id, "cancelled") for run in revived}
 
     # -- the worker's statements ----------------------------------------------------------------
 
@@ -283,15 +301,17 @@ class Model:
 
     def claim_order(self, worker, limit, free):
         """The runs CLAIM_RUNS takes: claimable ones in (priority, run_at, id) order; past the
-        first `free`, only runs with an attempt to spare (claimed ahead, never a last attempt)."""
+        first `free` (claimed ahead), up to the first one on its last attempt, which is never
+        claimed ahead: a worker killed before it began would have spent it."""
         candidates = sorted((run for run in self.live() if self.claimable(run, worker)),
                             key=lambda r: (r.priority, r.run_at, r.id))
         taken = []
         for place, run in enumerate(candidates, start=1):
             if len(taken) == limit:
                 break
-            if place <= free or run.attempts + 1 < run.max_attempts:
-                taken.append(run.id)
+            if place > free and run.attempts + 1 >= run.max_attempts:
+                break  # 0025_claim_order: claiming ahead stops at the first run on its last attempt
+            taken.append(run.id)
         return taken
 
     def claimed(self, worker, ids):
@@ -348,10 +368,13 @@ class Model:
 
     def retry(self, ids):
         """RETRY_RUNS: failed, dead and cancelled runs queued again; a dead or cancelled run whose
-        unique key another unfinished run holds is left alone (in id order: the first one wins)."""
-        changes = []
+        unique key another unfinished run holds is left alone (in id order: the first one wins).
+        Since 0026_retry_seams so is a run that waits for one ended dead or cancelled, unless it
+        runs after failure or that run is retried with it (and what waits for it among these)."""
+        ids = sorted(set(ids))
         holders = {run.unique_key for run in self.live() if run.unique_key and run.status in UNFINISHED}
-        for run_id in sorted(set(ids)):
+        retryable = []
+        for run_id in ids:
             run = self.runs[run_id]
             if run.deleted or run.status not in ("failed", "dead", "cancelled"):
                 continue
@@ -359,6 +382,21 @@ class Model:
                 if run.unique_key in holders:
                     continue
                 holders.add(run.unique_key)
+            retryable.append(run)
+        if "retry_waits_for_failed" not in self.open:
+            chosen = {run.id for run in retryable}
+            failed_ends = {run.id for run in self.live() if run.status in FAILED_ENDS and run.id not in chosen}
+            blocked, grew = set(), True
+            while grew:
+                grew = False
+                for run in retryable:
+                    if run.id not in blocked and not run.run_after_failure and \
+                            any(a in failed_ends or a in blocked for a in run.after):
+                        blocked.add(run.id)
+                        grew = True
+            retryable = [run for run in retryable if run.id not in blocked]
+        changes = []
+        for run in retryable:
             run.run_at = self.now()
             run.cancel_requested = False
             run.retried_by_operator = True

@@ -56,9 +56,9 @@ OPEN = {
     "bulk_retry_same_key": "retrying at once two dead or cancelled runs with the same unique key (none holding "
                            "it) raises UniqueViolation instead of retrying one: the action fails; meanwhile such "
                            "a pair is retried one run at a time",
-    "claim_ahead_skips": "a run on its last attempt, past the free slots, hides the runs after it at its "
-                         "priority from the claim: it takes fewer runs, or runs of a later priority first",
 }
+# JOBSWEB_MODEL_FIXED=name,...: check those as fixed (to try a fix before its entry is deleted).
+OPEN = {name: why for name, why in OPEN.items() if name not in os.environ.get("JOBSWEB_MODEL_FIXED", "").split(",")}
 REASON = re.compile(r"run (\d+) (?:ended (\w+)|was (deleted))")
 
 picks = st.lists(st.integers(0, 63), min_size=1, max_size=3)
@@ -87,7 +87,7 @@ class RunLifecycle(RuleBasedStateMachine):
         self.context = app.app_context()
         self.context.push()
         self.link = Link(libpq_url(db.engine))
-        self.model = Model()
+        self.model = Model(OPEN)
         self.workers = [Worker("model-w1", 1, None), Worker("model-w2", 2, ["other"]), Worker("model-w3", 2, None)]
         self.generation = 0
         self.stale = []  # (worker id, run id, attempt, job type): outcomes of workers that died
@@ -119,7 +119,7 @@ class RunLifecycle(RuleBasedStateMachine):
     def targets(self, among, statuses):
         """Runs an operator's action may pick: any, those in `statuses`, or those others wait for."""
         if among == "awaited":
-            return sorted({a for run in self.model.live() if run.status == "waiting" for a in run.after})
+            return sorted({a for run in self.model.live() for a in run.after})
         return self.live_ids(statuses if among == "eligible" else None)
 
     def run_key(self, key):
@@ -263,16 +263,11 @@ class RunLifecycle(RuleBasedStateMachine):
         claimed = [row[0] for row in rows]
         for run_id in claimed:
             self.check_claimable(worker, self.model.runs[run_id])
-        if "claim_ahead_skips" in OPEN and claimed != expected:
-            order = [(self.model.runs[r].priority, self.model.runs[r].run_at, r) for r in claimed]
-            assert claimed[:free] == expected[:free] and order == sorted(order), \
-                f"{worker.id} claimed {claimed} (limit {free + ahead}, free {free}); the model takes {expected}"
-        else:
-            assert claimed == expected, (
-                f"{worker.id} claimed {claimed} (limit {free + ahead}, free {free}); the model takes {expected} of "
-                + str([(r.id, r.priority, r.run_at, r.attempts, r.max_attempts) for r in sorted(
-                    (r for r in self.model.live() if self.model.claimable(r, worker)),
-                    key=lambda r: (r.priority, r.run_at, r.id))]))
+        assert claimed == expected, (
+            f"{worker.id} claimed {claimed} (limit {free + ahead}, free {free}); the model takes {expected} of "
+            + str([(r.id, r.priority, r.run_at, r.attempts, r.max_attempts) for r in sorted(
+                (r for r in self.model.live() if self.model.claimable(r, worker)),
+                key=lambda r: (r.priority, r.run_at, r.id))]))
         self.model.claimed(worker, claimed)
 
     def check_claimable(self, worker, run):
