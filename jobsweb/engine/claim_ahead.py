@@ -10,10 +10,10 @@ frees, while the loop's next round trip is under way.
 Runs claimed ahead are held like running ones (Worker.held): heartbeats extend their leases,
 a SIGTERM releases those not started (engine/stopping.py: no attempt recorded, the claim's
 given back), their started_at counts from when their handler began (the time they waited is
-added at FINISH_RUNS; for sync handlers: an async one's task does not say yet when it began, and
-its release is an interrupted attempt), and a worker killed outright leaves them to lease
-recovery like its running runs (which fails the attempt the claim counted, so the claim never
-takes a run on its last attempt ahead of a free slot: it would end dead without having run).
+added at FINISH_RUNS), they start in (priority, run_at, id) order whichever claim brought them,
+and a worker killed outright leaves them to lease recovery like its running runs (which fails
+the attempt the claim counted, so the claim never takes a run on its last attempt ahead of a
+free slot: it would end dead without having run; nor the runs after it, which would start first).
 Slow jobs finish few runs per second, so nothing is claimed ahead of them and no other worker
 waits behind a run this one cannot start yet.
 """

@@ -67,7 +67,6 @@ DECLARE
     _level_seen bigint;
     _level_ids bigint[];
     _level_queues text[];
-    _ahead_ended boolean := false;  -- a run on its last attempt was left behind: nothing more ahead
 BEGIN
     SELECT coalesce(array_agg(name) FILTER (WHERE paused), '{}'),
            coalesce(array_agg(name) FILTER (WHERE NOT paused AND coalesce(concurrency_limit, rate_limit) IS NOT NULL), '{}')
@@ -143,24 +142,26 @@ BEGIN
         -- have spent that attempt, and lease recovery would end the run dead without its ever running.
         -- The first one left behind ends what is claimed ahead, at this level and every later one:
         -- a run after it taken now would start before it (the worker starts runs in claim order).
-        ranked AS (
-            SELECT id, queue, place,
-                   bool_or(place > _free AND attempts + 1 >= max_attempts) OVER (ORDER BY place) AS behind
-            FROM (SELECT id, queue, attempts, max_attempts, _seen + row_number() OVER (ORDER BY run_at, id) AS place
-                  FROM candidates) numbered
-        ),
+        -- Both windows are in (run_at, id) order, the places' own: one sort.
         taken AS (
-            SELECT id, queue, place FROM ranked
+            SELECT id, queue, place FROM (
+                SELECT id, queue, run_at, place,
+                       bool_or(place > _free AND attempts + 1 >= max_attempts) OVER (ORDER BY run_at, id) AS behind
+                FROM (SELECT id, queue, run_at, attempts, max_attempts,
+                             _seen + row_number() OVER (ORDER BY run_at, id) AS place
+                      FROM candidates) numbered
+            ) ranked
             WHERE NOT behind
-            ORDER BY place LIMIT _limit - cardinality(_ids)
+            ORDER BY run_at, id LIMIT _limit - cardinality(_ids)
         )
         SELECT (SELECT count(*) FROM candidates), ARRAY(SELECT id FROM taken ORDER BY place),
-               ARRAY(SELECT queue FROM taken ORDER BY place), coalesce((SELECT bool_or(behind) FROM ranked), false)
-        INTO _level_seen, _level_ids, _level_queues, _ahead_ended;
+               ARRAY(SELECT queue FROM taken ORDER BY place)
+        INTO _level_seen, _level_ids, _level_queues;
         _ids := _ids || _level_ids;
         _queues_taken := _queues_taken || _level_queues;
         _seen := _seen + _level_seen;
-        EXIT WHEN cardinality(_ids) >= _limit OR _ahead_ended;
+        -- A candidate not taken below the limit was left behind: nothing more is claimed ahead.
+        EXIT WHEN cardinality(_ids) >= _limit OR cardinality(_level_ids) < _level_seen;
     END LOOP;
 
     IF cardinality(_ids) = 0 THEN
