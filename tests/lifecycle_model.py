@@ -90,6 +90,7 @@ class Model:
         self.paused_queues = set()
         self.paused_types = set()
         self.reopened = []  # (batch id, role): callback runs the trigger created in this step
+        self.ended_in_step = set()  # runs one statement of this step ended: their triggers' order is the table's
 
     # -- reading --------------------------------------------------------------------------
 
@@ -154,6 +155,8 @@ class Model:
             run.status = new
             run.aged = False
             run.stuck = False
+        if len(changes) > 1:
+            self.ended_in_step |= {run.id for run, old in olds if run.status in ENDED and old not in ENDED}
         for run, old in olds:
             if old != run.status:
                 self.trigger(run, old)

@@ -48,11 +48,6 @@ DEFINITIONS = (("model-skip", "skip", "default", 0), ("model-queue", "queue", "o
 # Bugs this model found that are not fixed yet: each switches its check off until the fix lands
 # (then delete the entry). The report of issue 35 gives each one's reproduction.
 OPEN = {
-    "retry_waits_for_failed": "a run retried (or revived) while another run it waits for is dead or cancelled "
-                              "waits for that run for ever",
-    "retry_leaves_released_dependents": "a dead or cancelled run retried after a run waiting for it with "
-                                        "after_failure='run' was released: that run stays queued and is "
-                                        "claimed before the retried run ends",
     "bulk_retry_same_key": "retrying at once two dead or cancelled runs with the same unique key (none holding "
                            "it) raises UniqueViolation instead of retrying one: the action fails; meanwhile such "
                            "a pair is retried one run at a time",
@@ -67,7 +62,7 @@ options = st.fixed_dictionaries({"job_type": st.sampled_from(JOB_TYPES), "queue"
                                  "priority": st.sampled_from([-1, 0, 1]), "when": whens,
                                  "max_attempts": st.sampled_from([1, 2, 3])})
 dependencies = st.none() | st.tuples(picks, st.sampled_from(["cancel", "run"]))
-pools = st.sampled_from(["any", "eligible", "awaited"])  # which runs an operator's action picks from
+pools = st.sampled_from(["any", "eligible", "awaited", "keyed"])  # which runs an operator's action picks from
 
 
 def run_at_of(when):
@@ -104,6 +99,7 @@ class RunLifecycle(RuleBasedStateMachine):
     def step(self):
         self.model.tick += 1
         self.model.reopened = []
+        self.model.ended_in_step = set()
 
     def pick(self, candidates, n):
         candidates = sorted(candidates)
@@ -117,9 +113,12 @@ class RunLifecycle(RuleBasedStateMachine):
         return [run.id for run in self.model.live() if statuses is None or run.status in statuses]
 
     def targets(self, among, statuses):
-        """Runs an operator's action may pick: any, those in `statuses`, or those others wait for."""
+        """Runs an operator's action may pick: any, those in `statuses`, those others wait for, or
+        those with a unique key."""
         if among == "awaited":
             return sorted({a for run in self.model.live() for a in run.after})
+        if among == "keyed":
+            return [run.id for run in self.model.live() if run.unique_key is not None]
         return self.live_ids(statuses if among == "eligible" else None)
 
     def run_key(self, key):
@@ -505,6 +504,9 @@ def check(machine):
         assert (finished_at is not None) == (status in FINISHED), f"run {run_id} {status} finished at {finished_at}"
         cause = REASON.fullmatch(reason or "")
         cause = (int(cause[1]), cause[2] or cause[3]) if cause else None
+        if cause != run.cause and cause and run.cause and {cause[0], run.cause[0]} <= model.ended_in_step \
+                and cause[0] in run.after:
+            run.cause = cause  # two runs it waits for ended in one statement: whose trigger ran first is row order
         assert cause == run.cause, f"run {run_id}: reason {reason!r}, the model's cause {run.cause}"
 
     # run_at: the database's order is the model's (runs due later after a failure are not ordered among themselves)
