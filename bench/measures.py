@@ -214,7 +214,8 @@ def replay_script(batch):
                         "outcomes": f"array_fill('succeeded'::text, {n})",
                         "results": f"array_fill(NULL::jsonb, {n})", "error_types": f"array_fill(NULL::text, {n})",
                         "errors": f"array_fill(NULL::text, {n})", "stacks": f"array_fill(NULL::text, {n})",
-                        "delays": f"array_fill(0::float8, {n})", "give_up": f"array_fill(false, {n})",
+                        "delays": f"array_fill(0::float8, {n})", "waits": f"array_fill(0::float8, {n})",
+                        "give_up": f"array_fill(false, {n})",
                         "outputs": f"array_fill(NULL::text, {n})"}.items():
         finish_sql = finish_sql.replace(f"%({name})s", value)
     return (f"WITH claimed AS ({claim.strip()})\n"
