@@ -50,6 +50,7 @@ DECLARE
     _reasons text[] := ARRAY[_root_reason];  -- what the level above's end wrote on what it cancelled
     _ids bigint[];
     _locked bigint[];
+    _failed bigint[];  -- what the level's runs also wait for that ended without succeeding
 BEGIN
     LOOP
         SELECT array_agg(DISTINCT d.run_id) INTO _ids FROM job_run_deps d WHERE d.after_id = ANY(_frontier);
@@ -58,12 +59,17 @@ BEGIN
         FROM (SELECT id FROM job_runs WHERE id = ANY(_ids) AND status = 'cancelled' AND reason = ANY(_reasons)
               ORDER BY id FOR NO KEY UPDATE) l;
         EXIT WHEN _locked IS NULL;
-        -- The cancelled runs' dependencies are read by their key (job_run_deps' primary key, then
-        -- job_runs'); the two updates change different rows, and only the revive changes a status.
+        -- Their dependencies that ended without succeeding, read by key with arrays (job_run_deps'
+        -- primary key, then job_runs'): a join would let an estimate of 'cancelled' (few, when
+        -- job_runs was analysed before the cascade) drive it from job_runs' status, one probe with
+        -- the whole array per cancelled run. Usually none: then the level is revived as in 0024.
+        SELECT array_agg(a.id) INTO _failed FROM job_runs a
+        WHERE a.id = ANY(ARRAY(SELECT DISTINCT d.after_id FROM job_run_deps d WHERE d.run_id = ANY(_locked)))
+          AND a.status IN ('dead', 'cancelled', 'skipped', 'missed');
         WITH blocked AS MATERIALIZED (
             SELECT DISTINCT ON (d.run_id) d.run_id AS id, 'run ' || a.id || ' ended ' || a.status AS reason
-            FROM job_run_deps d JOIN job_runs a ON a.id = d.after_id
-            WHERE d.run_id = ANY(_locked) AND a.status IN ('dead', 'cancelled', 'skipped', 'missed')
+            FROM job_runs a JOIN job_run_deps d ON d.after_id = a.id
+            WHERE _failed IS NOT NULL AND a.id = ANY(_failed) AND d.run_id = ANY(_locked)
             ORDER BY d.run_id, a.id
         ), renamed AS (
             UPDATE job_runs w SET reason = b.reason, updated_at = now()
