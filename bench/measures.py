@@ -391,7 +391,7 @@ def claim_latency(bench):
 
 
 def claim_plan(conn):
-    """The plan jobsweb_claim_runs ran its UPDATE of job_runs with, with actual times.
+    """The plan jobsweb_claim_runs_in_order ran its UPDATE of job_runs with, with actual times.
 
     EXPLAIN of CLAIM_RUNS would show only the function call: auto_explain logs the function's
     own statement, and client_min_messages = log brings that log line to this connection."""
@@ -463,7 +463,7 @@ def claims(url, count, size=1, seconds=None, worker_path=True):
 
     worker_path: CLAIM_RUNS as the worker sends it (Link.fetch: one pipelined transaction begun
     with SET LOCAL jit = off, no server-side prepare); otherwise the bare statement, as any
-    other client would call jobsweb_claim_runs (still never prepared)."""
+    other client would call jobsweb_claim_runs_in_order (still never prepared)."""
     params = {"worker": "bench", "lease": 60, "job_types": BUILTIN_TYPES, "limit": size, "free": size,
               "queues": None}
     with psycopg.connect(url, autocommit=True) as conn:

@@ -92,7 +92,7 @@ def server_sections(r):
         "",
         "![claim latency vs history](bench_claim_latency.png)",
         "",
-        f"The plan of jobsweb_claim_runs' UPDATE of job_runs, with actual times (auto_explain), "
+        f"The plan of jobsweb_claim_runs_in_order' UPDATE of job_runs, with actual times (auto_explain), "
         f"at {points[-1]['history']:,} finished runs:",
         "",
         "```",
@@ -106,7 +106,7 @@ def server_sections(r):
         "The claims above go the worker's way (Link.fetch): one pipelined transaction begun with "
         "SET LOCAL jit = off, and no statement prepared on the server (a pooler in transaction mode "
         "would lose it). CLAIM_RUNS calls the PL/pgSQL function "
-        "jobsweb_claim_runs (migration 0017), which plans its statements at each call "
+        "jobsweb_claim_runs_in_order (migration 0025), which plans its statements at each call "
         "(plan_cache_mode = force_custom_plan), with job_runs as it is then, and never JIT-compiles them "
         "(jit = off on the function).",
         "",
@@ -246,7 +246,7 @@ def server_conditions(r):
         f"(**{fmt(ratio(j['shipped'], j['off']), 2)}×**).",
         "",
         "One-run claims as in §4 (1,000 runs due), each setting on new connections, alternated; the "
-        "worker's claim (judged), and the bare `SELECT * FROM jobsweb_claim_runs(...)` as a client "
+        "worker's claim (judged), and the bare `SELECT * FROM jobsweb_claim_runs_in_order(...)` as a client "
         "without the worker's SET LOCAL jit = off would send it (reported):",
         "",
         "| JIT | claim | p50 ms | p95 ms | claims |",

@@ -76,7 +76,7 @@ def targets(r):
         (f"claim p95 at {n_hist:,} finished ≤ 2 ms", f"{fmt(full['p95'], 3)} ms", full["p95"] <= 2,
          f"a claim is a durable commit: the cheapest one (one-row UPDATE) takes p50 {floor['p50']:.3f} / "
          f"p95 {floor['p95']:.3f} ms here; the claim's statements are planned at each call inside the "
-         "PL/pgSQL function jobsweb_claim_runs (pooler-safe: no client-side prepare), §4; history size "
+         "PL/pgSQL function jobsweb_claim_runs_in_order (pooler-safe: no client-side prepare), §4; history size "
          "barely matters (finished runs are in none of the claim's partial indexes)"),
         ("claim p95 ≤ 1.5× empty history", f"{fmt(ratio(full['p95'], empty['p95']), 2)}×",
          full["p95"] <= 1.5 * empty["p95"], "the claim's UPDATE is not HOT: it adds entries to every "

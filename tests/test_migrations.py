@@ -37,9 +37,9 @@ def test_0015_goes_down_to_the_schema_of_0014_and_up_again_to_the_schema_of_a_ne
     assert shape(head) == after and has_claim_function(head)
 
 
-def claim_function(url):
+def claim_function(url, function=CLAIM_FUNCTION):
     with psycopg.connect(libpq_url(url)) as conn:
-        return conn.execute("SELECT pg_get_functiondef(to_regprocedure(%s))", [CLAIM_FUNCTION]).fetchone()[0]
+        return conn.execute("SELECT pg_get_functiondef(to_regprocedure(%s))", [function]).fetchone()[0]
 
 
 @pytest.mark.parametrize("revision, previous", [("0016_claim_by_id", "0015_claim_path"),
@@ -59,6 +59,20 @@ def test_a_migration_that_replaces_the_claim_goes_down_to_the_claim_before_it_an
 
 
 def test_the_claim_at_head_sets_no_planner_cost_and_is_never_jit_compiled(scratch_database):
-    head = claim_function(scratch_database("jobsweb_at_head"))
+    # The worker's claim since 0025 (jobsweb_claim_runs is a plain SQL call of it, for old workers).
+    head = claim_function(scratch_database("jobsweb_at_head"), CLAIM_FUNCTION.replace("(", "_in_order(", 1))
     assert "enable_" not in head
     assert "SET jit TO 'off'" in head and "SET plan_cache_mode TO 'force_custom_plan'" in head
+
+
+def test_after_0025_a_worker_of_the_previous_release_still_claims_with_its_ten_columns_in_priority_order(
+        scratch_database):
+    # A rolling deploy: `flask jobs migrate` runs while the previous release's workers still call
+    # jobsweb_claim_runs and unpack ten columns (0025 returns two more from a new function).
+    url = scratch_database("jobsweb_rolling", revision="head")
+    with psycopg.connect(libpq_url(url)) as conn:
+        conn.execute("INSERT INTO job_runs (job_type, priority, run_at) VALUES "
+                     "('jobsweb.noop', 5, now() - interval '2 minutes'), ('jobsweb.noop', 0, now() - interval '1 minute')")
+        rows = conn.execute("SELECT * FROM jobsweb_claim_runs('old-release', 60, ARRAY['jobsweb.noop'], 2, 2, NULL)").fetchall()
+    assert [len(row) for row in rows] == [10, 10]
+    assert [row[0] for row in rows] == sorted(row[0] for row in rows)[::-1]  # priority 0 (made second) first

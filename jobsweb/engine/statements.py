@@ -174,12 +174,12 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # The runs are read front by front: each (queue, priority) with claimable runs that this claim may
 # take from, through job_runs_queue_claimable up to the first run not yet due, smallest priority
 # first; so runs scheduled for later, and paused or full queues, cost a claim nothing.
-# The claim is the PL/pgSQL function jobsweb_claim_runs, written out in the newest migration that
-# replaced it (0025_claim_order; 0015_claim_path made it a function): one round trip whatever the
+# The claim is the PL/pgSQL function jobsweb_claim_runs_in_order, written out in 0025_claim_order
+# (0015_claim_path made the claim a function, jobsweb_claim_runs): one round trip whatever the
 # number of fronts, nothing prepared on the client's side (which a pooler in transaction mode would
 # lose), each statement planned at each call with the table as it is then, and never JIT-compiled.
 CLAIM_RUNS = """
-SELECT * FROM jobsweb_claim_runs(%(worker)s, %(lease)s, %(job_types)s, %(limit)s, %(free)s, %(queues)s)
+SELECT * FROM jobsweb_claim_runs_in_order(%(worker)s, %(lease)s, %(job_types)s, %(limit)s, %(free)s, %(queues)s)
 """
 
 # Finish many attempts in one statement and record each in job_attempts. One row per attempt:

@@ -324,7 +324,11 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         threaded = []
         for row in trip.claimed_rows():
             if start and not self.stop_requested:
-                if (held := self._start(*row, landed=trip.back_at)) is not None:
+                # Only a run claimed ahead (no slot free as it lands) counts the time it waits for
+                # one: a run with a slot starts now, and its started_at stays the claim's, the time
+                # a limited queue's rate window counts (such a queue gives no runs ahead).
+                landed = trip.back_at if self.busy >= self.concurrency else None
+                if (held := self._start(*row, landed=landed)) is not None:
                     threaded.append(held)
             else:
                 run_id, job_type, _, attempt = row[:4]

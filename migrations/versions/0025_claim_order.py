@@ -20,13 +20,14 @@ plan_cache_mode = force_custom_plan and jit = off are 0017's, copied as they wer
   come first, so none is; the loop ends there. The order of the runs a worker starts stays
   priority, run_at, id. The cost: fewer runs ahead when runs on their last attempt are at the
   front (none beyond the free slots: the worker claims again as slots free, a round trip a slot).
-- The function returns priority and run_at after its ten columns: the worker keeps the runs it
+- The claim returns priority and run_at after its ten columns: the worker keeps the runs it
   holds in that order (engine/execution.py's Pool), across claims too, where it kept them in the
-  order the claims came back. A new return type is a new function: DROP and CREATE (nothing in
-  the schema depends on it: CLAIM_RUNS calls it by name). Workers of the previous release unpack
-  ten columns and stop at the first claim of this function: stop them before migrating.
+  order the claims came back. A new return type is a new function, jobsweb_claim_runs_in_order,
+  which CLAIM_RUNS calls. jobsweb_claim_runs stays, with its ten columns, as a plain SQL call of
+  the new one: workers of the previous release go on claiming (with the new rule) during a
+  rolling deploy, as DEPLOY.md promises of every migration; a later release may drop it.
 
-The downgrade puts 0017's function back.
+The downgrade drops both and puts 0017's function back.
 """
 
 from alembic import context, op
@@ -36,11 +37,11 @@ down_revision = "0024_seams"
 branch_labels = None
 depends_on = None
 
-DROP = "DROP FUNCTION jobsweb_claim_runs(text, double precision, text[], integer, integer, text[]);"
+ARGUMENTS = "(text, double precision, text[], integer, integer, text[])"
 
-UPGRADE = DROP + """
-CREATE FUNCTION jobsweb_claim_runs(_worker text, _lease double precision, _job_types text[],
-                                   _limit integer, _free integer, _queues text[])
+UPGRADE = """
+CREATE FUNCTION jobsweb_claim_runs_in_order(_worker text, _lease double precision, _job_types text[],
+                                            _limit integer, _free integer, _queues text[])
 RETURNS TABLE (id bigint, job_type text, payload jsonb, attempts integer, max_attempts integer,
                definition_id bigint, timeout_seconds double precision, lease_seconds double precision,
                backoff_base double precision, backoff_cap double precision, priority integer,
@@ -201,8 +202,21 @@ BEGIN
     ORDER BY priority, run_at, id;
 END
 $claim$;
-"""
 
+-- The previous release's claim, for its workers still running during a rolling deploy: the same
+-- claim, its ten columns, in the same order.
+CREATE OR REPLACE FUNCTION jobsweb_claim_runs(_worker text, _lease double precision, _job_types text[],
+                                              _limit integer, _free integer, _queues text[])
+RETURNS TABLE (id bigint, job_type text, payload jsonb, attempts integer, max_attempts integer,
+               definition_id bigint, timeout_seconds double precision, lease_seconds double precision,
+               backoff_base double precision, backoff_cap double precision)
+LANGUAGE sql
+AS $claim$
+    SELECT id, job_type, payload, attempts, max_attempts, definition_id, timeout_seconds, lease_seconds,
+           backoff_base, backoff_cap
+    FROM jobsweb_claim_runs_in_order(_worker, _lease, _job_types, _limit, _free, _queues)
+$claim$;
+"""
 
 def upgrade():
     op.execute(UPGRADE)
@@ -210,5 +224,5 @@ def upgrade():
 
 def downgrade():
     # 0017's function, from 0017's own file: a migration is a frozen snapshot, read, not copied.
-    op.execute(DROP)
+    op.execute(f"DROP FUNCTION jobsweb_claim_runs{ARGUMENTS}; DROP FUNCTION jobsweb_claim_runs_in_order{ARGUMENTS};")
     op.execute(context.script.get_revision("0017_claim_fronts").module.UPGRADE)
