@@ -57,6 +57,21 @@ def test_retrying_a_dead_run_whose_unique_key_is_taken_again_leaves_it_dead(app,
     assert sql("SELECT status FROM job_runs WHERE id = %s", [dead]) == [("dead",)]
 
 
+def test_retrying_at_once_two_ended_runs_of_one_unique_key_retries_the_older_and_leaves_the_other(app, sql):
+    from jobsweb.engine import run_actions
+
+    with app.app_context():
+        older = enqueue("jobsweb.noop", unique_key="k")
+        sql("UPDATE job_runs SET status = 'dead', finished_at = now() WHERE id = %s", [older])
+        newer = enqueue("jobsweb.noop", unique_key="k")
+        sql("UPDATE job_runs SET status = 'cancelled', finished_at = now() WHERE id = %s", [newer])
+        # Both at once, as the runs list's bulk retry sends them: the key's index took one only,
+        # and the whole action failed with a UniqueViolation (found by the lifecycle model).
+        assert run_actions.retry([newer, older]) == [older]
+        db.session.commit()
+    assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(older, "queued"), (newer, "cancelled")]
+
+
 def test_the_claim_takes_smaller_priorities_first_and_skips_paused_queues_and_job_types(app, sql):
     with app.app_context():
         later = enqueue("jobsweb.noop", priority=5)

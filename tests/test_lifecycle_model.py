@@ -47,11 +47,7 @@ DUE_LATER = Failures((3600, 3600), 1000, 1000)  # ... in about an hour
 DEFINITIONS = (("model-skip", "skip", "default", 0), ("model-queue", "queue", "other", 1))
 # Bugs this model found that are not fixed yet: each switches its check off until the fix lands
 # (then delete the entry). The report of issue 35 gives each one's reproduction.
-OPEN = {
-    "bulk_retry_same_key": "retrying at once two dead or cancelled runs with the same unique key (none holding "
-                           "it) raises UniqueViolation instead of retrying one: the action fails; meanwhile such "
-                           "a pair is retried one run at a time",
-}
+OPEN = {}
 # JOBSWEB_MODEL_FIXED=name,...: check those as fixed (to try a fix before its entry is deleted).
 OPEN = {name: why for name, why in OPEN.items() if name not in os.environ.get("JOBSWEB_MODEL_FIXED", "").split(",")}
 REASON = re.compile(r"run (\d+) (?:ended (\w+)|was (deleted))")
@@ -368,10 +364,6 @@ class RunLifecycle(RuleBasedStateMachine):
     def an_operator_retries(self, ns, among):
         self.step()
         ids = self.picked(self.targets(among, statements.RETRYABLE), ns)
-        if "bulk_retry_same_key" in OPEN:
-            keys = [self.model.runs[r].unique_key for r in ids if self.model.runs[r].unique_key]
-            if len(keys) != len(set(keys)):
-                ids = ids[:1]
         expected = self.model.retry(ids)
         retried = run_actions.retry(ids)
         self.commit()

@@ -9,7 +9,8 @@ engine/run_actions.py sends them."""
 
 # failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
 # next claim records attempt n+1. The status guard leaves a run a worker just claimed alone. A
-# dead or cancelled run whose unique key another unfinished run holds now is left as it is.
+# dead or cancelled run whose unique key another unfinished run holds now is left as it is, and of
+# several such runs with one key retried at once, only the oldest is.
 # So is a run that waits for one ended dead or cancelled (or a skipped or missed slot), unless it
 # runs after failure or that run is retried by this same statement: it would wait for it for
 # ever (the trigger's recount). A run left alone so leaves alone what waits for it among these
@@ -22,9 +23,12 @@ RETRY_RUNS = """
 WITH RECURSIVE retryable AS MATERIALIZED (
     SELECT id, run_after_failure FROM job_runs
     WHERE id = ANY(%(ids)s) AND status IN ('failed', 'dead', 'cancelled')
-      AND (unique_key IS NULL OR status = 'failed' OR NOT EXISTS (
+      AND (unique_key IS NULL OR status = 'failed' OR (NOT EXISTS (
           SELECT 1 FROM job_runs o WHERE o.unique_key = job_runs.unique_key
-                                     AND o.status IN ('queued', 'running', 'failed')))
+                                     AND o.status IN ('queued', 'running', 'failed'))
+          -- Of several with one key asked for at once, the oldest: two would break the key's index.
+          AND id = (SELECT min(k.id) FROM job_runs k WHERE k.id = ANY(%(ids)s) AND k.unique_key = job_runs.unique_key
+                                                         AND k.status IN ('dead', 'cancelled'))))
 ),
 edges AS MATERIALIZED (
     SELECT d.run_id, d.after_id FROM job_run_deps d
