@@ -40,7 +40,10 @@ def slow_first(ctx):
 
 @job("test.slow_until")
 def slow_until(ctx):
-    """Sleep (ignoring cancellation) on every attempt before payload["attempt"]; then succeed."""
+    """Record that its handler began (test_executions, committed at once), then sleep (ignoring
+    cancellation) on every attempt before payload["attempt"]; then succeed."""
+    record_execution(ctx)
+    db.session.commit()
     if ctx.attempt < ctx.payload["attempt"]:
         time.sleep(float(ctx.payload["seconds"]))
     return {"attempt": ctx.attempt}

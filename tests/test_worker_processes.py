@@ -96,8 +96,8 @@ def test_a_second_signal_stops_waiting_for_running_jobs(app, sql, spawn_worker, 
     proc.send_signal(second)
     code, output = finish(proc, timeout=60)
     assert code == 0, output
-    assert sql("SELECT status, locked_by FROM job_runs") == [("queued", None)]
-    assert sql("SELECT run_id, outcome FROM job_attempts") == [(run_id, "interrupted")]
+    assert sql("SELECT status, locked_by FROM job_runs") == [("queued", None)], output
+    assert sql("SELECT run_id, outcome FROM job_attempts") == [(run_id, "interrupted")], output
 
 
 def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worker):
@@ -116,9 +116,11 @@ def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worke
 
 def test_three_deploys_during_one_run_leave_it_every_attempt_it_had(app, sql, spawn_worker):
     [run_id] = add_many(app, "test.slow_until", 1, {"seconds": 60, "attempt": 4}, max_attempts=3)
-    for _ in range(3):  # each deploy: SIGTERM, the run released at the shutdown deadline
+    for deploy in range(1, 4):  # each deploy: SIGTERM, the run released at the shutdown deadline
         worker = spawn_worker("--forever", "--shutdown-timeout", "0.2")
-        wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+        # Its handler began (not only claimed: a run whose handler has not begun is released
+        # with its attempt given back, and this deploy would not count).
+        wait_for(lambda: sql("SELECT count(*) FROM test_executions")[0][0] == deploy, message="the run to start")
         worker.send_signal(signal.SIGTERM)
         assert finish(worker)[0] == 0
     assert sql("SELECT status, attempts, max_attempts FROM job_runs") == [("queued", 3, 6)]
