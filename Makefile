@@ -33,8 +33,9 @@ run: $(STAMP)
 # Four pytest processes at once, each starting its own server (tests/servers.py): the tests
 # marked both_servers (tests/conftest.py, ON_BOTH_SERVERS) on the stock server and on the
 # embedded one, and the rest of the suite on two more embedded ones, the tests marked slow apart
-# (crontab mode waits for cron's minute boundaries, a wheel and the oldest pins are installed:
-# about six minutes of waiting that held the rest back); so every test runs on the embedded
+# (crontab mode waits for cron's minute boundaries, a wheel and the oldest pins are installed, the
+# quick benchmark runs on both servers, the CLI waits out outages: about twelve minutes under
+# make test's load, which held the rest back); so every test runs on the embedded
 # server and the both_servers ones on the stock server too. Most tests wait on worker processes
 # and clocks rather than compute, so four runs fit on 2 cores in about the time of the longest.
 # Logs go to files (interleaved progress dots would read as none of the runs) and are printed at

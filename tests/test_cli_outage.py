@@ -15,6 +15,10 @@ from jobsweb.engine.link import CONNECT_TIMEOUT
 from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS
 from tests.private_databases import migrated, proxy_to
 
+# Each command waits out a refused or silent path with its own interpreter: two to three minutes in
+# all, run with make test's other slow tests (Makefile) so the rest of the suite is not held back.
+pytestmark = pytest.mark.slow
+
 # Seconds: the longest connect timeout of a command (the worker's; the others' is 3 s) and an
 # interpreter's start on a loaded 2-core machine (5 s seen). Without one a blackhole hangs forever.
 BOUND = CONNECT_TIMEOUT + 20
