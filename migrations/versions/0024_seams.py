@@ -42,7 +42,7 @@ down_revision = "0023_queue_throughput"
 branch_labels = None
 depends_on = None
 
-UPGRADE = """
+UPGRADE_BEFORE = """
 -- Runs waiting for `_ended` runs count them as ended: each waiting_for drops by the number of
 -- them it waits for, and at zero it is queued (due at its run_at or now). `_after_failure_only`:
 -- only the runs enqueued with after_failure="run" (the `_ended` runs ended dead or cancelled).
@@ -194,12 +194,16 @@ BEGIN
 END
 $cancel$;
 
+"""
+
+# Its own constants: 0026_retry_seams' downgrade puts these two back as they are here.
+REVIVE_BELOW = """
 -- Run `_root` was retried: the runs its end cancelled (reason `_root_reason`), and those
 -- cancelled below them ("run 813 ended cancelled"), wait again, each for those of its runs not
 -- succeeded; a level of the graph per statement, as jobsweb_cancel_below. A revived run that
 -- others wait for, or a batch's member, fires the trigger (its after_failure="run" dependents
 -- wait for it again; its batch reopens): only those.
-CREATE FUNCTION jobsweb_revive_below(_root bigint, _root_reason text) RETURNS void
+CREATE OR REPLACE FUNCTION jobsweb_revive_below(_root bigint, _root_reason text) RETURNS void
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan  -- the arrays' lengths known to the planner
 AS $revive$
@@ -231,6 +235,9 @@ BEGIN
 END
 $revive$;
 
+"""
+
+WORKFLOW_STEP = """
 CREATE OR REPLACE FUNCTION jobsweb_workflow_step() RETURNS trigger
 LANGUAGE plpgsql
 SET jit = off
@@ -308,7 +315,9 @@ BEGIN
     END IF;
     RETURN NULL;
 END
-$step$;
+$step$;"""
+
+UPGRADE_AFTER = """
 
 -- The WHEN reads only the changed row: a run outside any workflow pays nothing more, and
 -- neither does a change that does not enter or leave an end (a member's claim). A waiting run
@@ -324,6 +333,8 @@ WHEN ((OLD.status IN ('succeeded', 'dead', 'cancelled')) <> (NEW.status IN ('suc
                AND NEW.batch_callback IS NULL))
 EXECUTE FUNCTION jobsweb_workflow_step();
 """
+
+UPGRADE = UPGRADE_BEFORE + REVIVE_BELOW + WORKFLOW_STEP + UPGRADE_AFTER
 
 # 0020_workflows' function and trigger, as they were.
 DOWNGRADE = """
