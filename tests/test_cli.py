@@ -101,3 +101,23 @@ def test_numbers_too_big_for_their_column_and_bad_urls_are_cli_errors_naming_the
     assert message in result.output and "Traceback" not in result.output and result.exception.__class__ is SystemExit
     assert sql("SELECT (SELECT count(*) FROM job_queues WHERE name = 'q') + (SELECT count(*) FROM job_paused_types)"
                " + (SELECT count(*) FROM job_definitions) + (SELECT count(*) FROM job_runs)") == [(0,)]
+
+
+def test_migrate_logs_each_migration_it_applies_on_one_line_naming_it_in_a_sentence(scratch_database):
+    """Alembic logs a migration's first docstring paragraph: one wrapped over two lines came out
+    with a literal \\n in it (the log formatter escapes line breaks)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    url = scratch_database("jobsweb_migrate_log", revision=None)
+    result = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "jobs", "migrate"],
+                            env={**os.environ, "DATABASE_URL": url, "JOBSWEB_HANDLERS": ""},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    applied = [line for line in result.stderr.splitlines() if "Running upgrade" in line]
+    assert len(applied) >= 26, result.stderr  # 0001_foundation to 0026_retry_seams, and any later one
+    assert [line for line in applied if "\\" in line] == []
+    assert [line for line in applied if not re.search(r"Running upgrade \w* -> \w+, \S.*\.$", line)] == []
+    assert "0026_retry_seams, Retry and the runs that wait: nothing waits for a run that ended dead or cancelled, and a run released by a failure that is retried waits for its new attempt." in result.stderr

@@ -1,5 +1,4 @@
-"""Definitions declared in code (`@job(..., schedule=...)` and `flask jobs sync`) are told apart
-from those made in the admin screen or with `flask jobs define`.
+"""Definitions declared in code (`@job(..., schedule=...)` and `flask jobs sync`) are told apart from those made in the admin screen or with `flask jobs define`.
 
 Revision ID: 0011_code_definitions
 Revises: 0010_flow_control

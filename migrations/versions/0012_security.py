@@ -1,5 +1,4 @@
-"""Security: users can be deactivated and have every session ended; failed sign-ins are kept so
-that guessing is throttled across every web process.
+"""Security: users can be deactivated and have every session ended; failed sign-ins are kept so that guessing is throttled across every web process.
 
 Revision ID: 0012_security
 Revises: 0011_code_definitions

@@ -1,5 +1,4 @@
-"""Monitoring: external definitions, ping tokens, captured output, duration alerts, and the
-incident kinds that need no worker to be running.
+"""Monitoring: external definitions, ping tokens, captured output, duration alerts, and the incident kinds that need no worker to be running.
 
 Revision ID: 0013_monitoring
 Revises: 0012_security

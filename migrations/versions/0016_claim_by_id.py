@@ -1,5 +1,4 @@
-"""The claim reads job_runs through its indexes only, whatever the statistics said when it was
-planned, and never claims a run on its last attempt ahead of a free slot.
+"""The claim reads job_runs through its indexes only, whatever the statistics said when it was planned, and never claims a run on its last attempt ahead of a free slot.
 
 Revision ID: 0016_claim_by_id
 Revises: 0015_claim_path

@@ -1,5 +1,4 @@
-"""Seams of workflows: a run deleted before it ended counts as cancelled, and a cancel reaching
-100,000 waiting runs finishes in seconds.
+"""Seams of workflows: a run deleted before it ended counts as cancelled, and a cancel reaching 100,000 waiting runs finishes in seconds.
 
 Revision ID: 0024_seams
 Revises: 0023_queue_throughput

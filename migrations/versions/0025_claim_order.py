@@ -1,5 +1,4 @@
-"""The claim keeps priority order exact when it claims ahead, and returns each run's priority and
-run_at, so that the worker starts the runs it holds in that order.
+"""The claim keeps priority order exact when it claims ahead, and returns each run's priority and run_at, so that the worker starts the runs it holds in that order.
 
 Revision ID: 0025_claim_order
 Revises: 0024_seams

@@ -1,5 +1,4 @@
-"""Retry and the runs that wait: nothing waits for a run that ended dead or cancelled, and a run
-released by a failure that is retried waits for its new attempt.
+"""Retry and the runs that wait: nothing waits for a run that ended dead or cancelled, and a run released by a failure that is retried waits for its new attempt.
 
 Revision ID: 0026_retry_seams
 Revises: 0025_claim_order
