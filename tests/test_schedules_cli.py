@@ -60,6 +60,7 @@ def test_schedules_lists_a_definition_whose_stored_schedule_is_now_refused(runne
     (["--overlap", "sometimes"], "Error: overlap: must be one of skip, queue, allow"),
     (["--misfire", "never"], "Error: misfire: must be one of latest, all, skip"),
     (["--max-attempts", "0"], "Error: max_attempts: must be a whole number from 1 to"),
+    (["--alert-email", "ops@example.com"], "Error: alert_email_to: needs JOBSWEB_SMTP_HOST set on the server"),
 ])
 def test_define_refuses_invalid_input_in_one_line_and_writes_nothing(runner, sql, args, message):
     result = define(runner, *args)
@@ -74,3 +75,10 @@ def test_commands_on_an_unknown_name_fail_with_one_line(runner, command):
     result = runner.invoke(args=["jobs", command, "nope"])
     assert result.exit_code != 0
     assert "Error: name: no job definition is called 'nope'" in result.output
+
+
+def test_define_with_alert_email_is_accepted_once_an_smtp_host_is_set(app, runner, sql):
+    app.config["JOBSWEB_SMTP_HOST"] = "smtp.example.com"
+    result = define(runner, "--alert-email", "ops@example.com,oncall@example.com")
+    assert result.exit_code == 0, result.output
+    assert sql("SELECT alert_email_to FROM job_definitions") == [("ops@example.com, oncall@example.com",)]

@@ -32,7 +32,8 @@ from .groups import committed, jobs, plain_errors, when
 @click.option("--alert-after", type=int, default=definitions.FAILING_AFTER, show_default=True,
               help="Dead runs in a row that raise a 'failing' alert.")
 @click.option("--alert-webhook", help="This definition's alert webhook [JOBSWEB_ALERT_WEBHOOK_URL].")
-@click.option("--alert-email", help="This definition's alert recipients, comma-separated [JOBSWEB_ALERT_EMAIL_TO].")
+@click.option("--alert-email", help="This definition's alert recipients, comma-separated [JOBSWEB_ALERT_EMAIL_TO]; "
+              "sent through JOBSWEB_SMTP_HOST, which must be set.")
 @click.option("--queue", help="Its runs' queue (created on first use) [the job type's, or default].")
 @click.option("--priority", help="Its runs' priority, -1000..1000, smaller first [the job type's, or 0].")
 @click.option("--max-duration", type=int, help="Seconds after which a still running run opens a 'slow' "
