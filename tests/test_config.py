@@ -1,8 +1,17 @@
-import pytest
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+from flask import Flask
+
+from jobsweb import JobsWeb
 from jobsweb.core.database import database_url
 from jobsweb.core.errors import ConfigError
-from jobsweb.core.settings import check, from_environment
+from jobsweb.core.logs import gunicorn_logging
+from jobsweb.core.settings import REPOSITORY_NAMES, SETTINGS, check, from_environment, resolve
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -106,6 +115,7 @@ DOCUMENTED_DEFAULTS = {
     "JOBSWEB_NO_WORKER_MINUTES": 5.0,
     "JOBSWEB_LOGIN_URL": None,
     "JOBSWEB_INLINE": False,
+    "JOBSWEB_IGNORE_UNKNOWN_SETTINGS": [],
 }
 
 
@@ -114,3 +124,122 @@ def test_every_default_is_the_one_the_reference_settings_table_states():
     assert {name: config[name] for name in DOCUMENTED_DEFAULTS} == DOCUMENTED_DEFAULTS
     # A setting added without a row here (and in the reference's table) fails too.
     assert set(DOCUMENTED_DEFAULTS) == {name for name in config if name.startswith("JOBSWEB_")}
+
+
+HATCH = ("A name jobsweb should let pass (a newer release's setting, a name of your own) goes in "
+         "JOBSWEB_IGNORE_UNKNOWN_SETTINGS, comma-separated.")
+
+
+def host_app(**config):
+    app = Flask("host")
+    app.config.update(SQLALCHEMY_DATABASE_URI="postgresql://u:p@127.0.0.1:9/never_reached", **config)
+    return app
+
+
+def test_a_typo_in_the_apps_config_stops_init_app_naming_it_where_it_was_set_and_the_setting_meant():
+    with pytest.raises(ConfigError) as caught:
+        JobsWeb().init_app(host_app(JOBSWEB_RETAIN_SUCCEDED=3), url_prefix="/jobs")
+    assert caught.value.message == ("JOBSWEB_RETAIN_SUCCEDED, set in the app's config, is not a jobsweb setting; "
+                                    "did you mean JOBSWEB_RETAIN_SUCCEEDED? " + HATCH)
+
+
+def test_a_typo_in_the_environment_stops_start_up_and_gunicorns_settings_file_with_one_line():
+    expected = ("JOBSWEB_RETAIN_SUCCEDED, set in the environment, is not a jobsweb setting; "
+                "did you mean JOBSWEB_RETAIN_SUCCEEDED? " + HATCH)
+    with pytest.raises(ConfigError) as caught:
+        from_environment({"JOBSWEB_RETAIN_SUCCEDED": "3"})
+    assert caught.value.message == expected
+    with pytest.raises(ConfigError) as caught:  # inside a host app the environment is checked too
+        resolve({}, {"JOBSWEB_RETAIN_SUCCEDED": "3"})
+    assert caught.value.message == expected
+    with pytest.raises(SystemExit) as stopped:  # jobsweb's gunicorn settings read it before any app exists
+        gunicorn_logging({"JOBSWEB_RETAIN_SUCCEDED": "3"})
+    assert stopped.value.code == expected
+
+
+def test_a_typo_in_the_environment_stops_flask_run_jobs_with_one_line_and_exit_code_1(spawn_worker):
+    worker = spawn_worker(JOBSWEB_CONCURENCY="8")
+    output, _ = worker.communicate(timeout=120)
+    assert (worker.returncode, output) == (1, "Error: JOBSWEB_CONCURENCY, set in the environment, is not a jobsweb "
+                                              "setting; did you mean JOBSWEB_CONCURRENCY? " + HATCH + "\n")
+
+
+def test_a_typo_in_a_host_apps_config_stops_its_flask_commands_with_one_line(tmp_path, spawn_worker):
+    (tmp_path / "host.py").write_text(
+        "from flask import Flask\nfrom jobsweb import JobsWeb\n\n"
+        "def create_app():\n"
+        "    app = Flask(__name__)\n"
+        "    app.config['JOBSWEB_POLL_INTERVALL'] = 1\n"
+        "    JobsWeb(app)\n"
+        "    return app\n")
+    result = subprocess.run([sys.executable, "-m", "flask", "--app", "host", "run-jobs"], cwd=tmp_path,
+                            env=spawn_worker.env(), capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", "Error: JOBSWEB_POLL_INTERVALL, set in the app's config, is not a jobsweb setting; "
+               "did you mean JOBSWEB_POLL_INTERVAL? " + HATCH + "\n")
+
+
+@pytest.mark.parametrize("name, closest", [
+    ("JOBSWEB_RETAIN_SUCCEDED", "JOBSWEB_RETAIN_SUCCEEDED"),
+    ("JOBSWEB_MAX_ATTEMPT", "JOBSWEB_MAX_ATTEMPTS"),
+    ("JOBSWEB_SMTP_PASS", "JOBSWEB_SMTP_PASSWORD"),
+    ("jobsweb_concurrency", "JOBSWEB_CONCURRENCY"),  # jobsweb reads upper case only
+    ("JOBSWEB_DATABASE_URL", "DATABASE_URL"),  # read without the prefix
+    ("JOBSWEB_SECRET_KEY", "SECRET_KEY"),
+])
+def test_an_unknown_name_is_told_the_setting_it_is_closest_to(name, closest):
+    with pytest.raises(ConfigError) as caught:
+        from_environment({name: "1"})
+    assert caught.value.message.startswith(f"{name}, set in the environment, is not a jobsweb setting; "
+                                           f"did you mean {closest}? ")
+
+
+@pytest.mark.parametrize("name", ["JOBSWEB_FROBNICATE", "JOBSWEB_X", "JOBSWEB_SENTRY_DSN"])
+def test_a_name_like_no_setting_is_refused_without_a_suggestion(name):
+    with pytest.raises(ConfigError) as caught:
+        from_environment({name: "1"})
+    assert caught.value.message == f"{name}, set in the environment, is not a jobsweb setting. " + HATCH
+
+
+def test_every_unknown_name_is_named_in_one_message_in_order():
+    with pytest.raises(ConfigError) as caught:
+        resolve({"JOBSWEB_ZZZ": 1, "JOBSWEB_CONCURENCY": 2}, {})
+    assert caught.value.message == (
+        "JOBSWEB_CONCURENCY, set in the app's config, is not a jobsweb setting; did you mean JOBSWEB_CONCURRENCY? "
+        "JOBSWEB_ZZZ, set in the app's config, is not a jobsweb setting. " + HATCH)
+
+
+def test_names_listed_in_jobsweb_ignore_unknown_settings_pass_and_every_other_typo_is_still_caught():
+    newer = {"JOBSWEB_SOME_NEWER_SETTING": "1", "JOBSWEB_TEAM_FLAG": "on"}
+    hatch = {"JOBSWEB_IGNORE_UNKNOWN_SETTINGS": " JOBSWEB_SOME_NEWER_SETTING, JOBSWEB_TEAM_FLAG "}
+    config = from_environment({**newer, **hatch, "JOBSWEB_CONCURRENCY": "8"})
+    assert config["JOBSWEB_CONCURRENCY"] == 8
+    assert config["JOBSWEB_IGNORE_UNKNOWN_SETTINGS"] == ["JOBSWEB_SOME_NEWER_SETTING", "JOBSWEB_TEAM_FLAG"]
+    assert "JOBSWEB_TEAM_FLAG" not in config  # let pass, not read
+    with pytest.raises(ConfigError, match=r"^JOBSWEB_CONCURENCY, set in the environment, is not a jobsweb setting"):
+        from_environment({**newer, **hatch, "JOBSWEB_CONCURENCY": "8"})
+    # In the app's config, as a list, for the app's config; the environment's list covers both.
+    assert resolve({**newer, "JOBSWEB_IGNORE_UNKNOWN_SETTINGS": list(newer)}, {})["JOBSWEB_CONCURRENCY"] == 4
+    assert resolve(newer, hatch)["JOBSWEB_CONCURRENCY"] == 4
+    assert resolve({**newer, "JOBSWEB_IGNORE_UNKNOWN_SETTINGS": "JOBSWEB_TEAM_FLAG"},
+                   {"JOBSWEB_IGNORE_UNKNOWN_SETTINGS": "JOBSWEB_SOME_NEWER_SETTING"})["JOBSWEB_CONCURRENCY"] == 4
+    JobsWeb().init_app(host_app(**newer, JOBSWEB_IGNORE_UNKNOWN_SETTINGS=list(newer)), url_prefix="/jobs")
+    # The environment is checked before any app exists (gunicorn's settings file), so the app's
+    # list does not cover it.
+    with pytest.raises(ConfigError, match=r"^JOBSWEB_SOME_NEWER_SETTING, set in the environment, is not a"):
+        resolve({"JOBSWEB_IGNORE_UNKNOWN_SETTINGS": list(newer)}, newer)
+
+
+def test_the_jobsweb_names_this_repositorys_own_tools_read_from_the_environment_stop_nothing():
+    # make test sets JOBSWEB_TEST_SERVER (and test-model the JOBSWEB_MODEL_* knobs) for every
+    # process it starts; a new name of that kind in the repository fails here until it is listed.
+    used = set()
+    for path in [ROOT / "Makefile", *ROOT.glob("*.py"),
+                 *(file for folder in ("tests", "bench", "drills", ".ci", "examples", "jobsweb")
+                   for file in (ROOT / folder).rglob("*") if file.suffix in (".py", ".sh", ".toml", ".cfg", ""))]:
+        if path.is_file() and path != Path(__file__).resolve() and "__pycache__" not in path.parts:
+            used |= {name for name in re.findall(r"JOBSWEB_[A-Z0-9_]+", path.read_text(errors="replace"))
+                     if not name.endswith("_")}  # JOBSWEB_RETAIN_* in comments
+    assert "JOBSWEB_TEST_SERVER" in used and "JOBSWEB_MODEL_EXAMPLES" in used
+    assert used - set(SETTINGS) == set(REPOSITORY_NAMES)
+    assert from_environment(dict.fromkeys(REPOSITORY_NAMES, "1"))["JOBSWEB_CONCURRENCY"] == 4

@@ -1,9 +1,12 @@
-"""Settings: defaults, then the environment, then the app's config; a bad value stops start-up.
+"""Settings: defaults, then the environment, then the app's config; a bad value stops start-up,
+and so does a JOBSWEB_* name that is no setting (a typo would otherwise leave its setting at
+the default without a word).
 
 Inside a team's app, `app.config["JOBSWEB_..."]` wins over the environment (resolve); the
 standalone app reads the environment alone (from_environment).
 """
 
+import difflib
 import os
 
 from .database import database_url
@@ -149,6 +152,10 @@ def _email(name, raw):
     return _emails(name, raw)[0] if raw else None
 
 
+def _names(name, raw):
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
 # name -> (default, parser). Every JOBSWEB_* variable the app reads is listed here.
 SETTINGS = {
     "JOBSWEB_HANDLERS": ([], _module_list),
@@ -231,12 +238,57 @@ SETTINGS = {
     "JOBSWEB_MAX_REQUEST_BYTES": (1024 * 1024, _positive_int),
     # Seconds without a request after which a signed-in session of jobsweb's own users ends.
     "JOBSWEB_SESSION_IDLE_SECONDS": (12 * 3600, _positive_int),
+    # JOBSWEB_* names that are not settings but must not stop start-up: a newer jobsweb's setting
+    # read by this older one, or a name of the team's own. Names, not a switch: every other typo
+    # is still caught.
+    "JOBSWEB_IGNORE_UNKNOWN_SETTINGS": ([], _names),
 }
+
+# JOBSWEB_* names that this repository's own tests, drills and Makefile read from the
+# environment (which server the tests use, the lifecycle model test's knobs): `make test` sets
+# them for every process it starts, the app's and its workers' among them.
+REPOSITORY_NAMES = frozenset({"JOBSWEB_TEST_SERVER", "JOBSWEB_STOCK_PG_BIN", "JOBSWEB_MODEL_EXAMPLES",
+                              "JOBSWEB_MODEL_RANDOM", "JOBSWEB_MODEL_SHRINK", "JOBSWEB_MODEL_FIXED"})
+PREFIX = "JOBSWEB_"
+# Names people write with the prefix by mistake: jobsweb reads them without it.
+_UNPREFIXED = ("DATABASE_URL", "SECRET_KEY")
+
+
+def _closest(name):
+    """The setting `name` was probably meant to be, or None. Compared without the shared prefix,
+    which would otherwise make every JOBSWEB_ name look close to every other."""
+    rest = name.upper().removeprefix(PREFIX)
+    if rest in _UNPREFIXED:
+        return rest
+    close = difflib.get_close_matches(rest, [known.removeprefix(PREFIX) for known in SETTINGS], n=1)
+    return PREFIX + close[0] if close else None
+
+
+def _refuse_unknown(names, where, ignored):
+    """ConfigError naming each JOBSWEB_* name in `names` that is no setting (nor in `ignored`),
+    where it was set, and the setting it is closest to."""
+    unknown = sorted(name for name in names if name.upper().startswith(PREFIX)
+                     and name not in SETTINGS and name not in REPOSITORY_NAMES and name not in ignored)
+    if not unknown:
+        return
+    problems = []
+    for name in unknown:
+        closest = _closest(name)
+        problems.append(f"{name}, set {where}, is not a jobsweb setting" + (f"; did you mean {closest}?" if closest else "."))
+    raise ConfigError(" ".join(problems) + " A name jobsweb should let pass (a newer release's setting, a name of "
+                      "your own) goes in JOBSWEB_IGNORE_UNKNOWN_SETTINGS, comma-separated.")
 
 
 def from_environment(environ=None):
-    """Read every setting from the environment, raising ConfigError on the first bad one."""
+    """Read every setting from the environment, raising ConfigError on the first bad one, or
+    naming every JOBSWEB_* variable that is no setting."""
     environ = os.environ if environ is None else environ
+    config = _read_environment(environ)
+    _refuse_unknown(environ, "in the environment", config["JOBSWEB_IGNORE_UNKNOWN_SETTINGS"])
+    return config
+
+
+def _read_environment(environ):
     config = {}
     for name, (default, parse) in SETTINGS.items():
         raw = environ.get(name)
@@ -263,9 +315,12 @@ def resolve(app_config, environ=None):
     """Every setting for an app: its config's value where it sets one (text is read as the
     environment's is; numbers, booleans and lists are checked the same way), else the
     environment's, else the default. Also the database URL and secret key from the environment
-    when the app sets none."""
+    when the app sets none. JOBSWEB_IGNORE_UNKNOWN_SETTINGS in the environment lets names pass
+    in both; in the app's config, in the app's config only (the environment is read, and
+    checked, before any app exists: by gunicorn's settings file, by the standalone app)."""
     environ = os.environ if environ is None else environ
     config = from_environment(environ)
+    ignored = config["JOBSWEB_IGNORE_UNKNOWN_SETTINGS"]
     for name, (default, parse) in SETTINGS.items():
         value = app_config.get(name)
         if value is None:
@@ -275,6 +330,7 @@ def resolve(app_config, environ=None):
         elif isinstance(value, (list, tuple)):
             value = ",".join(str(item) for item in value)
         config[name] = parse(name, str(value).strip())
+    _refuse_unknown(app_config, "in the app's config", [*ignored, *config["JOBSWEB_IGNORE_UNKNOWN_SETTINGS"]])
     for name in ("SQLALCHEMY_DATABASE_URI", "SECRET_KEY"):
         if app_config.get(name):
             config.pop(name, None)
