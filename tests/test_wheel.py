@@ -138,3 +138,15 @@ def _status(url):
             return response.status
     except (urllib.error.URLError, OSError):
         return None
+
+
+def test_the_wheel_carries_the_bsd_3_clause_licence_and_says_so_in_its_metadata(installed, tmp_path):
+    # From an empty directory: the checkout's own jobsweb.egg-info must not answer for the wheel.
+    shown = subprocess.run([installed / "python", "-c", "import importlib.metadata as m\n"
+                            "d = m.distribution('jobsweb')\n"
+                            "print(d.metadata.get_all('Classifier'))\n"
+                            "[licence] = [f for f in d.files if f.name == 'LICENSE']\n"
+                            "print(licence.read_text().splitlines()[0])\n"
+                            "print('Neither the name of the copyright holder' in licence.read_text())"],
+                           capture_output=True, text=True, cwd=tmp_path).stdout.splitlines()
+    assert shown == ["['License :: OSI Approved :: BSD License']", "Copyright 2026 the jobsweb authors", "True"]
