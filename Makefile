@@ -131,3 +131,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[embedded,server,bench]'
 	touch $@ $(RUN_STAMP)
+
+# requirements.txt is what a Python buildpack installs from (`pip install -r requirements.txt`,
+# docs/DEPLOY.md): jobsweb's dependencies and the server extra, each pinned with its hashes, resolved
+# by uv (in a venv of its own) from pyproject.toml for Linux and .python-version's Python. jobsweb
+# itself is no line of it: pip checks the hashes of every line or of none, and a directory has none;
+# the platform runs jobsweb from the app's directory. `make lock` keeps the pins it can;
+# `make lock UPGRADE=1` takes the newest versions pyproject.toml allows.
+LOCK_VENV := .cache/venv-lock
+.PHONY: lock
+lock:
+	test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet 'uv>=0.5'; }
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml --extra server --generate-hashes \
+		--python-version $$(cat .python-version) --python-platform x86_64-manylinux_2_28 \
+		--custom-compile-command "make lock" --quiet $(if $(UPGRADE),--upgrade) -o requirements.txt
