@@ -233,10 +233,12 @@ def test_names_listed_in_jobsweb_ignore_unknown_settings_pass_and_every_other_ty
 def test_the_jobsweb_names_this_repositorys_own_tools_read_from_the_environment_stop_nothing():
     # make test sets JOBSWEB_TEST_SERVER (and test-model the JOBSWEB_MODEL_* knobs) for every
     # process it starts; a new name of that kind in the repository fails here until it is listed.
+    files = [ROOT / "Makefile", ROOT / "Procfile", ROOT / "pyproject.toml", *ROOT.glob("*.py")]
+    for folder in ("tests", "bench", "drills", ".ci", "examples", "jobsweb"):
+        files += [file for file in (ROOT / folder).rglob("*")
+                  if file.suffix in (".py", ".sh", ".toml", ".cfg", ".yml", ".yaml", "")]
     used = set()
-    for path in [ROOT / "Makefile", *ROOT.glob("*.py"),
-                 *(file for folder in ("tests", "bench", "drills", ".ci", "examples", "jobsweb")
-                   for file in (ROOT / folder).rglob("*") if file.suffix in (".py", ".sh", ".toml", ".cfg", ""))]:
+    for path in files:
         if path.is_file() and path != Path(__file__).resolve() and "__pycache__" not in path.parts:
             used |= {name for name in re.findall(r"JOBSWEB_[A-Z0-9_]+", path.read_text(errors="replace"))
                      if not name.endswith("_")}  # JOBSWEB_RETAIN_* in comments
