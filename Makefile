@@ -116,32 +116,35 @@ $(OLDEST_VENV)/.installed: pyproject.toml $(OLDEST_PINS)
 	$(OLDEST_VENV)/bin/pip install --quiet -e . -r $(OLDEST_PINS)
 	touch $@
 
-$(BIN)/python:
+# The venv, with uv in it (from PyPI, by pip): uv installs jobsweb and its extras in a few
+# seconds, where pip alone took 25 to 50 (it asks the index about one package at a time, then
+# byte-compiles everything): most of make run's first start. The venv keeps its pip.
+$(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet 'uv>=0.5'
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
 # The dev and bench extras include the embedded and server ones: the run stamp is then true too.
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[embedded,server]'
+$(RUN_STAMP): pyproject.toml | $(BIN)/uv
+	$(UV_INSTALL) -e '.[embedded,server]'
 	touch $@
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+$(STAMP): pyproject.toml | $(BIN)/uv
+	$(UV_INSTALL) -e '.[dev,bench]'
 	touch $@ $(RUN_STAMP)
 
-$(BENCH_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[embedded,server,bench]'
+$(BENCH_STAMP): pyproject.toml | $(BIN)/uv
+	$(UV_INSTALL) -e '.[embedded,server,bench]'
 	touch $@ $(RUN_STAMP)
 
 # requirements.txt is what a Python buildpack installs from (`pip install -r requirements.txt`,
 # docs/DEPLOY.md): jobsweb's dependencies and the server extra, each pinned with its hashes, resolved
-# by uv (in a venv of its own) from pyproject.toml for Linux and .python-version's Python. jobsweb
-# itself is no line of it: pip checks the hashes of every line or of none, and a directory has none;
-# the platform runs jobsweb from the app's directory. `make lock` keeps the pins it can;
-# `make lock UPGRADE=1` takes the newest versions pyproject.toml allows.
-LOCK_VENV := .cache/venv-lock
+# by uv from pyproject.toml for Linux and .python-version's Python. jobsweb itself is no line of
+# it: pip checks the hashes of every line or of none, and a directory has none; the platform runs
+# jobsweb from the app's directory. `make lock` keeps the pins it can; `make lock UPGRADE=1` takes
+# the newest versions pyproject.toml allows.
 .PHONY: lock
-lock:
-	test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet 'uv>=0.5'; }
-	$(LOCK_VENV)/bin/uv pip compile pyproject.toml --extra server --generate-hashes \
+lock: | $(BIN)/uv
+	$(BIN)/uv pip compile pyproject.toml --extra server --generate-hashes \
 		--python-version $$(cat .python-version) --python-platform x86_64-manylinux_2_28 \
 		--custom-compile-command "make lock" --quiet $(if $(UPGRADE),--upgrade) -o requirements.txt
