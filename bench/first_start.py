@@ -1,15 +1,17 @@
 """First start: `make run` in a fresh clone, timed as a whole process until its sign-in page answers.
 
-    python -m bench.first_start [--runs 5] [--write docs/BENCHMARKS.md]
+    python -m bench.first_start [--runs 5] [--cold-runs 1] [--write docs/BENCHMARKS.md]
 
 Each run clones this repository's committed HEAD into a scratch folder (no .venv, no instance/),
 starts `make run` there as a newcomer would (only its port changed, by FLASK_DEV_PORT, so that it
 cannot meet another server on 5000), and takes the seconds from that start until GET /sign-in
-answers 200: the venv, pip installing the run extras, the embedded PostgreSQL's initdb, the
+answers 200: the venv, uv and the install of the run extras, the embedded PostgreSQL's initdb, the
 migrations, the demo runs and gunicorn all count. It also notes when the venv and the install were
-done (their files appearing), the load average, and whether pip's cache held anything before the
-first run. Then Ctrl-C (SIGINT to make's process group, as a terminal sends it) stops the run.
-`make bench` runs it after the suite and writes its section into docs/BENCHMARKS.md.
+done (their files appearing) and the load average. Warm runs use the package caches as they are
+on this machine (their sizes are reported); cold runs give pip and uv empty caches of their own,
+as on a machine that never installed anything. Then Ctrl-C (SIGINT to make's process group, as a
+terminal sends it) stops the run. `make bench` runs it after the suite and writes its section
+into docs/BENCHMARKS.md.
 """
 
 import argparse
@@ -48,25 +50,32 @@ def answers(url):
         return False
 
 
-def pip_cache():
-    """pip's cache folder and its size in MB (0 when it does not exist)."""
-    where = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True).stdout.strip()
-    if not where or not Path(where).is_dir():
-        return where or "(none)", 0.0
-    size = sum(f.stat().st_size for f in Path(where).rglob("*") if f.is_file())
-    return where, size / 1e6
+def caches():
+    """'uv N MB, pip M MB': the package caches a warm run finds (their default places)."""
+    home = Path.home() / ".cache"
+    sizes = []
+    for name, where in (("uv", os.environ.get("UV_CACHE_DIR") or home / "uv"),
+                        ("pip", os.environ.get("PIP_CACHE_DIR") or home / "pip")):
+        where = Path(where)
+        size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file()) if where.is_dir() else 0
+        sizes.append(f"{name} {size / 1e6:.0f} MB" if size else f"{name} empty")
+    return ", ".join(sizes)
 
 
-def one_run(work, log):
+def one_run(work, log, cold):
     """Seconds from `make run` to the sign-in page, with when the venv and the install were done."""
     clone = work / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     port = free_port()
     # A newcomer's shell: none of this session's database, app or venv settings.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JOBSWEB_", "FLASK_", "DATABASE_URL", "TEST_DATABASE_URL", "VIRTUAL_ENV", "PYTHON"))}
+           if not k.startswith(("JOBSWEB_", "FLASK_", "DATABASE_URL", "TEST_DATABASE_URL", "VIRTUAL_ENV", "PYTHON",
+                                "UV_", "PIP_CACHE_DIR"))}
     env["FLASK_DEV_PORT"] = str(port)
+    if cold:
+        env.update(UV_CACHE_DIR=str(work / "uv-cache"), PIP_CACHE_DIR=str(work / "pip-cache"))
     load = os.getloadavg()
+    before = "empty" if cold else caches()
     marks = {"venv": clone / ".venv" / "bin" / "pip", "installed": clone / ".venv" / ".installed-run"}
     seen = {}
     with open(log, "w") as out:
@@ -88,7 +97,8 @@ def one_run(work, log):
                 time.sleep(0.1)
         finally:
             stop(make, clone)
-    return {"seconds": elapsed, "load": load, **{f"{name}_seconds": value for name, value in seen.items()}}
+    return {"seconds": elapsed, "load": load, "cold": cold, "caches": before,
+            **{f"{name}_seconds": value for name, value in seen.items()}}
 
 
 def stop(make, clone):
@@ -111,35 +121,44 @@ def stop(make, clone):
             pass
 
 
+def summary(runs):
+    seconds = [r["seconds"] for r in runs]
+    return min(seconds), statistics.median(seconds), max(seconds)
+
+
 def section(results):
     """The Markdown section for docs/BENCHMARKS.md."""
-    seconds = [r["seconds"] for r in results["runs"]]
+    warm = [r for r in results["runs"] if not r["cold"]]
+    cold = [r for r in results["runs"] if r["cold"]]
     lines = [
         HEADING, "",
         f"Measured on {results['when']} by `python -m bench.first_start` (`make bench` runs it after the suite), "
-        f"git revision `{results['revision']}`, {results['cpus']} CPUs, Python {results['python']}: "
-        f"{len(seconds)} runs, each `git clone` of the repository then `make run` in the clone (only its port "
-        "moved, by `FLASK_DEV_PORT`), timed as a whole process from `make run`'s start until "
-        "`GET /sign-in` answers 200: creating `.venv`, pip installing jobsweb with the `embedded` and "
-        "`server` extras, the embedded PostgreSQL's initdb, the migrations, the demo runs and gunicorn's start. "
-        f"pip's cache before the first run: {results['cache_before']}.",
+        f"git revision `{results['revision']}`, {results['cpus']} CPUs, Python {results['python']}, on a machine "
+        "shared with other test runs (the load average at each start is in the table). Each run is a `git clone` "
+        "of the repository, then `make run` in the clone (only its port moved, by `FLASK_DEV_PORT`), timed as a "
+        "whole process from `make run`'s start until `GET /sign-in` answers 200: creating `.venv`, pip installing "
+        "uv into it, uv installing jobsweb with the `embedded` and `server` extras, the embedded PostgreSQL's "
+        "initdb, the migrations, the demo admin and runs, and gunicorn's start. *Warm* runs find the package "
+        "caches as this machine has them; *cold* runs give pip and uv empty caches, so every package comes from "
+        "the index, as on a machine that never installed anything.",
         "",
-        "| | seconds |",
-        "| --- | --- |",
-        f"| min | {min(seconds):.1f} |",
-        f"| median | {statistics.median(seconds):.1f} |",
-        f"| max | {max(seconds):.1f} |",
-        f"| target | ≤ {TARGET:.0f} ({'met' if statistics.median(seconds) <= TARGET else '**not met**'} by the median) |",
-        "",
-        "| run | to sign-in page (s) | venv made (s) | install done (s) | load average (1, 5, 15 min) at start |",
+        "| runs | min (s) | median (s) | max (s) | target |",
         "| --- | --- | --- | --- | --- |",
     ]
+    for name, runs in (("warm", warm), ("cold", cold)):
+        if runs:
+            low, middle, high = summary(runs)
+            verdict = "met" if high <= TARGET else "**not met**"
+            lines.append(f"| {len(runs)} {name} | {low:.1f} | {middle:.1f} | {high:.1f} | ≤ {TARGET:.0f}: {verdict} |")
+    lines += ["", "| run | caches | to sign-in page (s) | venv made (s) | install done (s) | "
+                  "load average (1, 5, 15 min) at start |", "| --- | --- | --- | --- | --- | --- |"]
     for n, r in enumerate(results["runs"], 1):
         load = ", ".join(f"{x:.1f}" for x in r["load"])
-        lines.append(f"| {n} | {r['seconds']:.1f} | {r.get('venv_seconds', float('nan')):.1f} | "
+        caches_then = "cold" if r["cold"] else f"warm ({r['caches']})"
+        lines.append(f"| {n} | {caches_then} | {r['seconds']:.1f} | {r.get('venv_seconds', float('nan')):.1f} | "
                      f"{r.get('installed_seconds', float('nan')):.1f} | {load} |")
-    lines += ["", "The rest of each run, after the install, is `flask dev`: the embedded server's initdb and "
-              "start, the migrations, the demo admin and runs, then gunicorn and a worker.", ""]
+    lines += ["", "After the install, the rest of each run is `flask dev`: the embedded server's initdb and start, "
+              "the migrations, the demo admin and runs, then gunicorn and a worker.", ""]
     return "\n".join(lines)
 
 
@@ -158,34 +177,34 @@ def write(path, text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.first_start")
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="runs with the package caches as they are")
+    parser.add_argument("--cold-runs", type=int, default=1, help="runs with empty package caches, first")
     parser.add_argument("--write", type=Path, help="put the section into this Markdown file (docs/BENCHMARKS.md)")
     args = parser.parse_args(argv)
-    if args.runs < 1:
-        parser.error("--runs: at least 1")
-    where, size = pip_cache()
+    if args.runs < 0 or args.cold_runs < 0 or args.runs + args.cold_runs < 1:
+        parser.error("--runs, --cold-runs: at least one run in all")
     results = {
         "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "revision": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                    text=True).stdout.strip() or "unknown",
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
-        "cache_before": f"{size:.0f} MB in {where}" if size else f"empty ({where} absent)",
-        "runs": [],
+        "cpus": os.cpu_count(), "python": sys.version.split()[0], "runs": [],
     }
-    print(f"pip's cache: {results['cache_before']}", flush=True)
-    for n in range(1, args.runs + 1):
+    for n, cold in enumerate([True] * args.cold_runs + [False] * args.runs, 1):
         work = Path(tempfile.mkdtemp(prefix="jobsweb-first-start-"))
         try:
-            run = one_run(work, work.parent / f"{work.name}.log")
+            run = one_run(work, work.parent / f"{work.name}.log", cold)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         results["runs"].append(run)
-        print(f"run {n}: sign-in page after {run['seconds']:.1f} s (venv {run.get('venv_seconds', 0):.1f} s, "
-              f"installed {run.get('installed_seconds', 0):.1f} s), load {run['load'][0]:.1f}", flush=True)
-    seconds = [r["seconds"] for r in results["runs"]]
-    print(f"first start (make run from a fresh clone to its sign-in page): min {min(seconds):.1f} s, "
-          f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s of {len(seconds)} runs "
-          f"(target ≤ {TARGET:.0f} s)", flush=True)
+        print(f"run {n} ({'cold' if cold else 'warm: ' + run['caches']}): sign-in page after {run['seconds']:.1f} s "
+              f"(venv {run.get('venv_seconds', 0):.1f} s, installed {run.get('installed_seconds', 0):.1f} s), "
+              f"load {run['load'][0]:.1f}", flush=True)
+    for name in ("cold", "warm"):
+        runs = [r for r in results["runs"] if r["cold"] == (name == "cold")]
+        if runs:
+            low, middle, high = summary(runs)
+            print(f"first start, {name} caches (make run from a fresh clone to its sign-in page): min {low:.1f} s, "
+                  f"median {middle:.1f} s, max {high:.1f} s of {len(runs)} runs (target ≤ {TARGET:.0f} s)", flush=True)
     if args.write:
         write(args.write, section(results))
         print(f"wrote its section into {args.write}", flush=True)
