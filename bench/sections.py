@@ -95,7 +95,7 @@ def server_sections(r):
         f"The plan of jobsweb_claim_runs_in_order' UPDATE of job_runs, with actual times (auto_explain), "
         f"at {points[-1]['history']:,} finished runs:",
         "",
-        "```",
+        "```text",  # a text block to the docs' tests (tests/docs/test_other_docs.py): output, not code
         r["history"]["explain"],
         "```",
         "",

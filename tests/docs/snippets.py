@@ -161,11 +161,26 @@ def fence_test(doc):
     return test_fences
 
 
+HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*(['\"]?)(\w+)\1")
+
+
 def commands(text):
     """The command lines of an sh block: `\\` continuations joined, comments, blank lines and
-    `$ ` prompts dropped (bash itself drops a comment at the end of a line)."""
+    `$ ` prompts dropped (bash itself drops a comment at the end of a line); a here-document
+    (`python3 - <<'EOF'` ... `EOF`) stays with its command, as one."""
     joined, pending = [], ""
-    for line in text.splitlines():
+    lines = iter(text.splitlines())
+    for line in lines:
+        heredoc = HEREDOC.search(line)
+        if heredoc and not line.lstrip().startswith("#"):
+            body = [line]
+            for more in lines:
+                body.append(more)
+                if more.strip() == heredoc.group(2):
+                    break
+            joined.append((pending + "\n".join(body)).strip())
+            pending = ""
+            continue
         if line.rstrip().endswith("\\"):
             pending += line.strip()[:-1].rstrip() + " "
             continue

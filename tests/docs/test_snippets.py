@@ -45,6 +45,11 @@ def test_commands_join_continuations_and_drop_comments_and_prompts():
         "pip install x  # the wheel", "flask run"]
 
 
+def test_a_here_document_stays_with_its_command():
+    assert commands("cd x\npython3 - <<'EOF'\nimport sys\n\nprint(1)  # one\nEOF\necho done <<< hi\n") == [
+        "cd x", "python3 - <<'EOF'\nimport sys\n\nprint(1)  # one\nEOF", "echo done <<< hi"]
+
+
 def test_output_matches_whole_lines_with_ellipses():
     shown = "...\nrun ... hello succeeded (attempt 1) ...\nhello, ann\n"
     assert output_matches(shown, "started\nmore\nrun 7 hello succeeded (attempt 1) [0.1s]\nhello, ann  \n")
