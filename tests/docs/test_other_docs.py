@@ -13,6 +13,7 @@ from tests.docs.snippets import ROOT, Document, fence_test
 DOCS = [Document(f"docs/{name}.md") for name in ("ARCHITECTURE", "BENCHMARKS", "MASKING", "RELIABILITY")]
 BLOCKS = [block for doc in DOCS for block in doc.blocks]
 FROM_THE_TOP_LEVEL = {"docs/ARCHITECTURE.md:layers"}
+DOCS_MIGRATED = False  # no block of these reads or writes jobsweb's tables
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[doc.name for doc in DOCS])
