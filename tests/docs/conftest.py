@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import io
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -32,7 +33,7 @@ COMMAND_TIMEOUT = 180  # seconds for one command of an sh block (a pip install o
 SERVE_TIMEOUT = 60  # seconds for a serving command to answer, at a load of 15
 STOP_TIMEOUT = 30  # seconds a serving command has to exit after SIGTERM (a PaaS's kill timeout)
 # Commands that serve until stopped: started, checked (`serve=` in the block's info string), stopped.
-SERVING = ("gunicorn", "--forever", "make run", "flask run", "flask dev", "honcho start")
+SERVING = re.compile(r"\bgunicorn\b|--forever|\bmake run\b|\bflask\b.*\s(run|dev)(\s|$)|\bhoncho start\b")
 
 RAN = {}  # str(block) -> block, for the terminal summary
 
@@ -83,6 +84,11 @@ class Runner:
         self.outputs = {}
         self.parsed = {}
         self.jinja_context = {}
+        self.written = set()  # the files blocks wrote (file=NAME): a later block of the same name adds to it
+        # Text of the document's commands replaced before they run, e.g. {"/path/to/jobsweb": a clone}.
+        self.substitute = {}
+        sys.path.insert(0, str(directory))  # python blocks import what blocks wrote, as from a reader's directory
+        self.standalone = directory / "standalone"  # wsgi.py and gunicorn.conf.py, for app=standalone
         self.env = self._environment()
         self.port = int(self.env["PORT"])
         scratch_host = importlib.import_module("tests.docs.scratch_host")
@@ -94,6 +100,7 @@ class Runner:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("JOBSWEB_", "PYTHON"))}
         port = free_port()
         env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+                   PYTHONUNBUFFERED="1",  # printed lines and log lines in the order a terminal shows them
                    FLASK_APP="docs_host", DATABASE_URL=self.url, SECRET_KEY=SECRET_KEY, PORT=str(port),
                    # The commands' servers listen on loopback only, whatever their own settings
                    # say (gunicorn: GUNICORN_CMD_ARGS overrides its config file).
@@ -109,9 +116,12 @@ class Runner:
             assert block.note, f"{block}: norun without a visible '*Not run by make test: why*' just before it"
             return None
         if "file" in block.options:
-            (self.directory / block.options["file"]).write_text(block.text)
+            name = block.options["file"]
+            with open(self.directory / name, "a" if name in self.written else "w") as file:
+                file.write(("\n\n" if name in self.written else "") + block.text)
+            self.written.add(name)
             if block.kind == "python":
-                return None  # a file a later command runs
+                return None  # a module a later command runs or a later block imports
         return getattr(self, f"_{block.kind}")(block)
 
     # -- executed --------------------------------------------------------------------------
@@ -131,12 +141,18 @@ class Runner:
     def _sh(self, block):
         env = dict(self.env)
         if block.options.get("app") == "standalone":
-            env["FLASK_APP"] = "wsgi"
-        lines = snippets.commands(block.text)
+            env.update(FLASK_APP="wsgi", __CWD=str(self.standalone))
+        elif "app" in block.options:
+            env["FLASK_APP"] = block.options["app"]
+        lines = []
+        for command in snippets.commands(block.text):
+            for text, replacement in self.substitute.items():
+                command = command.replace(text, replacement)
+            lines.append(command)
         expected_exit = int(block.options.get("exit", 0))
         output = []
         for n, command in enumerate(lines):
-            if any(word in command for word in SERVING):
+            if SERVING.search(command):
                 output.append(self.serve(block, command, env))
                 continue
             text, status, env = self.command(command, env)
@@ -255,6 +271,10 @@ class Runner:
 
     def close(self):
         sys.modules.pop(self.module.__name__, None)
+        sys.path.remove(str(self.directory))
+        for name, module in list(sys.modules.items()):  # modules blocks wrote: another document may write its own
+            if str(getattr(module, "__file__", None) or "").startswith(str(self.directory)):
+                del sys.modules[name]
         with self.app.app_context():
             from jobsweb.core.database import db
 
@@ -264,8 +284,9 @@ class Runner:
 @pytest.fixture(scope="module")
 def docs(request, postgres_server, tmp_path_factory):
     """The Runner of this module's document: a scratch database `jobsweb_docs_<module>` on the
-    suite's server (jobsweb's tables made), a scratch directory holding docs_host.py (the scratch
-    host app), wsgi.py and gunicorn.conf.py. The job types its blocks register are forgotten after."""
+    suite's server (jobsweb's tables made, unless the module sets DOCS_MIGRATED = False), a
+    scratch directory holding docs_host.py (the scratch host app) and standalone/ (wsgi.py,
+    gunicorn.conf.py). The job types its blocks register are forgotten after."""
     from jobsweb.engine import registry
     from jobsweb.testing import create_schema
 
@@ -278,12 +299,14 @@ def docs(request, postgres_server, tmp_path_factory):
     url = libpq_url(database_url(make_url(admin).set(database=database).render_as_string(hide_password=False)))
     directory = tmp_path_factory.mktemp(f"docs-{name}")
     shutil.copy(Path(__file__).with_name("scratch_host.py"), directory / "docs_host.py")
+    (directory / "standalone").mkdir()
     for file in ("wsgi.py", "gunicorn.conf.py"):
-        shutil.copy(ROOT / file, directory / file)
+        shutil.copy(ROOT / file, directory / "standalone" / file)
     saved = dict(registry._registry)
     runner = Runner(name, url, directory)
-    with runner.app.app_context():
-        create_schema()
+    if getattr(request.module, "DOCS_MIGRATED", True):  # False: the document's own blocks migrate
+        with runner.app.app_context():
+            create_schema()
     yield runner
     runner.close()
     registry._registry.clear()
