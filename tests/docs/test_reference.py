@@ -14,6 +14,10 @@ from sqlalchemy.engine import make_url
 from jobsweb.core.database import database_url, libpq_url
 from tests.docs.snippets import Document, fence_test
 
+# Nineteen flask commands and a pytest run, about 2 s each under make test's load (45 s at load
+# 4.8): with the tests marked slow, which make test runs beside the rest.
+pytestmark = pytest.mark.slow
+
 DOC = Document("docs/REFERENCE.md")
 test_fences = fence_test(DOC)
 
