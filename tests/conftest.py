@@ -179,8 +179,23 @@ def sql(database_url_for_tests):
     conn.close()
 
 
+@pytest.fixture(scope="session")
+def fork_server(tmp_path_factory):
+    """Where spawn_worker's processes come from (tests/forkserver.py): forks of a process that
+    imported jobsweb once, instead of a new interpreter importing it for a second of CPU each.
+    TEST_FORK_SERVER=0 starts each as a new interpreter instead."""
+    from tests.forkserver import ForkServer
+
+    if os.environ.get("TEST_FORK_SERVER") == "0":
+        yield None
+        return
+    server = ForkServer(ROOT, tmp_path_factory.mktemp("forkserver"))
+    yield server
+    server.close()
+
+
 @pytest.fixture
-def spawn_worker(database_url_for_tests):
+def spawn_worker(database_url_for_tests, fork_server):
     """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
     processes = []
 
@@ -193,9 +208,13 @@ def spawn_worker(database_url_for_tests):
     def spawn(*args, output=None, **settings):
         """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
         env = environment(**settings)
-        proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
-                                cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        if fork_server is None:
+            proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
+                                    cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+        else:
+            proc = fork_server.spawn("flask", ["--app", "wsgi", "run-jobs", *args], cwd=ROOT, env=env,
+                                     stdout=output or subprocess.PIPE, stderr=subprocess.STDOUT)
         proc.output = output
         processes.append(proc)
         return proc
