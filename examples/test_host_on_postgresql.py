@@ -1,7 +1,10 @@
 """The example host's own tests on a PostgreSQL test database (DATABASE_URL): jobsweb's tables
 made and emptied by the `jobsweb_tables` fixture, runs enqueued in the request's transaction,
-then run with drain(). Run with `DATABASE_URL=postgresql://... pytest
-examples/test_host_on_postgresql.py`; tests/test_host_app.py does."""
+then run with drain(). Run them from the repository's top level (tests/docs/test_examples.py
+does, twice: the second run finds jobsweb's tables made and empties them):
+
+    DATABASE_URL=postgresql://... pytest examples/test_host_on_postgresql.py
+"""
 
 import os
 

@@ -1,6 +1,9 @@
 """The example host's own tests on SQLite, as many Flask apps keep them: jobsweb in inline mode
-(JOBSWEB_INLINE), where enqueue() checks its input and runs the handler at once. Run with
-`pytest examples/test_host_on_sqlite.py`; tests/test_host_app.py does."""
+(JOBSWEB_INLINE), where enqueue() checks its input and runs the handler at once. Run them from
+the repository's top level (tests/docs/test_examples.py does):
+
+    pytest examples/test_host_on_sqlite.py
+"""
 
 import pytest
 

@@ -144,6 +144,8 @@ class Runner:
             env.update(FLASK_APP="wsgi", __CWD=str(self.standalone))
         elif "app" in block.options:
             env["FLASK_APP"] = block.options["app"]
+        if block.options.get("cwd") == "repository":  # a command run from the checkout's top level
+            env.update(__CWD=str(ROOT), PYTEST_ADDOPTS="-p no:cacheprovider")  # no .pytest_cache left there
         lines = []
         for command in snippets.commands(block.text):
             for text, replacement in self.substitute.items():

@@ -265,3 +265,21 @@ def parsed(block):
             raise AssertionError(f"{block}: checking a yaml block needs PyYAML (pyproject.toml's dev extra)") from None
         return yaml.safe_load(block.text)
     raise ValueError(f"{block}: a {block.kind} block is not parsed")
+
+
+def docstring_commands(path):
+    """The commands a Python file's module docstring tells a reader to run: its indented lines
+    (examples/*.py: `    DATABASE_URL=postgresql://... pytest examples/...`), one sh Block
+    each, named by the file and the line."""
+    import ast
+
+    source = (ROOT / path).read_text()
+    tree = ast.parse(source)
+    if not (tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant)):
+        return []
+    first = tree.body[0].lineno  # the docstring's opening line
+    blocks = []
+    for offset, line in enumerate(tree.body[0].value.value.splitlines()):
+        if line.startswith("    ") and line.strip():
+            blocks.append(Block(Path(path).as_posix(), first + offset, "sh", text=line.strip() + "\n"))
+    return blocks
