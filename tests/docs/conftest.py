@@ -35,25 +35,38 @@ STOP_TIMEOUT = 30  # seconds a serving command has to exit after SIGTERM (a PaaS
 # Commands that serve until stopped: started, checked (`serve=` in the block's info string), stopped.
 SERVING = re.compile(r"\bgunicorn\b|--forever|\bmake run\b|\bflask\b.*\s(run|dev)(\s|$)|\bhoncho start\b")
 
-RAN = {}  # str(block) -> block, for the terminal summary
+COLLECTED = {}  # str(block) -> block: every docs block collected, selected or not (-m, -k), for the summary
+RAN = set()  # str(block) of those run in this pytest process
+
+
+def _block(item):
+    block = getattr(item, "callspec", None) and item.callspec.params.get("block")
+    return block if isinstance(block, Block) else None
+
+
+def pytest_itemcollected(item):
+    if _block(item):
+        COLLECTED[str(_block(item))] = _block(item)
 
 
 def pytest_runtest_setup(item):
-    block = getattr(item, "callspec", None) and item.callspec.params.get("block")
-    if isinstance(block, Block):
-        RAN[str(block)] = block
+    if _block(item):
+        RAN.add(str(_block(item)))
 
 
 def pytest_terminal_summary(terminalreporter):
+    """docs: 85 blocks in 12 documents: ... (make test runs the README's with the slow tests: each
+    of its pytest runs that ran docs blocks prints the whole count and how many ran in it)."""
     if not RAN:
         return
-    blocks = list(RAN.values())
+    blocks = list(COLLECTED.values())
     count = {category: sum(block.category == category for block in blocks)
              for category in ("run", "checked", "diagram", "norun")}
     documents = {block.document for block in blocks}
+    here = "" if len(RAN) == len(blocks) else f" ({len(RAN)} of them in this pytest run)"
     terminalreporter.write_line(
         f"docs: {len(blocks)} blocks in {len(documents)} documents: {count['run']} run, {count['checked']} checked "
-        f"(text/json/...), {count['diagram']} diagrams, {count['norun']} marked not runnable")
+        f"(text/json/...), {count['diagram']} diagrams, {count['norun']} marked not runnable{here}")
     for document in sorted(documents):
         kinds = {}
         for block in blocks:
