@@ -92,3 +92,13 @@ def test_the_metrics_table_lists_every_metric_metrics_exports_with_its_type_and_
         labels = {label for sample in family.samples for label in sample.labels if label != "le"}
         exported[family.name] = (family.type, frozenset(labels))
     assert documented_metrics() == exported
+
+
+def test_the_changelog_names_the_newest_migration():
+    """DEPLOY.md's upgrade steps send readers to CHANGELOG.md for the migrations a version brings:
+    a new migration needs its line there."""
+    from jobsweb.core.schema import revisions
+
+    [head], _ = revisions()
+    newest = re.findall(r"`0001_foundation` to `(\w+)`", (ROOT / "CHANGELOG.md").read_text())
+    assert newest == [head], f"CHANGELOG.md's migrations end at {newest}, the code's at {head}"
