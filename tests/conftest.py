@@ -296,7 +296,13 @@ def receiver():
     r.close()
 
 
-def wait_for(check, timeout=30.0, interval=0.05, message="condition"):
+# Seconds a wait_for gives an event by default. A passing test waits only until the event; the
+# bound is for a failing one, and must outlast a loaded machine: at load 13 four workers took more
+# than 30 s to register (a second of CPU each at a seventh of a core, beside everything else).
+EVENT_TIMEOUT = 120.0
+
+
+def wait_for(check, timeout=EVENT_TIMEOUT, interval=0.05, message="condition"):
     """Poll `check` until it returns something truthy; fail the test after `timeout` seconds."""
     import time
 

@@ -6,7 +6,7 @@ import signal
 import time
 
 from jobsweb import enqueue
-from tests.conftest import wait_for
+from tests.conftest import EVENT_TIMEOUT, wait_for
 
 
 def add_many(app, job_type, count, payload=None, **kwargs):
@@ -25,7 +25,7 @@ def status_of(sql, run_id):
     return sql("SELECT status FROM job_runs WHERE id = %s", [run_id])[0][0]
 
 
-def finish(proc, timeout=30):
+def finish(proc, timeout=EVENT_TIMEOUT):
     """Wait for a worker process to exit and return (exit code, output).
 
     A worker spawned with `output=` (a file) has its output read back from that file.
