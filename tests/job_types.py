@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from jobsweb import PermanentError, job
 from jobsweb.core.database import db
+from jobsweb.engine import builtin_jobs
 
 
 class NotFound(Exception):
@@ -53,6 +54,15 @@ def slow_until(ctx):
 def stubborn(ctx):
     """Sleep without ever looking at the cancellation flag."""
     time.sleep(float(ctx.payload.get("seconds", 30)))
+
+
+@job("test.polite")
+def polite(ctx):
+    """Record that its handler began (test_executions, committed at once), then jobsweb.sleep's
+    own handler: sleep payload["seconds"], stopping early when asked."""
+    record_execution(ctx)
+    db.session.commit()
+    return builtin_jobs.sleep(ctx)
 
 
 @job("test.timeout", timeout=0.5)
