@@ -59,14 +59,15 @@ def test_a_run_held_by_a_killed_worker_is_recovered_by_another(app, sql, spawn_w
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_and_sigint_release_unfinished_runs_at_the_shutdown_deadline(app, sql, spawn_worker, tmp_path,
                                                                              stop_signal):
-    [polite] = add_many(app, "jobsweb.sleep", 1, {"seconds": 60})
-    [stubborn] = add_many(app, "test.stubborn", 1, {"seconds": 60})
+    # jobsweb.sleep's handler, and one that ignores the request; each records when it began.
+    [polite] = add_many(app, "test.polite", 1, {"seconds": 60})
+    [stubborn] = add_many(app, "test.started", 1, {"seconds": 60})
     log = tmp_path / "worker.log"
     proc = spawn_worker("--forever", "--concurrency", "2", "--shutdown-timeout", "1",
                         output=open(log, "w+"), JOBSWEB_LOG_LEVEL="debug")
-    # Started by the worker, not only claimed: a run whose claim comes back after the SIGTERM
-    # is released unstarted, with another reason.
-    wait_for(lambda: log.read_text().count(" started (attempt") == 2, message="both runs to start")
+    # Their handlers began, not only their claims: a run no thread has begun at the SIGTERM is
+    # released unstarted, with no attempt (the log's "started" line comes at the claim).
+    wait_for(lambda: sql("SELECT count(*) FROM test_executions")[0][0] == 2, message="both handlers to begin")
     proc.send_signal(stop_signal)
     code, output = finish(proc)
 
@@ -84,11 +85,11 @@ def test_sigterm_and_sigint_release_unfinished_runs_at_the_shutdown_deadline(app
 @pytest.mark.parametrize("first, second", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, signal.SIGINT),
                                            (signal.SIGTERM, signal.SIGINT)])
 def test_a_second_signal_stops_waiting_for_running_jobs(app, sql, spawn_worker, tmp_path, first, second):
-    [run_id] = add_many(app, "test.stubborn", 1, {"seconds": 600})
+    [run_id] = add_many(app, "test.started", 1, {"seconds": 600})  # ignores the stop request
     log = tmp_path / "worker.log"
     # A shutdown timeout far longer than the test may take: only the second signal ends the wait.
     proc = spawn_worker("--forever", "--shutdown-timeout", "600", output=open(log, "w+"), JOBSWEB_LOG_LEVEL="debug")
-    wait_for(lambda: " started (attempt" in log.read_text(), message="the run to start")
+    wait_for(lambda: sql("SELECT count(*) FROM test_executions")[0][0] == 1, message="the run's handler to begin")
     proc.send_signal(first)
     wait_for(lambda: "worker is shutting down: asked 1 running job(s) to stop" in log.read_text(),
              message="the worker to start waiting for its handler")
