@@ -100,6 +100,11 @@ def after_wheel(docs, block, _):
 
 def after_hello(docs, block, _):
     assert "Hello, world!" in docs.outputs["hello"]
+    # The sign-in the next paragraph gives for hello.py's admin screen (without authorize, its own users).
+    sys.modules.pop("hello", None)
+    hello = importlib.import_module("hello")
+    result = hello.app.test_cli_runner().invoke(args=["jobs", "users", "create", "--help"])
+    assert result.exit_code == 0 and "--role" in result.output, result.output
 
 
 # -- the host app of steps 2 to 9 ------------------------------------------------------------------
@@ -134,7 +139,8 @@ def before_progress_template(docs):
     docs.app, docs.host = app, module
     with app.app_context():
         module.db.session.add_all([module.User(id=101, email="ann@example.com"),
-                                   module.User(id=102, email="bob@example.com")])
+                                   module.User(id=102, email="bob@example.com"),
+                                   module.User(id=103, email="billing@example.com")])
         module.db.session.commit()
     ann = signed_in(app, 101)
     response = ann.post("/orders/7/export")
@@ -166,6 +172,12 @@ def after_progress_template(docs, block, _):
     assert app.test_client().get("/export/status").status_code == 401
     with app.app_context():
         assert module.db.session.get(module.User, 101).export_run_id == docs.export_run_id
+    # Step 2's authorize and step 5's table: STAFF_ROLES' operator is let in, another user refused,
+    # nobody signed in sent to the host's sign-in page.
+    assert signed_in(app, 103).get("/admin/jobs/runs").status_code == 200
+    assert signed_in(app, 101).get("/admin/jobs/runs").status_code == 403
+    response = app.test_client().get("/admin/jobs/runs")
+    assert (response.status_code, response.headers["Location"]) == (302, "/login?next=%2Fadmin%2Fjobs%2Fruns")
 
 
 def after_test(docs, block, _):
