@@ -37,34 +37,42 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi dev
 
-# Four pytest processes at once, each starting its own server (tests/servers.py): the tests
-# marked both_servers (tests/conftest.py, ON_BOTH_SERVERS) on the stock server and on the
-# embedded one, and the rest of the suite on two more embedded ones, the tests marked slow apart
-# (crontab mode waits for cron's minute boundaries, a wheel and the oldest pins are installed, the
-# quick benchmark runs on both servers, the CLI waits out outages: about twelve minutes under
-# make test's load, which held the rest back); so every test runs on the embedded
-# server and the both_servers ones on the stock server too. Most tests wait on worker processes
-# and clocks rather than compute, so four runs fit on 2 cores in about the time of the longest.
-# Logs go to files (interleaved progress dots would read as none of the runs) and are printed at
-# the end, each with its closing line and its slowest tests, then the four closing lines again.
-# make test always starts its own servers: TEST_DATABASE_URL is for running pytest yourself.
-PYTEST_RUNS := embedded-both embedded-rest embedded-slow stock-both
+# Six pytest processes at once, each starting its own server (tests/servers.py):
+# - stock-both and embedded-both: the tests marked both_servers (tests/conftest.py, ON_BOTH_SERVERS)
+#   on the stock server and on the embedded one;
+# - embedded-own-servers: the tests that start servers of their own to stop them or break the path
+#   to them (OWN_SERVERS), mostly waiting out timeouts and backoff steps;
+# - embedded-cron: crontab mode, which waits for cron's minute boundaries (about four minutes asleep);
+# - embedded-slow: the other tests marked slow (the quick benchmark, a wheel, the oldest pins, the
+#   CLI outages, the docs' shell sessions);
+# - embedded-rest: all the others.
+# So every test runs on the embedded server and the both_servers ones on the stock server too.
+# Most tests wait on worker processes, timeouts and clocks rather than compute (the workers are
+# forks of one process that imported jobsweb: tests/forkserver.py), so the runs that wait overlap
+# the ones that compute. Logs go to files (interleaved progress dots would read as none of the
+# runs) and are printed at the end, each with its closing line and its slowest tests, then the
+# closing lines again. make test always starts its own servers: TEST_DATABASE_URL is for running
+# pytest yourself.
+PYTEST_RUNS := embedded-both embedded-rest embedded-own-servers embedded-slow embedded-cron stock-both
 test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
 	@mkdir -p $(TEST_LOGS)
-	@echo "pytest, four runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
+	@rm -f $(TEST_LOGS)/*.exit
+	@echo "pytest, six runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
 	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=15"; \
-	JOBSWEB_TEST_SERVER=stock $$pytest -m both_servers >$(TEST_LOGS)/stock-both.log 2>&1 & stock=$$!; \
-	JOBSWEB_TEST_SERVER=embedded $$pytest -m both_servers >$(TEST_LOGS)/embedded-both.log 2>&1 & both=$$!; \
-	JOBSWEB_TEST_SERVER=embedded $$pytest -m "slow and not both_servers" >$(TEST_LOGS)/embedded-slow.log 2>&1 & slow=$$!; \
-	JOBSWEB_TEST_SERVER=embedded $$pytest -m "not both_servers and not slow" >$(TEST_LOGS)/embedded-rest.log 2>&1; rest=$$?; \
-	wait $$both; both=$$?; wait $$slow; slow=$$?; wait $$stock; stock=$$?; \
+	run() { name=$$1; shift; JOBSWEB_TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
+		echo $$? >$(TEST_LOGS)/$$name.exit; }; \
+	run stock-both -m both_servers & \
+	run embedded-both -m both_servers & \
+	run embedded-own-servers -m "own_servers and not both_servers and not slow" & \
+	run embedded-cron -m slow tests/test_cron.py & \
+	run embedded-slow -m "slow and not both_servers" --ignore=tests/test_cron.py & \
+	run embedded-rest -m "not both_servers and not slow and not own_servers" & \
+	wait; \
 	for run in $(PYTEST_RUNS); do echo "======== $$run: pytest log ========"; cat $(TEST_LOGS)/$$run.log; done; \
-	echo "embedded server, both_servers tests (exit $$both): $$(tail -n 1 $(TEST_LOGS)/embedded-both.log)"; \
-	echo "embedded server, the other tests (exit $$rest): $$(tail -n 1 $(TEST_LOGS)/embedded-rest.log)"; \
-	echo "embedded server, the other tests marked slow (exit $$slow): $$(tail -n 1 $(TEST_LOGS)/embedded-slow.log)"; \
-	echo "stock server, both_servers tests (exit $$stock): $$(tail -n 1 $(TEST_LOGS)/stock-both.log)"; \
-	[ $$both -eq 0 ] && [ $$rest -eq 0 ] && [ $$slow -eq 0 ] && [ $$stock -eq 0 ]
+	failed=0; for run in $(PYTEST_RUNS); do code=$$(cat $(TEST_LOGS)/$$run.exit); \
+		echo "$$run (exit $$code): $$(tail -n 1 $(TEST_LOGS)/$$run.log)"; [ "$$code" = 0 ] || failed=1; done; \
+	[ $$failed = 0 ]
 
 # The model test of the run lifecycle at length (docs/RELIABILITY.md): new random examples at each
 # run, on the embedded server; `make test` runs 200 fixed ones on each server.

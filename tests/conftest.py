@@ -75,13 +75,28 @@ ON_BOTH_SERVERS = (
 )
 
 
+# The tests that start servers of their own, of each kind, to stop them or break the path to them
+# (tests/private_databases.py), or to give them a hosted plan's settings: mostly waiting out
+# timeouts and backoff steps, so `make test` runs them in a process of their own (-m own_servers)
+# beside the rest, which their waits held back.
+OWN_SERVERS = ("test_stop_during_outage.py", "test_exec_outage.py", "test_network_faults.py", "test_web_outage.py",
+               "test_database_down.py", "test_server_limits.py", "test_hosted_settings.py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "own_servers: starts PostgreSQL servers of its own (OWN_SERVERS in tests/conftest.py)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of ON_BOTH_SERVERS both_servers (select them with -m both_servers)."""
+    """Mark the tests of ON_BOTH_SERVERS both_servers and those of OWN_SERVERS own_servers (select
+    them with -m)."""
     tests = Path(__file__).parent
     for item in items:
         where = item.path.relative_to(tests).as_posix()
         if any(where == name or (name.endswith("/") and where.startswith(name)) for name in ON_BOTH_SERVERS):
             item.add_marker(pytest.mark.both_servers)
+        if where in OWN_SERVERS:
+            item.add_marker(pytest.mark.own_servers)
 
 
 def _admin_url():
