@@ -1,18 +1,17 @@
 """docs/ARCHITECTURE.md, docs/BENCHMARKS.md, docs/MASKING.md and docs/RELIABILITY.md: every
 block, in document order (tests/docs/snippets.py).
 
-ARCHITECTURE's layer check is run, as it says, from the repository's top level (it only reads
-jobsweb/), and prints the count its text block shows. BENCHMARKS.md is written by `make bench`
-(bench/sections.py): its plans are text blocks.
+ARCHITECTURE's layer check runs, as it says, from the repository's top level
+(`cwd=repository`; it only reads jobsweb/), and prints the count its text block shows.
+BENCHMARKS.md is written by `make bench` (bench/sections.py): its plans are text blocks.
 """
 
 import pytest
 
-from tests.docs.snippets import ROOT, Document, fence_test
+from tests.docs.snippets import Document, fence_test
 
 DOCS = [Document(f"docs/{name}.md") for name in ("ARCHITECTURE", "BENCHMARKS", "MASKING", "RELIABILITY")]
 BLOCKS = [block for doc in DOCS for block in doc.blocks]
-FROM_THE_TOP_LEVEL = {"docs/ARCHITECTURE.md:layers"}
 DOCS_MIGRATED = False  # no block of these reads or writes jobsweb's tables
 
 
@@ -23,11 +22,4 @@ def test_fences(doc):
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[str(block) for block in BLOCKS])
 def test_block(block, docs):
-    if str(block) in FROM_THE_TOP_LEVEL:
-        docs.env["__CWD"] = str(ROOT)
-        try:
-            docs.run(block)
-        finally:
-            del docs.env["__CWD"]
-    else:
-        docs.run(block)
+    docs.run(block)
