@@ -7,12 +7,14 @@ a reader's app: it is written as tests/test_invoices.py beside a small `myapp` (
 send_invoice job and the close_order that enqueues it) and run with pytest there.
 """
 
+import re
+
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
 from jobsweb.core.database import database_url, libpq_url
-from tests.docs.snippets import Document, fence_test
+from tests.docs.snippets import ROOT, Document, fence_test
 
 # Nineteen flask commands and a pytest run, about 2 s each under make test's load (45 s at load
 # 4.8): with the tests marked slow, which make test runs beside the rest.
@@ -117,3 +119,31 @@ def test_block(block, reference):
                 ({"month": "2026-12"}, "default", 0)]
             assert conn.execute("SELECT job_type, schedule, queue, priority FROM job_definitions "
                                 "WHERE name = 'nightly'").fetchall() == [("build_report", "0 3 * * *", "reports", 50)]
+
+
+# Paths in backticks that are not the admin screen's own: its mount point, the host's sign-in
+# page (JOBSWEB_LOGIN_URL's example), a ping URL's suffix.
+NOT_ROUTES = {"/", "/login", "/start"}
+
+
+def test_every_path_the_reference_names_is_a_route_of_the_admin_screen(reference):
+    """`/job-metrics`, `/runs/ID/delete`, `/users`, ...: each path matches a route (ID and <token>
+    stand for a value) under the scratch host app's prefix, or is the prefixed URL itself."""
+    from werkzeug.exceptions import MethodNotAllowed, NotFound
+
+    text = (ROOT / "docs/REFERENCE.md").read_text()
+    paths = sorted(set(re.findall(r"`(/[\w\-/<>]*)`", text)) - NOT_ROUTES)
+    assert "/job-metrics" in paths and "/runs/ID/delete" in paths
+    adapter = reference.app.url_map.bind("localhost")
+    missing = []
+    for path in paths:
+        concrete = re.sub(r"/(ID|<\w+>)(?=/|$)", "/1", path)
+        if not concrete.startswith("/admin/jobs/"):
+            concrete = "/admin/jobs" + concrete
+        try:
+            adapter.match(concrete)
+        except MethodNotAllowed:
+            pass  # a route that only takes POST, say
+        except NotFound:
+            missing.append(path)
+    assert missing == []
