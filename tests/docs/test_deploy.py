@@ -102,3 +102,12 @@ def test_the_changelog_names_the_newest_migration():
     [head], _ = revisions()
     newest = re.findall(r"`0001_foundation` to `(\w+)`", (ROOT / "CHANGELOG.md").read_text())
     assert newest == [head], f"CHANGELOG.md's migrations end at {newest}, the code's at {head}"
+
+
+def test_every_setting_deploy_names_is_a_setting_of_this_version():
+    """A reader copies these names into a platform's environment, where a typo now stops
+    start-up: each one written out (not `JOBSWEB_RETAIN_*`) is a setting jobsweb reads."""
+    from jobsweb.core.settings import SETTINGS
+
+    named = set(re.findall(r"\bJOBSWEB_[A-Z0-9_]*[A-Z0-9]\b", (ROOT / "docs/DEPLOY.md").read_text()))
+    assert len(named) > 40 and sorted(named - set(SETTINGS)) == []
