@@ -4,7 +4,6 @@ import json
 import os
 from contextlib import contextmanager
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
@@ -13,6 +12,7 @@ from sqlalchemy.engine import make_url
 
 from jobsweb import create_app
 from jobsweb.core.database import database_url, libpq_url
+from tests.forkserver import python_m
 
 ROOT = Path(__file__).resolve().parent.parent
 # tests/test_oldest_pins.py runs a second pytest on this suite's server: it names its own.
@@ -194,24 +194,12 @@ def sql(database_url_for_tests):
     conn.close()
 
 
-@pytest.fixture(scope="session")
-def fork_server(tmp_path_factory):
-    """Where spawn_worker's processes come from (tests/forkserver.py): forks of a process that
-    imported jobsweb once, instead of a new interpreter importing it for a second of CPU each.
-    TEST_FORK_SERVER=0 starts each as a new interpreter instead."""
-    from tests.forkserver import ForkServer
-
-    if os.environ.get("TEST_FORK_SERVER") == "0":
-        yield None
-        return
-    server = ForkServer(ROOT, tmp_path_factory.mktemp("forkserver"))
-    yield server
-    server.close()
-
-
 @pytest.fixture
-def spawn_worker(database_url_for_tests, fork_server):
-    """Start `flask run-jobs` as a real separate process; every one is killed at teardown."""
+def spawn_worker(database_url_for_tests):
+    """Start `flask run-jobs` as a real separate process; every one is killed at teardown.
+
+    Each is a fork of a process that imported jobsweb once (tests/forkserver.py), instead of a new
+    interpreter importing it for a second of CPU; TEST_FORK_SERVER=0 starts new interpreters."""
     processes = []
 
     def environment(**settings):
@@ -223,13 +211,8 @@ def spawn_worker(database_url_for_tests, fork_server):
     def spawn(*args, output=None, **settings):
         """`output`: a file for the worker's log (long drills would fill a pipe nobody reads)."""
         env = environment(**settings)
-        if fork_server is None:
-            proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
-                                    cwd=ROOT, env=env, stdout=output or subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-        else:
-            proc = fork_server.spawn("flask", ["--app", "wsgi", "run-jobs", *args], cwd=ROOT, env=env,
-                                     stdout=output or subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = python_m("flask", ["--app", "wsgi", "run-jobs", *args], env=env, stdout=output or subprocess.PIPE,
+                        stderr=subprocess.STDOUT)
         proc.output = output
         processes.append(proc)
         return proc

@@ -16,16 +16,22 @@ other, even once it has exited), and later with its wait status. ForkedProcess i
 subprocess.Popen the tests use.
 """
 
+import atexit
 import gc
 import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # What `flask --app wsgi run-jobs` imports before it reads its settings: done once, in the server.
 # Not the tests' job types: each child imports them through JOBSWEB_HANDLERS, as a new process does.
@@ -133,6 +139,37 @@ def _run_child(request, fds):
 
 # -- the client ---------------------------------------------------------------------------
 
+_shared = None  # this process's ForkServer, started at the first python_m
+
+
+def python_m(module, args, *, env, cwd=ROOT, stdout=None, stderr=None):
+    """subprocess.Popen of `python -m module *args`, text output: a fork of this process's fork
+    server, or a new interpreter when TEST_FORK_SERVER=0."""
+    global _shared
+    if os.environ.get("TEST_FORK_SERVER") == "0":
+        return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env, stdout=stdout,
+                                stderr=stderr, text=True)
+    if _shared is None:
+        folder = tempfile.mkdtemp(prefix="jobsweb-forkserver-")
+        _shared = ForkServer(ROOT, folder)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        atexit.register(_shared.close)
+    return _shared.spawn(module, args, cwd, env, stdout, stderr)
+
+
+def run_python_m(module, args, *, env, timeout, cwd=ROOT):
+    """`python -m module *args` to its end, as subprocess.run would: (exit code, its stdout and
+    stderr together); subprocess.TimeoutExpired past `timeout` seconds (the process is killed)."""
+    proc = python_m(module, args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, output
+
+
 class ForkServer:
     """The server process and the socket it listens on; spawn() is a Popen of `python -m`."""
 
@@ -162,27 +199,28 @@ class ForkServer:
 
 
 class ForkedProcess:
-    """What the tests use of subprocess.Popen, for a child of the fork server."""
+    """What the tests use of subprocess.Popen, for a child of the fork server: stdout and stderr
+    each None (this process's), a file, PIPE, or (stderr) STDOUT."""
 
     def __init__(self, path, module, args, cwd, env, stdout, stderr, text):
         self.args = [sys.executable, "-m", module, *args]
         self.returncode = None
-        self.stdout = None
-        self._read = []
+        self.text = text
+        self._read = {}  # a pipe's descriptor: the bytes read from it so far (kept across a timeout)
         close_after = []
-        out_fd = 1
-        if stdout == subprocess.PIPE:
-            read, out_fd = os.pipe()
-            self.stdout = open(read, "r" if text else "rb", closefd=True)
-            close_after.append(out_fd)
-        elif stdout is not None:
-            out_fd = stdout.fileno()
+
+        def target(stream, default):
+            if stream == subprocess.PIPE:
+                read, write = os.pipe()
+                close_after.append(write)
+                return open(read, "r" if text else "rb", closefd=True), write
+            return None, default if stream is None else stream.fileno()
+
+        self.stdout, out_fd = target(stdout, 1)
         if stderr == subprocess.STDOUT:
-            err_fd = out_fd
-        elif stderr is None:
-            err_fd = 2
+            self.stderr, err_fd = None, out_fd
         else:
-            raise ValueError("ForkedProcess takes stderr=None or STDOUT")
+            self.stderr, err_fd = target(stderr, 2)
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.conn.connect(path)
@@ -221,29 +259,33 @@ class ForkedProcess:
         if input is not None:
             raise ValueError("ForkedProcess has no stdin pipe")
         deadline = None if timeout is None else time.monotonic() + timeout
-        output = None
-        if self.stdout is not None:
-            chunks = self._read  # kept across a timeout, as Popen keeps them for the next call
-            fd = self.stdout.fileno()
-            os.set_blocking(fd, False)
-            with selectors.DefaultSelector() as selector:
-                selector.register(fd, selectors.EVENT_READ)
-                while True:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise subprocess.TimeoutExpired(self.args, timeout)
-                    if not selector.select(left):
-                        continue
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-            data = b"".join(chunks)
-            output = data.decode() if "b" not in self.stdout.mode else data
-            self.stdout.close()
+        pipes = [f for f in (self.stdout, self.stderr) if f is not None and not f.closed]
+        with selectors.DefaultSelector() as selector:
+            for pipe in pipes:
+                os.set_blocking(pipe.fileno(), False)
+                selector.register(pipe.fileno(), selectors.EVENT_READ)
+                self._read.setdefault(pipe.fileno(), [])
+            while selector.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if chunk:
+                        self._read[key.fd].append(chunk)
+                    else:
+                        selector.unregister(key.fd)
+        outputs = []
+        for pipe in (self.stdout, self.stderr):
+            if pipe is None or pipe.closed:
+                outputs.append(None)
+                continue
+            data = b"".join(self._read.pop(pipe.fileno()))
+            outputs.append(data.decode() if self.text else data)
+            pipe.close()
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         self.wait(left)
-        return output, None
+        return tuple(outputs)
 
     def send_signal(self, sig):
         if self.returncode is None:

@@ -8,7 +8,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -21,7 +20,8 @@ from sqlalchemy.engine import make_url
 from jobsweb import create_app
 from jobsweb.core.database import database_url, db
 from jobsweb.web.accounts import create_user, find_user
-from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, committed, wait_for
+from tests.conftest import EVENT_TIMEOUT, SECRET_KEY, TEST_SETTINGS, committed, wait_for
+from tests.forkserver import python_m, run_python_m
 
 # A hosted database hands the app an ordinary role that owns its database, never a superuser:
 # superuser_reserved_connections are not the app's, and ALTER ROLE settings apply to it.
@@ -52,11 +52,9 @@ def environment(url, **settings):
             **{name: str(value) for name, value in settings.items()}}
 
 
-def flask(url, *args, timeout=60, **settings):
+def flask(url, *args, timeout=EVENT_TIMEOUT, **settings):
     """Run one `flask` command to completion; (exit code, output)."""
-    done = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", *args], cwd=ROOT,
-                          env=environment(url, **settings), capture_output=True, text=True, timeout=timeout)
-    return done.returncode, done.stdout + done.stderr
+    return run_python_m("flask", ["--app", "wsgi", *args], env=environment(url, **settings), timeout=timeout)
 
 
 def prepare(url):
@@ -91,27 +89,24 @@ class Processes:
         self.running = []
         self.loads = []
 
-    def _start(self, name, args, env):
+    def _start(self, name, module, args, env):
         log = open(self.folder / f"{name}.log", "w+")
-        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = python_m(module, args, env=env, stdout=log, stderr=subprocess.STDOUT)
         proc.log_path = log.name
         self.running.append((proc, log))
         return proc
 
     def worker(self, url, *args, **settings):
-        return self._start("worker", [sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args],
-                           environment(url, **settings))
+        return self._start("worker", "flask", ["--app", "wsgi", "run-jobs", *args], environment(url, **settings))
 
     def gunicorn(self, url, **settings):
         """The repository's gunicorn.conf.py serving wsgi:app (WEB_CONCURRENCY processes of
         WEB_THREADS threads), its alert thread on as in production; (process, base URL) once it answers."""
         port = free_port()
         env = environment(url, PORT=port, JOBSWEB_WEB_ALERTS="true", **settings)
-        proc = self._start("gunicorn", [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "wsgi:app"],
-                           env)
+        proc = self._start("gunicorn", "gunicorn", ["--bind", f"127.0.0.1:{port}", "wsgi:app"], env)
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: proc.poll() is not None or status(base + "/healthz") == 200, timeout=30,
-                 message="gunicorn to answer")
+        wait_for(lambda: proc.poll() is not None or status(base + "/healthz") == 200, message="gunicorn to answer")
         assert proc.poll() is None, log_of(proc)
         return proc, base
 

@@ -5,14 +5,13 @@ path is back. `flask jobs exec` has its own tests (tests/test_exec_outage.py): i
 whatever the database does."""
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from jobsweb.engine.link import CONNECT_TIMEOUT
-from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS
+from tests.conftest import EVENT_TIMEOUT, SECRET_KEY, TEST_SETTINGS
+from tests.forkserver import run_python_m
 from tests.private_databases import migrated, proxy_to
 
 # Each command waits out a refused or silent path with its own interpreter: two to three minutes in
@@ -50,9 +49,8 @@ def proxy(server_url):
 def flask(url, args):
     env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY}
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
-    return done.returncode, done.stdout + done.stderr, time.monotonic() - began
+    code, output = run_python_m("flask", ["--app", "wsgi", *args], env=env, timeout=EVENT_TIMEOUT)
+    return code, output, time.monotonic() - began
 
 
 @pytest.mark.parametrize("command", COMMANDS)

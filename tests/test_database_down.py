@@ -7,7 +7,6 @@ one line per backoff step and uses under 5% of a core, then one line saying it i
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -17,7 +16,8 @@ import pytest
 
 from jobsweb.engine.outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
 from tests import servers
-from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.conftest import SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.forkserver import python_m
 from tests.private_databases import migrated
 from tests.reliability.conftest import size
 from tests.test_deploy import free_port
@@ -53,8 +53,7 @@ class Process:
         env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY,
                **{k: str(v) for k, v in settings.items()}}
         self.log = log
-        self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=env, stdout=open(log, "w"),
-                                     stderr=subprocess.STDOUT)
+        self.proc = python_m(args[0], args[1:], env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
     def lines(self):
         return Path(self.log).read_text().splitlines()

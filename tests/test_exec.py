@@ -12,7 +12,8 @@ import time
 import pytest
 
 from jobsweb import definitions
-from tests.conftest import ROOT, committed, wait_for
+from tests.conftest import committed, wait_for
+from tests.forkserver import python_m
 
 PY = sys.executable
 
@@ -23,9 +24,8 @@ def jobs_exec(app, spawn_worker):
     started = []
 
     def run(*args, wait=True, **settings):
-        proc = subprocess.Popen([PY, "-m", "flask", "--app", "wsgi", "jobs", "exec", *args], cwd=ROOT,
-                                env=spawn_worker.env(**settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = python_m("flask", ["--app", "wsgi", "jobs", "exec", *args], env=spawn_worker.env(**settings),
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         started.append(proc)
         if not wait:
             return proc

@@ -5,7 +5,6 @@ server kind a private one (tests/private_databases.py)."""
 
 import os
 import subprocess
-import sys
 import time
 
 import psycopg
@@ -15,7 +14,8 @@ from jobsweb import create_app, definitions
 from jobsweb.core.database import database_url
 from jobsweb.ops.command_runs import REPORT_WAIT
 from tests import servers
-from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, committed
+from tests.conftest import EVENT_TIMEOUT, SECRET_KEY, TEST_SETTINGS, committed
+from tests.forkserver import python_m
 from tests.private_databases import migrated, proxy_to
 
 EXIT_BOUND = 15  # seconds from exec's start to its exit, whatever the database does
@@ -55,9 +55,8 @@ def proxy(server_url):
 def start_exec(url, marker, script="echo hi; exit 3"):
     """`flask jobs exec backup -- sh -c ...`: the command first creates `marker`."""
     env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY}
-    return subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "jobs", "exec", "backup", "--",
-                             "sh", "-c", f"touch {marker}; {script}"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return python_m("flask", ["--app", "wsgi", "jobs", "exec", "backup", "--", "sh", "-c", f"touch {marker}; {script}"],
+                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def follow(proc):
@@ -129,8 +128,8 @@ def test_on_a_slow_link_the_command_starts_before_its_run_is_recorded_and_the_ru
 
 def test_with_the_database_up_an_unknown_definition_still_stops_exec_before_the_command(server_url, tmp_path):
     env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": server_url[1], "SECRET_KEY": SECRET_KEY}
-    proc = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "jobs", "exec", "nope", "--",
-                           "touch", str(tmp_path / "ran")], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2 and "no job definition is called 'nope'" in proc.stderr
+    proc = python_m("flask", ["--app", "wsgi", "jobs", "exec", "nope", "--", "touch", str(tmp_path / "ran")], env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=EVENT_TIMEOUT)
+    assert proc.returncode == 2 and "no job definition is called 'nope'" in err
     assert not (tmp_path / "ran").exists()

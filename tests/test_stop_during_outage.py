@@ -9,7 +9,6 @@ the database unreachable reaches the suite's server through a FaultProxy that re
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psycopg
@@ -18,7 +17,8 @@ from psycopg.types.json import Jsonb
 
 from jobsweb.core.database import libpq_url
 from tests import servers
-from tests.conftest import ROOT, SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.conftest import SECRET_KEY, TEST_SETTINGS, wait_for
+from tests.forkserver import python_m
 from tests.private_databases import migrated, proxy_to
 
 SHUTDOWN_TIMEOUT = 3  # seconds: --shutdown-timeout
@@ -34,8 +34,8 @@ def own_server(request):
 def worker(url, *args, **settings):
     env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY,
            **{k: str(v) for k, v in settings.items()}}
-    return subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", *args], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return python_m("flask", ["--app", "wsgi", "run-jobs", *args], env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT)
 
 
 def statuses(url):
