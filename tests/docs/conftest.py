@@ -167,7 +167,7 @@ class Runner:
         expected_exit = int(block.options.get("exit", 0))
         output = []
         for n, command in enumerate(lines):
-            if SERVING.search(command):
+            if SERVING.search(re.split(r"\s#", command)[0]):  # not a word of its trailing comment
                 output.append(self.serve(block, command, env))
                 continue
             text, status, env = self.command(command, env)
