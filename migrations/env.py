@@ -12,10 +12,7 @@ from sqlalchemy.pool import NullPool
 
 from jobsweb.core.database import db
 from jobsweb.core.models import Model
-from jobsweb.core.schema import VERSION_TABLE
-# Any number on which every jobsweb process agrees: the web release phase, a worker and a
-# developer may all migrate at once, and only one of them may apply each step.
-MIGRATION_LOCK = 7_146_010
+from jobsweb.core.schema import MIGRATION_LOCK, VERSION_TABLE
 
 # Before 0009, jobsweb's revision sat in Alembic's default table. Moved once, and only a row
 # that names one of jobsweb's own revisions: a host's row there is never read or changed.

@@ -61,3 +61,25 @@ def test_healthz_stays_ok_when_a_deploy_migrated_past_this_older_code(app, sql):
         assert app.test_client().get("/healthz").status_code == 200
     finally:
         sql("UPDATE jobsweb_alembic_version SET version_num = %s", [head])
+
+
+def test_healthz_is_503_naming_a_dropped_function_at_the_next_probe_and_200_once_migrate_recreated_it(
+        scratch_database):
+    import psycopg
+
+    from jobsweb.core.database import libpq_url
+
+    url = scratch_database("jobsweb_health_incomplete")
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-x"})
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    with psycopg.connect(libpq_url(url)) as conn:  # as a restore of the tables alone leaves it
+        conn.execute("DROP FUNCTION jobsweb_claim_runs_in_order")  # its caller's SQL body is not a dependency
+    response = client.get("/healthz")  # the very next probe: nothing cached
+    assert response.status_code == 503
+    assert response.get_json() == {"status": "unavailable", "reason": (
+        "jobsweb's schema at 0026_retry_seams is incomplete, missing function "
+        "jobsweb_claim_runs_in_order(text,double precision,text[],integer,integer,text[]): run `flask jobs migrate` "
+        "(it recreates functions and triggers; tables and indexes come back with a restore of jobsweb's tables)")}
+    assert app.test_cli_runner().invoke(args=["jobs", "migrate"]).exit_code == 0
+    assert client.get("/healthz").status_code == 200

@@ -4,7 +4,7 @@ batch's state, retention."""
 import click
 from flask import current_app
 
-from ..core import schema
+from ..core import schema, schema_objects
 from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
@@ -18,6 +18,12 @@ def migrate_command():
     """Create jobsweb's tables, or upgrade them to this version (safe to run from several processes)."""
     with plain_errors():
         applied = schema.upgrade()
+        # A restore of jobsweb's tables alone leaves its functions and trigger behind (DEPLOY.md).
+        made, lacking = schema_objects.recreate() if schema.current_revision() == schema_objects.HEAD else ([], [])
+    if made:
+        click.echo(f"jobsweb's schema: recreated {', '.join(made)}")
+    if lacking:
+        raise click.ClickException(schema_objects.describe(lacking))
     if not applied:
         click.echo(f"jobsweb's schema is up to date ({schema.current_revision()})")
     else:

@@ -18,6 +18,10 @@ from .database import db
 from .package_files import resource
 
 VERSION_TABLE = "jobsweb_alembic_version"
+# Any number on which every jobsweb process agrees: the web release phase, a worker and a
+# developer may all migrate at once, and only one of them may apply each step (migrations/env.py)
+# or recreate what a schema lacks (schema_objects.py).
+MIGRATION_LOCK = 7_146_010
 CREATED_TABLE = re.compile(r"CREATE TABLE (\w+)")  # how every migration of ours creates a table
 
 

@@ -1,12 +1,13 @@
 """Whether this process can serve: its database answers and its schema is the one the code
-expects (GET /healthz, web/probes.py, answers with it)."""
+expects, with every table, index, function and trigger of it (GET /healthz, web/probes.py,
+answers with it)."""
 
 import threading
 
 from flask import current_app
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..core import deadlines, schema
+from ..core import deadlines, schema, schema_objects
 from ..core.database import db, execute, outage
 
 # A database never migrated has no version table: checked first (a query naming a
@@ -28,12 +29,17 @@ def problem():
     try:
         migrated = execute(HAS_VERSION_TABLE).scalar()
         current = set(execute(SCHEMA_VERSION).scalars()) if migrated else set()
+        # At the head, every table, index, function and trigger of it is there (a restore of
+        # the tables alone lacks the functions): one catalog query at each check, no cache.
+        lacking = schema_objects.missing() if current == {schema_objects.HEAD} else []
     except SQLAlchemyError as exc:
         db.session.rollback()
         return outage(exc)
     heads, revisions = migrations(current_app)
     if not current:
         return "database schema is not migrated: run `flask jobs migrate`"
+    if lacking:
+        return schema_objects.describe(lacking)
     if current == heads:
         return None
     if not current & revisions:

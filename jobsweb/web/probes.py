@@ -21,8 +21,8 @@ HEALTH_BUDGET = 1.5
 
 @bp.get("/healthz")
 def healthz():
-    """200 when the database answers and its schema is at the migration head (or newer than this
-    code, mid-deploy), 503 with the reason otherwise, within HEALTH_BUDGET seconds."""
+    """200 when the database answers and its schema is at the migration head, complete (or newer
+    than this code, mid-deploy), 503 with the reason otherwise, within HEALTH_BUDGET seconds."""
     probe = current_app.extensions.get("jobsweb_health_probe")
     if probe is None:
         probe = current_app.extensions.setdefault("jobsweb_health_probe",

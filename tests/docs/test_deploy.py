@@ -45,10 +45,12 @@ def test_block(block, deploy):
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", shown["time"])
         assert list(shown) == list(written)
         assert {**shown, "time": None} == {**written, "time": None}
-    if block.id == "backup":  # the tables came back from the dump of jobsweb's tables
+    if block.id == "backup":
+        assert sorted(p.name for p in Path(deploy.cwd(deploy.env)).glob("jobsweb-*.dump"))[-1] == "jobsweb-tables.dump"
+    if block.id == "restore":  # the tables came back from the dump, the trigger from the migrate
         with psycopg.connect(deploy.url) as conn:
             assert conn.execute("SELECT count(*) FROM jobsweb_alembic_version").fetchone() == (1,)
-        assert sorted(p.name for p in Path(deploy.cwd(deploy.env)).glob("jobsweb-*.dump"))[-1] == "jobsweb-tables.dump"
+        assert "recreated trigger job_runs_workflow ON job_runs" in deploy.outputs["restore"]
 
 
 def documented_metrics():
