@@ -16,7 +16,7 @@ from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import make_url
 
-from . import deadlines
+from . import conflicts, deadlines
 from .errors import ConfigError
 
 own_db = SQLAlchemy()
@@ -74,6 +74,8 @@ def outage(exc):
     if isinstance(exc, sa.exc.TimeoutError):  # the pool's: every connection of this process is busy
         return "database connections of this process are all busy"
     orig = getattr(exc, "orig", None) or exc
+    if conflicts.kind(exc):  # the database answered: it rolled back a transaction that met another
+        return f"conflicting transaction ({conflicts.KINDS[conflicts.kind(exc)]}), rolled back"
     text = str(orig).lower()
     if getattr(orig, "sqlstate", None) == TOO_MANY_CONNECTIONS[0] or any(w in text for w in TOO_MANY_CONNECTIONS[1:]):
         return "database has no free connection slot"

@@ -7,6 +7,7 @@ import time
 
 import psycopg
 
+from ..core import conflicts
 from ..core.deadlines import BoundedConnection, bounded
 
 CONNECT_TIMEOUT = 10  # seconds
@@ -42,6 +43,12 @@ def _ended_by_server(conn):
 
 class DatabaseUnavailable(Exception):
     """The database cannot be reached (down, restarting, wrong DATABASE_URL)."""
+
+
+class Conflicted(DatabaseUnavailable):
+    """A transaction still met a conflict (core/conflicts.py) after conflicts.TRIES runs. The
+    database answered: the worker takes it back as it takes back a failed trip (outcomes kept,
+    written again) but neither logs an outage nor backs off (engine/outages.py)."""
 
 
 def describe(exc):
@@ -97,8 +104,14 @@ class Link:
             with bounded(seconds):
                 conn = self._connection(seconds)
                 try:
-                    result = work(conn)
+                    # `work` is one whole transaction of jobsweb's own statements (fetch,
+                    # fetch_together, in_transaction): a conflict rolled it back whole, so it
+                    # runs again at once on the same connection, which is sound.
+                    result = conflicts.retried(lambda: work(conn))
                 except psycopg.OperationalError as exc:
+                    if conflicts.kind(exc):
+                        self.answered_at = time.monotonic()
+                        raise Conflicted(describe(exc)) from exc
                     raise self._lost(exc) from exc
                 self.answered_at = time.monotonic()
                 return result

@@ -4,6 +4,8 @@ finishing meanwhile; and one line once the database has answered again."""
 import logging
 import time
 
+from .link import Conflicted
+
 log = logging.getLogger("jobsweb.worker")
 
 RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
@@ -18,6 +20,11 @@ class OutageWaits:
         """Wait out one backoff step (handlers keep finishing meanwhile). A stop request cuts it
         short only once nothing is held or the drain deadline passed: waiting nowhere, a stopping
         worker spun on the dead connection, a log line each pass, and never exited."""
+        if isinstance(exc, Conflicted):
+            # The database answered and rolled the transaction back whole (logged by
+            # core/conflicts.py): no outage, no backoff, no claim in doubt; the next pass sends
+            # the outcomes again.
+            return
         self.claims_in_doubt = True
         if self.unavailable_since is None:
             self.unavailable_since = time.monotonic()

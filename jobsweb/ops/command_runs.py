@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import psycopg
 from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 
-from ..core import deadlines
+from ..core import conflicts, deadlines
 from ..core.database import db, execute, outage
 from ..core.errors import InvalidInput
 from ..engine.upkeep import EXTEND_LEASES
@@ -151,9 +151,7 @@ def _heartbeat(app, start, holder, lease, stop, on_cancel):
         run_id = started.run_id
         try:
             with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
-                rows = execute(EXTEND_LEASES, {"ids": [run_id], "attempts": [1], "leases": [lease],
-                                               "worker": holder}).fetchall()
-                db.session.commit()
+                rows = conflicts.retried(lambda: _extend(run_id, lease, holder), undo=db.session.rollback)
         except Exception as exc:  # the database may be away for a while; the command goes on
             print(f"jobsweb: heartbeat of run {run_id} failed: {str(exc).strip().splitlines()[0]}",
                   file=sys.stderr)
@@ -234,11 +232,23 @@ def ended(returncode, timeout=None, stopped_with=None, why=None):
     return Ended(code, "dead", "signal" if returncode < 0 else "exit_code", words)
 
 
+def _extend(run_id, lease, holder):
+    rows = execute(EXTEND_LEASES, {"ids": [run_id], "attempts": [1], "leases": [lease], "worker": holder}).fetchall()
+    db.session.commit()
+    return rows
+
+
+# Each transaction below is run again whole on a conflict (core/conflicts.py): it is all of
+# jobsweb's own SQL, and the command (the effect) is started and waited on outside it.
+
 def _record_start(app, name, holder, lease):
     with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
-        started = reports.start_exec(name, holder, lease)
-        db.session.commit()
-        return started
+        def start():
+            started = reports.start_exec(name, holder, lease)
+            db.session.commit()
+            return started
+
+        return conflicts.retried(start, undo=db.session.rollback)
 
 
 def _record_end(app, name, holder, lease, start, outcome, output, deadline):
@@ -247,17 +257,21 @@ def _record_end(app, name, holder, lease, start, outcome, output, deadline):
     ended it). One try: a database that is down says so at once, and cron should not wait."""
     start.done.wait(max(0.0, deadline - time.monotonic()))
     with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
-        started = start.started()
-        if started is None or started.status != "running":
-            # Its start was never recorded (or came back 'skipped' after the command had started
-            # anyway): record the run that did happen, overlapping or not.
-            d = reports.lock(name=name)
-            if d is None:
-                raise InvalidInput("name", f"no job definition is called {name!r}")
-            started = reports.start(d, holder, lease, skip_if_running=False)
-        recorded = reports.finish(started.run_id, holder, outcome.status, outcome.error_type, outcome.error, output)
-        db.session.commit()
-        return recorded
+        def end():
+            started = start.started()
+            if started is None or started.status != "running":
+                # Its start was never recorded (or came back 'skipped' after the command had
+                # started anyway): record the run that did happen, overlapping or not.
+                d = reports.lock(name=name)
+                if d is None:
+                    raise InvalidInput("name", f"no job definition is called {name!r}")
+                started = reports.start(d, holder, lease, skip_if_running=False)
+            recorded = reports.finish(started.run_id, holder, outcome.status, outcome.error_type, outcome.error,
+                                      output)
+            db.session.commit()
+            return recorded
+
+        return conflicts.retried(end, undo=db.session.rollback)
 
 
 def _why(error):

@@ -8,6 +8,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
+from ..core import conflicts
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobRun
@@ -119,9 +120,9 @@ def bulk_delete():
     deleted, by_type = [], {}
     try:
         for batch in batches:
-            outage.limit_action()
-            rows = run_actions.delete(batch)
-            db.session.commit()  # one short transaction per batch
+            # One short transaction per batch, run again whole if it met a conflict (a worker
+            # claimed or finished one of these runs at the same moment): core/conflicts.py.
+            rows = conflicts.retried(lambda batch=batch: _delete_batch(batch), undo=db.session.rollback)
             for row in rows:
                 deleted.append(row.id)
                 by_type[row.job_type] = by_type.get(row.job_type, 0) + 1
@@ -140,6 +141,14 @@ def bulk_delete():
         message += f" {running} running run{'s were' if running != 1 else ' was'} not deleted."
     flash(message)
     return redirect(back)
+
+
+def _delete_batch(ids):
+    """Delete the runs `ids` in one committed transaction; the rows deleted."""
+    outage.limit_action()
+    rows = run_actions.delete(ids)
+    db.session.commit()
+    return rows
 
 
 def _audit_bulk_delete(ids, run_filter, deleted, by_type, running):

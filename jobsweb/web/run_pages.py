@@ -5,6 +5,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
+from ..core import conflicts
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
@@ -94,15 +95,15 @@ def bulk():
     changed = requested = considered = waiting = 0
     try:
         for ids in batches:
-            outage.limit_action()
+            # One short transaction per batch, run again whole if it met a conflict (a worker
+            # claimed or finished one of these runs at the same moment): core/conflicts.py.
             if action == "retry":
-                retried = run_actions.retry(ids)
+                retried, waits = conflicts.retried(lambda ids=ids: _retry_batch(ids), undo=db.session.rollback)
                 changed += len(retried)
-                waiting += len(run_actions.waits_for_failed(set(ids).difference(retried)))
+                waiting += len(waits)
             else:
-                done, asked = run_actions.cancel(ids)
+                done, asked = conflicts.retried(lambda ids=ids: _cancel_batch(ids), undo=db.session.rollback)
                 changed, requested = changed + len(done), requested + len(asked)
-            db.session.commit()  # one short transaction per batch
             considered += len(ids)
     except OperationalError as exc:
         if not outage.stopped(exc):
@@ -232,3 +233,20 @@ def cancel(run_id):
               f"Run {run_id} was {previous}, with nothing to cancel")
     db.session.commit()
     return redirect(url_for("jobsweb.runs.detail", run_id=run_id))
+
+
+def _retry_batch(ids):
+    """Retry the runs `ids` in one committed transaction; (those retried, those that wait for a failed run)."""
+    outage.limit_action()
+    retried = run_actions.retry(ids)
+    waits = run_actions.waits_for_failed(set(ids).difference(retried))
+    db.session.commit()
+    return retried, waits
+
+
+def _cancel_batch(ids):
+    """Cancel the runs `ids` in one committed transaction; (those cancelled, those asked to stop)."""
+    outage.limit_action()
+    done, asked = run_actions.cancel(ids)
+    db.session.commit()
+    return done, asked

@@ -5,15 +5,19 @@ pages, CSRF checks and the sign-in gate belong to this blueprint only, so a team
 error pages and request hooks stay as they were.
 """
 
+import functools
 import importlib.util
 from pathlib import Path
 
-from flask import Blueprint, send_from_directory
+import sqlalchemy as sa
+from flask import Blueprint, g, has_request_context, send_from_directory
 from flask_wtf.csrf import CSRFError
 
 from . import (access, audit_pages, batch_pages, dashboard, definition_form, definition_pages, enqueue_form,
                guards, incident_pages, metrics_pages, outage, pings, probes, queue_pages, run_admin_pages, run_pages,
                sign_in, user_pages, worker_pages)
+from ..core import conflicts
+from ..core.database import db
 from ..core.package_files import resource
 from .rendering import render
 from .runlist import BadFilter
@@ -61,7 +65,15 @@ def error_page(code, title, message):
 
 def database_unavailable(exc):
     """The database is down, out of connection slots or silent: a short 503, never a stack
-    trace; the next request tries again."""
+    trace; the next request tries again. A conflict that came back at every run (logged by
+    core/conflicts.py) is not an outage and does not say so."""
+    if conflicts.kind(exc):
+        db.session.rollback()
+        response = error_page(503, "Busy", "Another transaction changed the same rows at the same moment, every time "
+                                           "this was tried, and the database rolled it back: nothing of it was "
+                                           "changed. Try again in a moment.")
+        response.headers["Retry-After"] = "1"
+        return response
     response = error_page(503, "Database unavailable", outage.explain(exc))
     response.headers["Retry-After"] = str(outage.RETRY_AFTER)
     return response
@@ -108,8 +120,33 @@ def not_found(exc):
     return error_page(404, "Not found", exc.description)
 
 
+def _committed(session):
+    """After any commit in a request: it is no longer one whole transaction (see _run_again)."""
+    if has_request_context():
+        g.jobsweb_committed = True
+
+
+def _run_again(view):
+    """`view` run again at once when the database rolled its transaction back for a conflict
+    (core/conflicts.py), as long as nothing of the request was committed before: then it was
+    rolled back whole and the view, jobsweb's own code, repeats nothing. A view that commits
+    several transactions (a bulk action's batches) retries each batch itself."""
+    @functools.wraps(view)
+    def run(*args, **kwargs):
+        return conflicts.retried(lambda: view(*args, **kwargs), undo=db.session.rollback,
+                                 may_retry=lambda: not g.get("jobsweb_committed"))
+
+    return run
+
+
 def init_app(app, url_prefix, authorize=None):
     """Mount the admin screen on `app` at `url_prefix`; `authorize` is the host's sign-in (see
     access.py), None for jobsweb's own users."""
     app.extensions["jobsweb_access"] = access.Access(authorize, app.config["JOBSWEB_LOGIN_URL"])
     app.register_blueprint(admin, url_prefix=url_prefix or None)
+    for endpoint, view in app.view_functions.items():
+        if endpoint.startswith(f"{admin.name}."):
+            app.view_functions[endpoint] = _run_again(view)
+    with app.app_context():
+        if not sa.event.contains(db.session, "after_commit", _committed):
+            sa.event.listen(db.session, "after_commit", _committed)
