@@ -4,13 +4,16 @@ and never backs a worker off as for a database that went away (core/conflicts.py
 
 import logging
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from jobsweb.core import conflicts
 from jobsweb.core.database import libpq_url
 from jobsweb.engine.link import Conflicted, Link
-from tests.conftest import csrf_token, wait_for
+from tests.conftest import committed, csrf_token, wait_for
+from tests.forkserver import python_m
 from tests.processes import add_many, finish
 
 # Fails with SQLSTATE `state` while the sequence's next value is at most `fails`: a transaction
@@ -159,9 +162,9 @@ def test_under_serializable_isolation_workers_and_the_admin_meet_conflicts_witho
 
 @pytest.fixture
 def updates_conflict(sql, conflict_runs):
-    """arm(count, after=0): past the next `after` UPDATE statements on job_runs, the `count` after
-    them fail with a serialization failure (a trigger counting on test_conflict_runs, which is
-    not rolled back with them)."""
+    """arm(count, after=0, on=...): past the next `after` statements `on` job_runs (INSERT or
+    UPDATE), the `count` after them fail with a serialization failure (a trigger counting on
+    test_conflict_runs, which is not rolled back with them)."""
     sql("CREATE TABLE test_conflict_fails (after integer NOT NULL, fails integer NOT NULL)")
     sql("INSERT INTO test_conflict_fails VALUES (0, 0)")
     sql("""CREATE FUNCTION test_conflict() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -172,14 +175,15 @@ def updates_conflict(sql, conflict_runs):
                END IF;
                RETURN NULL;
            END $$""")
-    sql("CREATE TRIGGER test_conflict AFTER UPDATE ON job_runs FOR EACH STATEMENT EXECUTE FUNCTION test_conflict()")
 
-    def arm(count, after=0):
+    def arm(count, after=0, on="INSERT OR UPDATE"):
+        sql("DROP TRIGGER IF EXISTS test_conflict ON job_runs")
+        sql(f"CREATE TRIGGER test_conflict AFTER {on} ON job_runs FOR EACH STATEMENT EXECUTE FUNCTION test_conflict()")
         sql("UPDATE test_conflict_fails SET after = %s, fails = %s", [after, count])
         sql("ALTER SEQUENCE test_conflict_runs RESTART")
 
     yield arm
-    sql("DROP TRIGGER test_conflict ON job_runs")
+    sql("DROP TRIGGER IF EXISTS test_conflict ON job_runs")
     sql("DROP FUNCTION test_conflict()")
     sql("DROP TABLE test_conflict_fails")
 
@@ -200,7 +204,7 @@ def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
     assert conflict_runs() == 3
     assert sql("SELECT status FROM job_runs WHERE id = %s", [one]) == [("queued",)]
 
-    # A bulk action's second batch (one UPDATE each), after the first committed: that batch
+    # A bulk action's second batch (one UPDATE each, no INSERT), after the first committed: that batch
     # again, whole, not the request.
     updates_conflict(1, after=1)
     response = client.post("/runs/bulk", data={"csrf_token": token, "action": "retry-all", "q": "batch"})
@@ -212,9 +216,9 @@ def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
     lines = [r.getMessage() for r in caplog.records if r.name == "jobsweb.conflicts"]
     assert len(lines) == 1 and lines[0].startswith("serialization failure (could not serialize access"), lines
 
-    updates_conflict(1000)  # one that never clears: a 503 that says so, not "Database unavailable"
     [other] = [r for (r,) in sql("INSERT INTO job_runs (job_type, status) VALUES ('jobsweb.noop', 'dead') "
                                  "RETURNING id")]
+    updates_conflict(1000)  # one that never clears: a 503 that says so, not "Database unavailable"
     response = client.post(f"/runs/{other}/retry", data={"csrf_token": token})
     page = response.get_data(as_text=True)
     assert response.status_code == 503 and "Busy" in page and "unavailable" not in page
@@ -224,6 +228,7 @@ def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
 
     # A bulk action whose second batch never clears: the first stays done, and the request is
     # not run again (it committed): 1 + 8 UPDATEs, then the 503.
+    updates_conflict(0)
     sql("INSERT INTO job_runs (job_type, status, last_error) SELECT 'jobsweb.noop', 'dead', 'stuck' "
         "FROM generate_series(1, 10)")
     updates_conflict(1000, after=1)
@@ -232,3 +237,27 @@ def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
     assert conflict_runs() == 9
     assert dict(sql("SELECT status, count(*) FROM job_runs WHERE last_error = 'stuck' GROUP BY 1")) == {
         "queued": 5, "dead": 5}
+
+
+def test_flask_jobs_exec_runs_its_records_again_on_a_conflict(app, sql, spawn_worker, updates_conflict,
+                                                              conflict_runs):
+    from jobsweb import definitions
+
+    with committed(app):
+        definitions.define("backup", None, "0 3 * * *", external=True)
+
+    def exec_backup():
+        proc = python_m("flask", ["--app", "wsgi", "jobs", "exec", "backup", "--", sys.executable, "-c",
+                                  "print('copied')"], env=spawn_worker.env(), stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out == "copied\n", err
+        assert "jobsweb:" not in err, err  # no warning: the start recorded before the command, the end after
+        assert conflict_runs() >= 3, "the conflicts were met, and the transaction went through after them"
+
+    updates_conflict(2, on="INSERT")  # its start's INSERT of the run, and that transaction's second run
+    exec_backup()
+    updates_conflict(2, on="UPDATE")  # its end's first UPDATE of the run, and that transaction's second run
+    exec_backup()
+    assert sql("SELECT r.status, r.attempts, a.outcome FROM job_runs r JOIN job_attempts a ON a.run_id = r.id") == [
+        ("succeeded", 1, "succeeded")] * 2
