@@ -162,8 +162,8 @@ def test_under_serializable_isolation_workers_and_the_admin_meet_conflicts_witho
 
 @pytest.fixture
 def updates_conflict(sql, conflict_runs):
-    """arm(count, after=0, on=...): past the next `after` statements `on` job_runs (INSERT or
-    UPDATE), the `count` after them fail with a serialization failure (a trigger counting on
+    """arm(count, after=0, on=..., table=...): past the next `after` statements `on` the table
+    (INSERT or UPDATE of job_runs), the `count` after them fail with a serialization failure (a trigger counting on
     test_conflict_runs, which is not rolled back with them)."""
     sql("CREATE TABLE test_conflict_fails (after integer NOT NULL, fails integer NOT NULL)")
     sql("INSERT INTO test_conflict_fails VALUES (0, 0)")
@@ -176,14 +176,19 @@ def updates_conflict(sql, conflict_runs):
                RETURN NULL;
            END $$""")
 
-    def arm(count, after=0, on="INSERT OR UPDATE"):
-        sql("DROP TRIGGER IF EXISTS test_conflict ON job_runs")
-        sql(f"CREATE TRIGGER test_conflict AFTER {on} ON job_runs FOR EACH STATEMENT EXECUTE FUNCTION test_conflict()")
+    tables = {"job_runs"}
+
+    def arm(count, after=0, on="INSERT OR UPDATE", table="job_runs"):
+        tables.add(table)
+        for name in tables:
+            sql(f"DROP TRIGGER IF EXISTS test_conflict ON {name}")
+        sql(f"CREATE TRIGGER test_conflict AFTER {on} ON {table} FOR EACH STATEMENT EXECUTE FUNCTION test_conflict()")
         sql("UPDATE test_conflict_fails SET after = %s, fails = %s", [after, count])
         sql("ALTER SEQUENCE test_conflict_runs RESTART")
 
     yield arm
-    sql("DROP TRIGGER IF EXISTS test_conflict ON job_runs")
+    for name in tables:
+        sql(f"DROP TRIGGER IF EXISTS test_conflict ON {name}")
     sql("DROP FUNCTION test_conflict()")
     sql("DROP TABLE test_conflict_fails")
 
@@ -261,3 +266,30 @@ def test_flask_jobs_exec_runs_its_records_again_on_a_conflict(app, sql, spawn_wo
     exec_backup()
     assert sql("SELECT r.status, r.attempts, a.outcome FROM job_runs r JOIN job_attempts a ON a.run_id = r.id") == [
         ("succeeded", 1, "succeeded")] * 2
+
+
+def test_a_worker_s_alert_evaluation_runs_again_on_a_conflict_and_never_reports_an_outage(
+        app, sql, updates_conflict, conflict_runs, clock, caplog):
+    from jobsweb import enqueue
+    from jobsweb.commands import build_worker
+    from jobsweb.ops import alerts
+
+    caplog.set_level(logging.INFO)
+    with committed(app):
+        enqueue("jobsweb.fail", {"permanent": True})
+    build_worker(app, concurrency=1, poll_interval=0.05, shutdown_timeout=1).run()  # the run dies
+    alerter = alerts.Alerter(app)
+    updates_conflict(2, on="INSERT", table="jobsweb_alert_incidents")
+    alerter.evaluate_and_send()
+    assert conflict_runs() == 3
+    assert sql("SELECT count(*) FROM jobsweb_alert_incidents") == [(1,)]
+    sql("DELETE FROM jobsweb_alert_deliveries")
+    sql("DELETE FROM jobsweb_alert_incidents")
+    updates_conflict(1000, on="INSERT", table="jobsweb_alert_incidents")
+    alerter.evaluate_and_send()
+    assert conflict_runs() == 8
+    assert sql("SELECT count(*) FROM jobsweb_alert_incidents") == [(0,)]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("jobsweb.conflicts") or "alerts" in r.name]
+    assert not [line for line in lines if "unavailable" in line], lines
+    assert [line.split(": ")[0].split(" (")[0] for line in lines if r"conflict" in line or "given up" in line] == [
+        "serialization failure", "serialization failure"], lines

@@ -32,7 +32,7 @@ from flask import current_app
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from . import notify, stalls
-from ..core import deadlines
+from ..core import conflicts, deadlines
 from ..core.database import db, execute
 from ..core.models import AlertDelivery, AlertIncident
 from ..engine.duties import Duty
@@ -339,9 +339,13 @@ class Alerter:
         try:
             # Bounded: a silent database must not hold the web thread or the worker's duty.
             with deadlines.bounded(ROUND_TRIP_LIMIT), self.app.app_context():
-                evaluate()
+                # evaluate() is one transaction of jobsweb's own (sending is apart, below): run
+                # again whole on a conflict (core/conflicts.py).
+                conflicts.retried(evaluate)
                 due = notify.any_due()
         except (OperationalError, ProgrammingError) as exc:  # down, or not migrated yet
+            if conflicts.kind(exc):
+                return None  # not an outage; logged as a conflict; the next evaluation tries again
             return str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         except Exception:  # a bug here must not stop the worker from running jobs
             log.exception("alerts: evaluation failed; next try in %gs", self.every)
