@@ -82,7 +82,7 @@ def test_a_deadlock_is_its_own_kind_and_one_that_never_clears_is_a_conflict_not_
         lines = [r.getMessage() for r in caplog.records]
         assert [line.split(" (")[0] for line in lines] == ["deadlock", "serialization failure",
                                                            "serialization failure"], lines
-        assert "transaction given up after 8 tries; 1 given up" in lines[2]
+        assert "transaction given up after 8 run(s); 1 given up" in lines[2]
         assert "could not serialize access" in str(raised.value)
         # The worker takes it back without an outage: no line, no backoff, nothing in doubt.
         from jobsweb.engine.outages import RECONNECT_FIRST_DELAY, OutageWaits
@@ -291,5 +291,5 @@ def test_a_worker_s_alert_evaluation_runs_again_on_a_conflict_and_never_reports_
     assert sql("SELECT count(*) FROM jobsweb_alert_incidents") == [(0,)]
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("jobsweb.conflicts") or "alerts" in r.name]
     assert not [line for line in lines if "unavailable" in line], lines
-    assert [line.split(": ")[0].split(" (")[0] for line in lines if r"conflict" in line or "given up" in line] == [
+    assert [line.split(": ")[0].split(" (")[0] for line in lines if "conflict" in line or "given up" in line] == [
         "serialization failure", "serialization failure"], lines

@@ -56,9 +56,11 @@ class _Tally:
         self.logged_at = {}  # (sqlstate, given up) -> self.clock() of its last line
         self.since = {}  # (sqlstate, given up) -> conflicts met since that line (this one included)
 
-    def note(self, state, exc, given_up=False):
+    def note(self, state, exc, given_up=None):
+        """Count one conflict; log it if its kind's last line is a minute old. `given_up`: after
+        how many runs the transaction was given up (None: it runs again)."""
         now = self.clock()
-        key = (state, given_up)  # a transaction given up is its own line: it failed, unlike the others
+        key = (state, given_up is not None)  # a transaction given up is its own line: it failed, unlike the others
         with self.lock:
             self.since[key] = self.since.get(key, 0) + 1
             last = self.logged_at.get(key)
@@ -67,9 +69,9 @@ class _Tally:
             count, self.since[key], self.logged_at[key] = self.since[key], 0, now
         exc = _driver_error(exc) or exc  # the server's words, not a wrapper's
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if given_up:
-            log.warning("%s (%s): transaction given up after %d tries; %d given up in the last %g s at most",
-                        KINDS[state], first, TRIES, count, LOG_EVERY)
+        if given_up is not None:
+            log.warning("%s (%s): transaction given up after %d run(s); %d given up in the last %g s at most",
+                        KINDS[state], first, given_up, count, LOG_EVERY)
         else:
             log.warning("%s (%s): transaction run again at once; %d conflict(s) of this kind in the last %g s "
                         "at most, each run again", KINDS[state], first, count, LOG_EVERY)
@@ -91,7 +93,7 @@ def retried(transaction, undo=None, may_retry=None):
             if state is None:
                 raise
             last = attempt == TRIES or (may_retry is not None and not may_retry())
-            tally.note(state, exc, given_up=last)
+            tally.note(state, exc, given_up=attempt if last else None)
             if last:
                 raise
             if undo is not None:
