@@ -42,9 +42,10 @@ run: $(RUN_STAMP)
 #   on the stock server and on the embedded one;
 # - embedded-own-servers: the tests that start servers of their own to stop them or break the path
 #   to them (OWN_SERVERS), mostly waiting out timeouts and backoff steps;
-# - embedded-cron: crontab mode, which waits for cron's minute boundaries (about four minutes asleep);
-# - embedded-slow: the other tests marked slow (the quick benchmark, a wheel, the oldest pins, the
-#   CLI outages, the docs' shell sessions);
+# - embedded-cron: crontab mode, which waits for cron's minute boundaries (about four minutes asleep),
+#   and beside it the wheel and the oldest pins (BESIDE_CRON);
+# - embedded-slow: the other tests marked slow (the quick benchmark, its two servers at once, the
+#   CLI outages, the docs' shell sessions, the buildpack);
 # - embedded-rest: all the others.
 # So every test runs on the embedded server and the both_servers ones on the stock server too.
 # Most tests wait on worker processes, timeouts and clocks rather than compute (the workers are
@@ -54,6 +55,7 @@ run: $(RUN_STAMP)
 # closing lines again. make test always starts its own servers: TEST_DATABASE_URL is for running
 # pytest yourself.
 PYTEST_RUNS := embedded-both embedded-rest embedded-own-servers embedded-slow embedded-cron stock-both
+BESIDE_CRON := tests/test_cron.py tests/test_wheel.py tests/test_oldest_pins.py
 test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
 	@mkdir -p $(TEST_LOGS)
@@ -65,8 +67,8 @@ test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POST
 	run stock-both -m both_servers & \
 	run embedded-both -m both_servers & \
 	run embedded-own-servers -m "own_servers and not both_servers and not slow" & \
-	run embedded-cron -m slow tests/test_cron.py & \
-	run embedded-slow -m "slow and not both_servers" --ignore=tests/test_cron.py & \
+	run embedded-cron -m slow $(BESIDE_CRON) & \
+	run embedded-slow -m "slow and not both_servers" $(addprefix --ignore=,$(BESIDE_CRON)) & \
 	run embedded-rest -m "not both_servers and not slow and not own_servers" & \
 	wait; \
 	for run in $(PYTEST_RUNS); do echo "======== $$run: pytest log ========"; cat $(TEST_LOGS)/$$run.log; done; \
