@@ -73,7 +73,7 @@ def test_runs_claimed_ahead_by_a_killed_worker_are_recovered_and_none_runs_twice
     victim = spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "2",
                           output=open(tmp_path / "victim.log", "w+"), JOBSWEB_LEASE_SECONDS=2)
     # More runs held and not run than slots: some wait in the worker, claimed ahead.
-    wait_for(lambda: waiting(sql) > 6, timeout=30, interval=0.005, message="runs claimed ahead of the two slots")
+    wait_for(lambda: waiting(sql) > 6, interval=0.005, message="runs claimed ahead of the two slots")
     # Frozen first, so that what it holds is what it held when killed: runs it had not run
     # beyond its two slots (a worker killed between two claims would hold none).
     os.kill(victim.pid, signal.SIGSTOP)
@@ -104,7 +104,7 @@ def test_sigterm_releases_runs_claimed_ahead_without_running_them(app, sql, spaw
     insert_many(sql, "test.record", RUNS, '{"seconds": 0.001}')
     first = spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "2",
                          output=open(tmp_path / "first.log", "w+"))
-    wait_for(lambda: waiting(sql) > 6, timeout=30, interval=0.005, message="runs claimed ahead of the two slots")
+    wait_for(lambda: waiting(sql) > 6, interval=0.005, message="runs claimed ahead of the two slots")
     # The signal lands while it is frozen holding runs it has not started, so that some are
     # still waiting when its loop sees the signal, however loaded the machine.
     os.kill(first.pid, signal.SIGSTOP)

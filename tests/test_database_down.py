@@ -96,7 +96,7 @@ def test_a_database_stopped_under_load_costs_each_process_a_line_per_backoff_ste
     web = Process(["gunicorn", "wsgi:app"], url, tmp_path / "web.log", PORT=port, WEB_CONCURRENCY=1,
                   JOBSWEB_WEB_ALERTS="true", JOBSWEB_ALERT_INTERVAL=1)
     processes = [*workers, web]
-    wait_for(lambda: healthy(port), timeout=30, message="the web process to answer")
+    wait_for(lambda: healthy(port), message="the web process to answer")
 
     def succeeded():
         with psycopg.connect(url) as conn:
@@ -108,7 +108,7 @@ def test_a_database_stopped_under_load_costs_each_process_a_line_per_backoff_ste
     # The window measured: from when every process has had its first failure (the trips under
     # way when the server stopped end at once) until the server starts again.
     wait_for(lambda: all(any("database unavailable" in line for line in p.lines()) for p in processes),
-             timeout=30, message="every process to notice")
+             message="every process to notice")
     began = time.monotonic()
     before = [(len(p.lines()), p.cpu_seconds()) for p in processes]
     time.sleep(max(0.0, stopped + DOWN - time.monotonic()))  # the outage itself

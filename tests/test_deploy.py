@@ -41,7 +41,7 @@ def test_gunicorn_serves_the_app_with_the_repositorys_config(database_url_for_te
     try:
         base = f"http://127.0.0.1:{port}"
         status, _, body = wait_for(lambda: get(f"{base}/healthz")[0] and get(f"{base}/healthz"),
-                                   timeout=30, message="gunicorn to answer")
+                                   message="gunicorn to answer")
         assert (status, body.strip()) == (200, '{"status":"ok"}')
         # Behind a TLS-terminating router: the app believes X-Forwarded-Proto and marks cookies Secure.
         status, headers, body = get(f"{base}/sign-in", {"X-Forwarded-Proto": "https"})
@@ -74,9 +74,9 @@ def test_the_web_processs_lines_are_jobswebs_json_and_a_webhook_reply_cannot_for
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "wsgi:app"], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 200, timeout=30, message="gunicorn to answer")
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/healthz")[0] == 200, message="gunicorn to answer")
         # The web process's alert thread sends the delivery, and logs the receiver's reply.
-        wait_for(lambda: sql("SELECT last_error FROM jobsweb_alert_deliveries")[0][0], timeout=30,
+        wait_for(lambda: sql("SELECT last_error FROM jobsweb_alert_deliveries")[0][0],
                  message="the web process to try the delivery")
     finally:
         server.terminate()
@@ -116,7 +116,7 @@ def test_each_slow_client_holds_a_thread_so_workers_times_threads_of_them_stall_
         slow.append(sock)
 
     try:
-        wait_for(lambda: answers(healthz, 5) == 200, timeout=30, message="gunicorn to answer")
+        wait_for(lambda: answers(healthz, 5) == 200, message="gunicorn to answer")
         # Unfinished headers, and a body of which 10 of 1,000 bytes came (the sign-in form reads it).
         for _ in range(2):
             slow_client(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
@@ -124,10 +124,10 @@ def test_each_slow_client_holds_a_thread_so_workers_times_threads_of_them_stall_
                     b"Content-Length: 1000\r\n\r\nemail=a%40")
         assert answers(healthz, 10) == 200  # three slow clients: one thread of the four is left
         slow_client(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-        wait_for(lambda: answers(healthz, 2) is None, timeout=30, message="the fourth slow client to stall /healthz")
+        wait_for(lambda: answers(healthz, 2) is None, message="the fourth slow client to stall /healthz")
         for sock in slow:
             sock.close()
-        wait_for(lambda: answers(healthz, 5) == 200, timeout=30, message="/healthz once the slow clients left")
+        wait_for(lambda: answers(healthz, 5) == 200, message="/healthz once the slow clients left")
     finally:
         for sock in slow:
             sock.close()

@@ -196,8 +196,7 @@ def test_an_exec_killed_outright_leaves_a_run_that_lease_recovery_ends_dead(
         wait_for(lambda: sql("SELECT locked_until < now() FROM job_runs") == [(True,)], timeout=10,
                  message="the killed exec's lease to run out")
         worker = spawn_worker("--max-runtime", "4")
-        wait_for(lambda: sql("SELECT status, error_type FROM job_runs") == [("dead", "lease_expired")],
-                 timeout=30, message="lease recovery to end the run")
+        wait_for(lambda: sql("SELECT status, error_type FROM job_runs") == [("dead", "lease_expired")], message="lease recovery to end the run")
         worker.wait(timeout=30)
     finally:
         os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -179,8 +179,7 @@ def test_an_unreported_slot_materialised_by_a_real_worker_process_opens_the_inci
     define_external(app, grace_seconds=0)
     slot_ago(sql, 1)
     worker = spawn_worker("--max-runtime", "2")
-    wait_for(lambda: sql("SELECT count(*) FROM jobsweb_alert_incidents WHERE kind = 'overdue'")[0][0] == 1,
-             timeout=30, message="the overdue incident")
+    wait_for(lambda: sql("SELECT count(*) FROM jobsweb_alert_incidents WHERE kind = 'overdue'")[0][0] == 1, message="the overdue incident")
     worker.wait(timeout=30)
     assert sql("SELECT status FROM job_runs") == [("missed",)]
 

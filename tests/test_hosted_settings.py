@@ -110,14 +110,14 @@ def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer
     web, base = processes.gunicorn(url, **alerts)
     load = processes.load(base, clients=2)
     wait_for(lambda: sql(url, "SELECT count(*) FROM job_runs WHERE status = 'running' AND payload ? 'seconds'")
-             == [(2,)], timeout=30, message="the two long runs to start")
+             == [(2,)], message="the two long runs to start")
     # While they run: more runs from the CLI, a release-phase migrate, the pages and a webhook
     # kept waiting, each well past the 10 s after which an open transaction would be ended.
     code, output = flask(url, "jobs", "enqueue", "test.record")
     assert code == 0, output
     code, output = flask(url, "jobs", "migrate")
     assert code == 0, output
-    wait_for(lambda: receiver.posts, timeout=30, message="the webhook to be sent")
+    wait_for(lambda: receiver.posts, message="the webhook to be sent")
     sent_at = time.monotonic()
     wait_for(lambda: runs_by_status(url) == {"succeeded": 53, "dead": 1}, timeout=LONG_JOB + 30,
              message="every run to end")
@@ -127,7 +127,7 @@ def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer
     wait_for(lambda: time.monotonic() - sent_at > IDLE_IN_TRANSACTION + 1, timeout=IDLE_IN_TRANSACTION + 2,
              message="the webhook's sender to have waited out the idle-in-transaction timeout")
     receiver.answering.set()
-    wait_for(lambda: sql(url, "SELECT status FROM jobsweb_alert_deliveries") == [("sent",)], timeout=30,
+    wait_for(lambda: sql(url, "SELECT status FROM jobsweb_alert_deliveries") == [("sent",)],
              message="the webhook's delivery to be recorded")
     loaded = load.stop()
 
@@ -211,13 +211,13 @@ def test_with_ssl_required_the_worker_pages_migrate_and_enqueue_connect_over_ssl
         web, base = processes.gunicorn(url, JOBSWEB_ALERT_INTERVAL=1)
         census.watch("gunicorn", web.pid)
         load = processes.load(base, clients=2)
-        wait_for(lambda: runs_by_status(url) == {"succeeded": 21}, timeout=30, message="every run to succeed")
+        wait_for(lambda: runs_by_status(url) == {"succeeded": 21}, message="every run to succeed")
         # The worker's own connection and its LISTEN; each gunicorn process's pool.
         wait_for(lambda: len(census.seen.get("worker", ())) >= 2 and len(census.seen.get("gunicorn child 1", ())) >= 1
-                 and len(census.seen.get("gunicorn child 2", ())) >= 1, timeout=30,
+                 and len(census.seen.get("gunicorn child 2", ())) >= 1,
                  message="the worker's and both gunicorn processes' connections")
         # LISTEN, on a connection of its own: it too got the URL's parameters.
-        listen = wait_for(lambda: sql(server.get_uri(APP_DATABASE), LISTENING, [APP_ROLE]), timeout=30,
+        listen = wait_for(lambda: sql(server.get_uri(APP_DATABASE), LISTENING, [APP_ROLE]),
                           message="the worker's LISTEN")
         code, output = flask(url, "jobs", "migrate")
         assert code == 0, output

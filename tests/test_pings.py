@@ -209,7 +209,7 @@ def test_the_rate_limit_holds_across_gunicorn_processes(token, sql, database_url
                                    "wsgi:app"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: get(f"{base}/healthz")[0] == 200, timeout=30, message="gunicorn to answer")
+        wait_for(lambda: get(f"{base}/healthz")[0] == 200, message="gunicorn to answer")
         statuses = []
 
         def ping():

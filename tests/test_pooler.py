@@ -129,7 +129,7 @@ def test_workers_schedules_alerts_enqueue_and_pages_work_through_the_pooler_alon
         return "".join((tmp_path / f"worker-{n}.log").read_text() for n in range(WORKERS))
 
     # LISTEN found not to work through the pooler (the runs may all be done before the probe ends).
-    wait_for(lambda: output().count("polling only") == WORKERS, timeout=30, message="every worker to poll")
+    wait_for(lambda: output().count("polling only") == WORKERS, message="every worker to poll")
     for worker in workers:
         worker.send_signal(signal.SIGTERM)
     for worker, log in zip(workers, logs):

@@ -162,7 +162,7 @@ def test_sessions_ended_as_idle_cost_a_polling_and_listening_worker_no_outage_an
     with psycopg.connect(idle_limited, autocommit=True) as conn:
         add(conn, 1, 0)
         conn.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
-    wait_for(lambda: statuses(idle_limited) == {"succeeded": 1}, timeout=30, message="the run succeeded")
+    wait_for(lambda: statuses(idle_limited) == {"succeeded": 1}, message="the run succeeded")
     time.sleep(2)  # more polls on connections the server ended meanwhile
     output = stop(proc)
     assert "database unavailable" not in output, output

@@ -36,7 +36,7 @@ def spawn_web(spawn_worker, tmp_path):
                                   stdout=log, stderr=subprocess.STDOUT)
         servers.append((server, log))
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: get(base + health)[0] == 200, timeout=30, message="gunicorn to answer")
+        wait_for(lambda: get(base + health)[0] == 200, message="gunicorn to answer")
         return base
 
     yield spawn
@@ -106,7 +106,7 @@ def test_a_run_past_its_definitions_max_duration_opens_a_slow_incident_that_clea
         run_id = definitions.run_now("slowpoke")
     worker = spawn_worker("--forever", "--poll-interval", "0.05", JOBSWEB_ALERT_INTERVAL="0.2",
                           JOBSWEB_ALERT_WEBHOOK_URL=receiver.url)
-    wait_for(lambda: len(receiver.posts) == 2, timeout=30, message="the slow incident to open and clear")
+    wait_for(lambda: len(receiver.posts) == 2, message="the slow incident to open and clear")
     worker.send_signal(signal.SIGTERM)
     assert finish(worker)[0] == 0
 

@@ -78,7 +78,7 @@ def gunicorn(tmp_path):
                                 stderr=subprocess.STDOUT)
         started.append((proc, log))
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: Browser(base).get("/healthz")[0] == 200, timeout=30, message="gunicorn to answer")
+        wait_for(lambda: Browser(base).get("/healthz")[0] == 200, message="gunicorn to answer")
         return base
 
     yield start

@@ -148,7 +148,7 @@ def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker
              timeout=60, message="the rival to look past the run's first lease")
     assert status_of(sql, run_id) == "running"
     done.touch()
-    wait_for(lambda: status_of(sql, run_id) == "succeeded", timeout=30, message="the run to finish")
+    wait_for(lambda: status_of(sql, run_id) == "succeeded", message="the run to finish")
     for proc in (owner, rival):
         proc.send_signal(signal.SIGTERM)
         assert finish(proc)[0] == 0
