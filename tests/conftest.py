@@ -319,15 +319,30 @@ def wait_for(check, timeout=EVENT_TIMEOUT, interval=0.05, message="condition"):
 PASSWORD = "correct horse battery"
 
 
+# werkzeug's scrypt at its default cost (N=32768) takes 0.16 s of CPU to make a password hash and
+# as long to check one, and the admin screen's tests make and sign in hundreds of users: the ones
+# make_user makes get a scrypt hash of N=1024 (check_password_hash reads the cost from the hash).
+# Users made any other way (the CLI, the users page, host apps, processes the tests start) and
+# unknown emails' dummy hash keep the real cost.
+TEST_PASSWORD_HASH = "scrypt:1024:8:1"
+
+
 @pytest.fixture
 def make_user(app):
     """Create a user with a role: make_user("viewer") -> email."""
-    from jobsweb.web.accounts import create_user
+    from unittest import mock
+
+    from werkzeug.security import generate_password_hash
+
+    from jobsweb.web import accounts
+
+    def quick_hash(password):
+        return generate_password_hash(password, method=TEST_PASSWORD_HASH)
 
     def make(role="operator", email=None):
         email = email or f"{role}@example.com"
-        with committed(app):
-            create_user(email, PASSWORD, role)
+        with committed(app), mock.patch.object(accounts, "generate_password_hash", quick_hash):
+            accounts.create_user(email, PASSWORD, role)
         return email
 
     return make
