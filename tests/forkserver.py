@@ -17,6 +17,7 @@ subprocess.Popen the tests use.
 """
 
 import atexit
+import fcntl
 import gc
 import json
 import os
@@ -178,6 +179,11 @@ class ForkServer:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listener.bind(self.path)
         listener.listen(64)
+        if listener.fileno() <= 2:
+            # This process has no stdin (or stdout): the server's own stdio would cover the socket.
+            moved = socket.socket(fileno=fcntl.fcntl(listener.fileno(), fcntl.F_DUPFD_CLOEXEC, 3))
+            listener.close()
+            listener = moved
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "import os, socket, sys; from tests.forkserver import serve; "
              "serve(socket.socket(fileno=int(sys.argv[1])), 0)", str(listener.fileno())],
@@ -196,6 +202,21 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _stdin():
+    """This process's stdin for the child, as Popen would leave it; /dev/null if it has none."""
+    try:
+        os.fstat(0)
+        return 0
+    except OSError:
+        global _devnull
+        if _devnull is None:
+            _devnull = os.open(os.devnull, os.O_RDONLY)
+        return _devnull
+
+
+_devnull = None
 
 
 class ForkedProcess:
@@ -225,7 +246,7 @@ class ForkedProcess:
         try:
             self.conn.connect(path)
             request = {"module": module, "args": [str(a) for a in args], "cwd": str(cwd), "env": dict(env)}
-            socket.send_fds(self.conn, [json.dumps(request).encode()], [0, out_fd, err_fd])
+            socket.send_fds(self.conn, [json.dumps(request).encode()], [_stdin(), out_fd, err_fd])
             message, fds, _, _ = socket.recv_fds(self.conn, MESSAGE_BYTES, 1)
         finally:
             for fd in close_after:
