@@ -220,7 +220,11 @@ async def async_timeout(ctx):
 
 @job("test.async_ctx_sleep")
 async def async_ctx_sleep(ctx):
-    """Sleep with ctx.sleep, which wakes when the worker asks the run to stop."""
+    """Sleep with ctx.sleep, which wakes when the worker asks the run to stop. payload["started"]:
+    a file to append to when the handler starts."""
+    if ctx.payload.get("started"):
+        with open(ctx.payload["started"], "a") as started:
+            started.write(f"{ctx.run_id}\n")
     await ctx.sleep(float(ctx.payload.get("seconds", 60)))
     return {"slept": ctx.payload.get("seconds", 60)}
 

@@ -74,12 +74,11 @@ def test_an_operator_cancel_cancels_a_running_async_handler(app, sql, spawn_work
 
 def test_sigterm_wakes_ctx_sleep_and_lets_a_short_async_handler_finish(app, sql, spawn_worker, tmp_path):
     started = tmp_path / "started"
-    [sleeper] = add_many(app, "test.async_ctx_sleep", 1, {"seconds": 60})
+    [sleeper] = add_many(app, "test.async_ctx_sleep", 1, {"seconds": 60, "started": str(started)})
     [short] = add_many(app, "test.async_record", 1, {"seconds": 1.5, "started": str(started)})
     proc = spawn_worker("--forever", "--concurrency", "4", "--shutdown-timeout", "10")
     # Claimed is not started: a run still waiting for its task when SIGTERM comes is released.
-    wait_for(lambda: started.exists(), message="the short handler to start")
-    wait_for(lambda: status_of(sql, sleeper) == "running", message="the sleeper to be claimed")
+    wait_for(lambda: started.exists() and len(started.read_text().split()) == 2, message="both handlers to start")
     proc.send_signal(signal.SIGTERM)
     code, output = finish(proc)
 

@@ -102,9 +102,12 @@ def test_a_second_signal_stops_waiting_for_running_jobs(app, sql, spawn_worker, 
 
 
 def test_released_runs_are_picked_up_again_after_a_restart(app, sql, spawn_worker):
-    [run_id] = add_many(app, "test.slow_first", 1, {"seconds": 60})
+    # Outlives the shutdown timeout on its first attempt (ignoring cancellation), succeeds on the
+    # second; records each beginning.
+    [run_id] = add_many(app, "test.slow_until", 1, {"seconds": 60, "attempt": 2})
     first = spawn_worker("--forever", "--shutdown-timeout", "0.2")
-    wait_for(lambda: status_of(sql, run_id) == "running", message="the run to start")
+    # Its handler began, not only its claim (a run no thread began is released with no attempt).
+    wait_for(lambda: sql("SELECT count(*) FROM test_executions") == [(1,)], message="the run's handler to begin")
     first.send_signal(signal.SIGTERM)
     assert finish(first)[0] == 0
     assert status_of(sql, run_id) == "queued"
