@@ -188,14 +188,19 @@ attempt_owner = contextvars.ContextVar("attempt_owner")
 @job("test.async_record")
 async def async_record(ctx):
     """Await payload["seconds"], then record the execution as test.record does. payload["started"]:
-    a file to append to when the handler starts."""
+    a file to append to when the handler starts; payload["record_first"]: record it (its time, as
+    the database saw it) when the handler starts instead."""
     attempt_owner.set(ctx.run_id)
     if ctx.payload.get("started"):
         with open(ctx.payload["started"], "a") as started:
             started.write(f"{ctx.run_id}\n")
+    if ctx.payload.get("record_first"):
+        record_execution(ctx)
+        db.session.commit()
     await asyncio.sleep(float(ctx.payload.get("seconds", 0)))
-    record_execution(ctx)
-    db.session.commit()
+    if not ctx.payload.get("record_first"):
+        record_execution(ctx)
+        db.session.commit()
     # Set before the await: another handler's set while this one slept must not show here.
     return {"pid": os.getpid(), "owner": attempt_owner.get()}
 

@@ -212,19 +212,30 @@ def test_an_async_run_asked_to_stop_while_it_waits_for_the_slot_never_begins(app
 
 def test_async_runs_held_behind_a_busy_slot_start_their_clock_when_their_handler_begins(app, sql, spawn_worker,
                                                                                         tmp_path):
-    # 400 no-ops first: the worker finishes runs fast, so the claim that reaches the five 0.3 s
+    # 400 no-ops first: the worker finishes runs fast, so the claim that reaches the five 0.5 s
     # async runs takes them all at once, ahead of its one slot.
     enqueue_at(sql, "jobsweb.noop", 400, priority=0)
-    enqueue_at(sql, "test.async_record", 5, priority=1, payload='{"seconds": 0.3}')
+    enqueue_at(sql, "test.async_record", 5, priority=1, payload='{"seconds": 0.5, "record_first": true}')
     worker = spawn_worker("--concurrency", "1", output=open(tmp_path / "worker.log", "w+"))
     wait_for(lambda: held_at_once(sql, 1) >= 3, timeout=60, interval=0.005,
-             message="three or more of the 0.3 s async runs held at once by a worker with one slot")
+             message="three or more of the 0.5 s async runs held at once by a worker with one slot")
     code, output = finish(worker, timeout=60)
     assert code == 0, output
-    durations = [d for (d,) in sql("SELECT extract(epoch FROM finished_at - started_at)::float8 FROM job_runs "
-                                   "WHERE priority = 1")]
-    # Each awaited 0.3 s; held behind the others, it showed up to 1.5 s.
-    assert len(durations) == 5 and all(0.3 <= d < 0.5 for d in durations), durations
+    runs = sql("SELECT extract(epoch FROM r.finished_at - r.started_at)::float8, e.at, r.started_at "
+               "FROM job_runs r JOIN test_executions e ON e.run_id = r.id WHERE r.priority = 1 ORDER BY e.at")
+    assert len(runs) == 5
+    previous_began = None
+    for duration, began, run_started in runs:
+        # Each awaited 0.5 s (no upper bound: finished_at is when the outcome was written, 0.52 s
+        # after a 0.3 s await on a machine at load 15).
+        assert duration >= 0.5, runs
+        # Its start is when its handler began (`began`, recorded by the handler), not its claim's
+        # time: in the one slot each began after the one before it had awaited its 0.5 s, and a
+        # start counted from the claim would come before the previous handler began; read from
+        # the claim's clock plus the seconds it waited in the worker, it is never after `began`.
+        assert previous_began is None or previous_began < run_started, runs
+        assert run_started <= began, runs
+        previous_began = began
 
 
 def test_sigterm_gives_back_the_async_runs_held_behind_a_busy_slot_with_no_attempt_recorded(app, sql, spawn_worker,
