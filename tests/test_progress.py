@@ -56,19 +56,24 @@ def test_progress_is_written_at_most_every_half_second_and_its_last_value_at_the
     written = []  # (time.monotonic() when written, progress, note)
     ctx = JobContext(1, "t", {}, 1, 1, _report_progress=lambda ctx, progress, note: written.append(
         (time.monotonic(), progress, note)))
-    said = []
+    said = []  # time.monotonic() as each call began; call n says step n
 
     def three_writes():
         """Say a new value (as a busy handler does, every 10 ms); True once three were written."""
-        said.append(len(said))
-        ctx.progress(said[-1] / 1000, f"step {said[-1]}")
+        said.append(time.monotonic())
+        ctx.progress((len(said) - 1) / 1000, f"step {len(said) - 1}")
         time.sleep(0.01)
         return len(written) >= 3
 
-    wait_for(three_writes, timeout=3, interval=0, message="three writes (one at once, then one each 0.5 s)")
+    wait_for(three_writes, interval=0, message="three writes (one at once, then one each 0.5 s)")
     assert written[0][1:] == (0.0, "step 0")
     gaps = [later[0] - earlier[0] for earlier, later in zip(written, written[1:])]
-    assert all(0.49 <= gap <= 0.65 for gap in gaps), gaps  # 0.5 s, plus up to a call's 10 ms and some lag
+    assert all(gap >= 0.49 for gap in gaps), gaps  # never sooner than 0.5 s (less the clock's jitter)
+    # ...and at the first call 0.5 s after the last write: the call before the one that wrote began
+    # sooner than that (how much later the writing call came is the machine's load, not the rule).
+    for earlier, later in zip(written, written[1:]):
+        call = int(later[2].split()[1])
+        assert said[call - 1] < earlier[0] + 0.5, (said, written)
     ctx.progress(0.999, "almost")  # within 0.5 s of the last write: held back
     assert len(written) == 3
     ctx.flush_progress()  # the handler returned: the last value said is written
