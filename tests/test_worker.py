@@ -311,10 +311,12 @@ def test_a_running_runs_lease_is_extended_every_third_of_the_lease(app, sql, tmp
                 seen.append(rows[0][0])
             return len(seen) >= 6  # the first one seen may be the claim's
 
-        wait_for(five_heartbeats, timeout=20, interval=0.02, message="five heartbeats")
+        wait_for(five_heartbeats, interval=0.02, message="five heartbeats")
     finally:
         gate.touch()
         thread.join()
     steps = sorted((b - a).total_seconds() for a, b in zip(seen[1:], seen[2:]))
     assert steps[0] >= 0.45, steps  # never sooner than 0.5 s (less a little for the round trips' jitter)
-    assert 0.45 <= steps[len(steps) // 2] <= 0.6, steps  # 0.5 s, plus the loop's lag
+    # 0.5 s, plus the loop's lag: under half the lease (0.75 s, what heartbeats every half of it
+    # would give), so that a loaded machine's lag (0.1 s and more at load 15) is not taken for one.
+    assert 0.45 <= steps[len(steps) // 2] < 0.75, steps
