@@ -41,7 +41,8 @@ def test_after_a_cut_the_same_block_opens_no_connection_but_fails_at_once(app):
             began = time.monotonic()
             with pytest.raises(OperationalError, match="did not answer"):
                 db.session.execute(db.select(1)).all()
-            assert time.monotonic() - began < 0.2
+            # At once: not after a connect's 3 s timeout (CONNECT_TIMEOUT), with room for a loaded machine.
+            assert time.monotonic() - began < 2.0
             db.session.rollback()
 
 
