@@ -10,9 +10,9 @@ import re
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from flask import appcontext_pushed
+from sqlalchemy import text
 
 from .database import db
 from .package_files import resource
@@ -43,9 +43,13 @@ def upgrade():
 
 
 def current_revision():
-    """The revision of jobsweb's tables in the current app's database; None before any."""
+    """The revision of jobsweb's tables in the current app's database; None before any. Read
+    with plain SQL: Alembic's MigrationContext logs two INFO lines each time it is made, which
+    every `flask run-jobs` printed at start-up once it checked the schema."""
     with db.engine.connect() as conn:
-        return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+        if conn.execute(text("SELECT to_regclass(:table)"), {"table": VERSION_TABLE}).scalar() is None:
+            return None
+        return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
 def revisions():
