@@ -62,7 +62,7 @@ test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POST
 	@rm -f $(TEST_LOGS)/*.exit
 	@echo "pytest, six runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
 	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=15"; \
-	run() { name=$$1; shift; JOBSWEB_TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
+	run() { name=$$1; shift; TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
 		echo $$? >$(TEST_LOGS)/$$name.exit; }; \
 	run stock-both -m both_servers & \
 	run embedded-both -m both_servers & \
@@ -80,7 +80,7 @@ test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POST
 # run, on the embedded server; `make test` runs 200 fixed ones on each server.
 # make test-model EXAMPLES=20000
 test-model: $(STAMP)
-	JOBSWEB_MODEL_EXAMPLES=$(or $(EXAMPLES),5000) JOBSWEB_MODEL_RANDOM=1 JOBSWEB_TEST_SERVER=embedded \
+	TEST_MODEL_EXAMPLES=$(or $(EXAMPLES),5000) TEST_MODEL_RANDOM=1 TEST_SERVER=embedded \
 		env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider -q tests/test_lifecycle_model.py
 
 # The reliability drills at full size, printing their figures (docs/RELIABILITY.md).

@@ -47,7 +47,7 @@ def arguments():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("drills", nargs="*", metavar="DRILL", help="which drills (default: all)")
     parser.add_argument("--server", choices=("embedded", "stock"),
-                        default=os.environ.get("JOBSWEB_TEST_SERVER", "embedded"),
+                        default=os.environ.get("TEST_SERVER", "embedded"),
                         help="the PostgreSQL the drills start (tests/servers.py)")
     parser.add_argument("--chaos-jobs", type=int, default=20_000)
     parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills, on average")
@@ -77,7 +77,7 @@ def main():
         sys.exit(f"unknown drill(s) {', '.join(sorted(unknown))}; known: {', '.join(DRILLS)}")
     chosen = args.drills or list(DRILLS)
     figures = Path(tempfile.mkstemp(prefix="jobsweb-drills-", suffix=".jsonl")[1])
-    env = {**os.environ, "JOBSWEB_TEST_SERVER": args.server, "DRILL_FIGURES": str(figures),
+    env = {**os.environ, "TEST_SERVER": args.server, "DRILL_FIGURES": str(figures),
            "DRILL_CHAOS_JOBS": str(args.chaos_jobs), "DRILL_CHAOS_KILL_EVERY": str(args.kill_every),
            "DRILL_CHAOS_MAX_SLEEP": str(args.chaos_max_sleep), "DRILL_RESTART_JOBS": str(args.restart_jobs),
            "DRILL_WORKFLOW_BATCHES": str(args.workflow_batches), "DRILL_WORKFLOW_MEMBERS": str(args.workflow_members),

@@ -44,7 +44,7 @@ os.environ["JOBSWEB_WEB_ALERTS"] = "false"
 
 # Which server the suite starts (tests/servers.py): "embedded" (the default) or "stock", Debian's
 # PostgreSQL 15 with JIT on. TEST_DATABASE_URL instead names a server that is already running.
-TEST_SERVER = os.environ.get("JOBSWEB_TEST_SERVER", "embedded")
+TEST_SERVER = os.environ.get("TEST_SERVER", "embedded")
 
 # The tests that also run on the stock server (`make test` runs them there with -m both_servers;
 # every test runs on the embedded one). Everything that claims, finishes, materialises or
@@ -100,7 +100,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _admin_url():
-    """TEST_DATABASE_URL names an existing server; otherwise start the one JOBSWEB_TEST_SERVER names."""
+    """TEST_DATABASE_URL names an existing server; otherwise start the one TEST_SERVER names."""
     from tests import servers
 
     if os.environ.get("TEST_DATABASE_URL"):

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 # Debian's postgresql-15 package; `make test` installs it (apt-get install postgresql).
-STOCK_BIN = Path(os.environ.get("JOBSWEB_STOCK_PG_BIN", "/usr/lib/postgresql/15/bin"))
+STOCK_BIN = Path(os.environ.get("TEST_STOCK_PG_BIN", "/usr/lib/postgresql/15/bin"))
 # initdb and the server refuse to run as root: the stock cluster belongs to the package's own user.
 STOCK_USER = "postgres"
 KINDS = ("embedded", "stock")
@@ -167,6 +167,6 @@ class EmbeddedServer:
 def start(kind, settings=None, prefix=None):
     """A fresh server of `kind` ("embedded" or "stock") with `settings`, running."""
     if kind not in KINDS:
-        raise ValueError(f"JOBSWEB_TEST_SERVER must be one of {', '.join(KINDS)}, not {kind!r}")
+        raise ValueError(f"TEST_SERVER must be one of {', '.join(KINDS)}, not {kind!r}")
     cls = StockServer if kind == "stock" else EmbeddedServer
     return cls(settings, **({"prefix": prefix} if prefix else {}))

@@ -4,8 +4,8 @@ Python model of tests/lifecycle_model.py beside it. After every step the databas
 model (check) and keep the invariants (invariants, check_claimable). The only writes behind the API's back stand for
 time passing: a dead worker's locked_until, an old finished_at, a definition's next_run_at.
 
-`make test` runs the same derandomized examples each time. A longer run: JOBSWEB_MODEL_EXAMPLES=5000,
-and JOBSWEB_MODEL_RANDOM=1 for new examples at each run (make test-model); a failure prints the
+`make test` runs the same derandomized examples each time. A longer run: TEST_MODEL_EXAMPLES=5000,
+and TEST_MODEL_RANDOM=1 for new examples at each run (make test-model); a failure prints the
 steps and a @reproduce_failure blob that replays it.
 """
 
@@ -29,10 +29,10 @@ from jobsweb.scheduling.materialise import materialise_due
 from tests.conftest import TABLES
 from tests.lifecycle_model import ENDED, FINISHED, LATER, UNFINISHED, Batch, Model, Worker
 
-EXAMPLES = int(os.environ.get("JOBSWEB_MODEL_EXAMPLES", "200"))
-RANDOM = os.environ.get("JOBSWEB_MODEL_RANDOM") == "1"  # explore new examples (reproduce with the printed blob)
-# JOBSWEB_MODEL_SHRINK=0: report the first failing sequence as found (quick mutation runs).
-PHASES = [phase for phase in Phase if phase != Phase.shrink or os.environ.get("JOBSWEB_MODEL_SHRINK") != "0"]
+EXAMPLES = int(os.environ.get("TEST_MODEL_EXAMPLES", "200"))
+RANDOM = os.environ.get("TEST_MODEL_RANDOM") == "1"  # explore new examples (reproduce with the printed blob)
+# TEST_MODEL_SHRINK=0: report the first failing sequence as found (quick mutation runs).
+PHASES = [phase for phase in Phase if phase != Phase.shrink or os.environ.get("TEST_MODEL_SHRINK") != "0"]
 STEPS = 30
 
 JOB_TYPES = ("jobsweb.noop", "jobsweb.sleep")  # the second one is the one paused
@@ -48,8 +48,8 @@ DEFINITIONS = (("model-skip", "skip", "default", 0), ("model-queue", "queue", "o
 # Bugs this model found that are not fixed yet: each switches its check off until the fix lands
 # (then delete the entry). The report of issue 35 gives each one's reproduction.
 OPEN = {}
-# JOBSWEB_MODEL_FIXED=name,...: check those as fixed (to try a fix before its entry is deleted).
-OPEN = {name: why for name, why in OPEN.items() if name not in os.environ.get("JOBSWEB_MODEL_FIXED", "").split(",")}
+# TEST_MODEL_FIXED=name,...: check those as fixed (to try a fix before its entry is deleted).
+OPEN = {name: why for name, why in OPEN.items() if name not in os.environ.get("TEST_MODEL_FIXED", "").split(",")}
 REASON = re.compile(r"run (\d+) (?:ended (\w+)|was (deleted))")
 
 picks = st.lists(st.integers(0, 63), min_size=1, max_size=3)

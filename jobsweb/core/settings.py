@@ -244,11 +244,6 @@ SETTINGS = {
     "JOBSWEB_IGNORE_UNKNOWN_SETTINGS": ([], _names),
 }
 
-# JOBSWEB_* names that this repository's own tests, drills and Makefile read from the
-# environment (which server the tests use, the lifecycle model test's knobs): `make test` sets
-# them for every process it starts, the app's and its workers' among them.
-REPOSITORY_NAMES = frozenset({"JOBSWEB_TEST_SERVER", "JOBSWEB_STOCK_PG_BIN", "JOBSWEB_MODEL_EXAMPLES",
-                              "JOBSWEB_MODEL_RANDOM", "JOBSWEB_MODEL_SHRINK", "JOBSWEB_MODEL_FIXED"})
 PREFIX = "JOBSWEB_"
 # Names people write with the prefix by mistake: jobsweb reads them without it.
 _UNPREFIXED = ("DATABASE_URL", "SECRET_KEY")
@@ -268,7 +263,7 @@ def _refuse_unknown(names, where, ignored):
     """ConfigError naming each JOBSWEB_* name in `names` that is no setting (nor in `ignored`),
     where it was set, and the setting it is closest to."""
     unknown = sorted(name for name in names if name.upper().startswith(PREFIX)
-                     and name not in SETTINGS and name not in REPOSITORY_NAMES and name not in ignored)
+                     and name not in SETTINGS and name not in ignored)
     if not unknown:
         return
     problems = []

@@ -324,7 +324,7 @@ def test_the_postgresql_versions_said_are_the_ones_make_test_runs(docs):
     text = " ".join(DOC.path.read_text().split())
     assert "PostgreSQL 12 or newer (`make test` runs on PostgreSQL 18 and on Debian's 15;" in text
     assert "POSTGRES_STOCK := /usr/lib/postgresql/15/bin/postgres" in (ROOT / "Makefile").read_text()
-    if os.environ.get("JOBSWEB_TEST_SERVER", "embedded") == "embedded" and not os.environ.get("TEST_DATABASE_URL"):
+    if os.environ.get("TEST_SERVER", "embedded") == "embedded" and not os.environ.get("TEST_DATABASE_URL"):
         with psycopg.connect(docs.url) as conn:
             assert conn.execute("SHOW server_version").fetchone()[0].startswith("18.")
 
