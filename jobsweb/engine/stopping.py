@@ -78,8 +78,11 @@ class Stopping:
             self._flush()
             self.link.fetch(upkeep.WORKER_STOPPED, {"worker": self.id, "done": self.done})
         except DatabaseUnavailable as exc:
-            log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
-                      "another worker will retry them", len(self.pending), exc)
+            if self.pending:
+                log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
+                          "another worker will retry them", len(self.pending), exc)
+            else:  # no run at risk: only this worker's own row, which ages out with its heartbeat
+                log.warning("could not record that worker %s stopped (%s)", self.id, exc)
         for lane in self.lanes:
             lane.stop()
             lane.link.close()
