@@ -85,7 +85,7 @@ def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, w
     proxy.blackhole = True
     took, output = stop_in_time(proc)
     assert output.count("database unavailable") <= 3
-    assert "could not record the last" in output
+    assert "could not record" in output  # its last outcomes, or (none left unwritten) its own stop
     figures(shutdown_timeout=SHUTDOWN_TIMEOUT, sigterm_to_exit_seconds=round(took, 2),
             lines_logged=len(output.splitlines()))
 
