@@ -121,6 +121,21 @@ def payload_line(value):
     return line if len(line) <= PAYLOAD_LINE_CHARS else line[:PAYLOAD_LINE_CHARS - 1] + "…"
 
 
+def masked_detail(detail):
+    """An audit entry's detail as pages show it: the values of secret-looking keys masked at
+    any depth, and its text as job_text shows text (key=value secrets, URL passwords)."""
+    words = current_app.config["JOBSWEB_MASK_KEYS"]
+
+    def mask(value):
+        if isinstance(value, dict):
+            return {key: MASK if is_secret(key, words) else mask(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [mask(item) for item in value]
+        return shown(value, words) if isinstance(value, str) else value
+
+    return mask(detail or {})
+
+
 def detail_value(value):
     """One value of an audit entry's detail in words ("tz Europe/Berlin, status dead or failed")
     rather than Python's repr of the dicts and lists it holds; empty values left out."""
@@ -215,6 +230,13 @@ def job_text(text):
     return shown(text, current_app.config["JOBSWEB_MASK_KEYS"])
 
 
+# The one way a template prints what a job or a person wrote (a payload, result, error, stack,
+# output, progress note, audit detail): each masks secrets (shown_text). tests/test_template_masking.py
+# reads every template and fails on such a value printed through anything else, or on `tojson`
+# and `safe`, which print as they are.
+MASKING_FILTERS = ("pretty", "job_text", "payload_line", "masked_detail")
+
+
 @cache
 def templates():
     """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
@@ -224,7 +246,8 @@ def templates():
                        describe_schedule=describe_schedule, hour_chart=hour_chart, bar_marks=bar_marks,
                        run_chart=run_chart, utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
-                       pretty=pretty, job_text=job_text, payload_line=payload_line, local_times=local_times,
+                       pretty=pretty, job_text=job_text, payload_line=payload_line, masked_detail=masked_detail,
+                       local_times=local_times,
                        detail_value=detail_value, incident_kind=lambda kind: KIND_LABELS.get(kind, kind),
                        shell_quote=shlex.quote)  # shell_quote: copy-ready command lines
     return env
