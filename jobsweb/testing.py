@@ -18,7 +18,7 @@ from flask import current_app
 from sqlalchemy import select
 
 from .core import schema
-from .core.database import db, libpq_url
+from .core.database import db, libpq_url, require_postgresql
 from .core.models import JobRun
 from .engine import registry, statements, upkeep, workflows
 from .engine.async_execution import run_async_handler, run_coroutine
@@ -45,6 +45,7 @@ def create_schema():
     """Create jobsweb's tables in the current app's database (the test database), or upgrade
     them to this version: `flask jobs migrate` for tests (db.create_all() does not make them).
     Once per database in a process."""
+    require_postgresql(from_code=True)
     url = db.engine.url.render_as_string(hide_password=False)
     if url not in _migrated:
         schema.upgrade()
@@ -54,6 +55,7 @@ def create_schema():
 def empty_tables():
     """Delete every row of jobsweb's tables in the current app's database, between tests (the
     app's db.drop_all() or its own truncation does not reach them); the app's tables are left."""
+    require_postgresql(from_code=True)
     names = ", ".join(sorted(schema.tables() - {schema.VERSION_TABLE}))
     with db.engine.begin() as conn:
         conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY")
@@ -80,7 +82,9 @@ def drain(*, retry_wait=RETRY_WAIT, max_runs=MAX_RUNS):
     small values in tests so that retries run until the run succeeds or is dead); later
     retries and runs enqueued for later are left queued. Runs must be committed to be seen.
     Each handler runs in a fresh app context of the current app, as in the worker.
+    On an app whose database is not PostgreSQL, ConfigError before anything connects.
     """
+    require_postgresql(from_code=True)
     app = current_app._get_current_object()
     config = app.config
     failures = Failures.from_config(config)
@@ -148,6 +152,7 @@ def enqueued(job_type=None):
 
     Read in db.session, so runs enqueued with session=db.session show before the commit.
     """
+    require_postgresql(from_code=True)
     stmt = select(JobRun.payload).where(JobRun.status == "queued").order_by(JobRun.id)
     if job_type is not None:
         stmt = stmt.where(JobRun.job_type == getattr(job_type, "name", job_type))

@@ -5,9 +5,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jobsweb import enqueue, job
-from jobsweb.core.database import db
-from jobsweb.testing import drain, enqueued
+from jobsweb import enqueue, enqueue_many, get_run, job
+from jobsweb.core.database import db, libpq_url
+from jobsweb.core.errors import ConfigError
+from jobsweb.testing import create_schema, drain, empty_tables, enqueued
 from tests.conftest import committed, define
 
 
@@ -114,3 +115,66 @@ def test_a_handler_run_by_drain_writes_through_the_apps_session(app, sql):
     with app.app_context():
         [ran] = drain()
     assert sql("SELECT run_id FROM test_executions") == [(ran.run_id,)]
+
+
+@pytest.fixture
+def sqlite_host(app, database_url_for_tests, monkeypatch):
+    """A host app on an in-memory SQLite (not in inline mode), as many Flask test suites are,
+    while libpq's PG* variables name the real test database: what jobsweb was not given, it must
+    never find on its own."""
+    from flask import Flask
+    from psycopg.conninfo import conninfo_to_dict
+
+    from jobsweb import JobsWeb
+
+    real = conninfo_to_dict(libpq_url(database_url_for_tests))
+    for name, key in (("PGHOST", "host"), ("PGPORT", "port"), ("PGUSER", "user"), ("PGPASSWORD", "password"),
+                      ("PGDATABASE", "dbname")):
+        if key in real:
+            monkeypatch.setenv(name, str(real[key]))
+    host = Flask("host")
+    host.config.update(SQLALCHEMY_DATABASE_URI="sqlite://", SECRET_KEY="host-secret", TESTING=True)
+    JobsWeb(host, url_prefix="/admin/jobs")
+    with host.app_context():
+        yield host
+
+
+@pytest.mark.parametrize("call", [
+    lambda: drain(), lambda: enqueued(), lambda: enqueue("jobsweb.noop"), lambda: enqueue_many("jobsweb.noop", [{}]),
+    lambda: get_run(1), lambda: create_schema(), lambda: empty_tables()],
+    ids=["drain", "enqueued", "enqueue", "enqueue_many", "get_run", "create_schema", "empty_tables"])
+def test_on_sqlite_the_helpers_name_the_url_and_inline_mode_and_leave_the_pg_variables_database_alone(
+        app, sqlite_host, sql, call):
+    with app.app_context():
+        queued = enqueue("jobsweb.sleep", {"seconds": 0})
+    with pytest.raises(ConfigError) as refused:
+        call()
+    assert str(refused.value.message) == (
+        f"jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is "
+        "'sqlite://': set it to postgresql://user:password@host:5432/dbname, or, for "
+        "tests on SQLite, set JOBSWEB_INLINE=True (enqueue() runs each handler at once and get_run() reads it; "
+        "drain() and enqueued() need PostgreSQL)")
+    # The real database's run was neither run nor joined by another.
+    assert sql("SELECT id, status, attempts FROM job_runs") == [(queued, "queued", 0)]
+    assert sql("SELECT count(*) FROM job_attempts") == [(0,)]
+
+
+def test_the_refusal_masks_the_password_of_the_configured_url(app):
+    from jobsweb.core.database import require_postgresql
+
+    with pytest.raises(ConfigError) as refused:
+        require_postgresql("mysql+pymysql://ann:Zq9xK7wP@db/shop", from_code=True)
+    assert "Zq9xK7wP" not in str(refused.value) and "'mysql+pymysql://ann:***@db/shop'" in str(refused.value)
+
+
+def test_a_host_on_sqlite_reaches_sqlite_through_jobswebs_own_engine_and_leaves_later_apps_alone(sqlite_host, app):
+    import sqlalchemy as sa
+
+    # jobsweb's own engine opens psycopg connections only on PostgreSQL: with the PG* variables
+    # set, one opened here went to the real database.
+    assert db.session.execute(sa.text("SELECT sqlite_version()")).scalar().startswith("3.")
+    with app.app_context():  # made before, connected after: no option of SQLite's reached it
+        assert db.session.execute(sa.text("SELECT 1")).scalar() == 1
+    from jobsweb.core.database import ENGINE_OPTIONS
+
+    assert ENGINE_OPTIONS == {"pool_pre_ping": True, "connect_args": {"prepare_threshold": None}}

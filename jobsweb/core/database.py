@@ -62,10 +62,17 @@ TOO_MANY_CONNECTIONS = ("53300", "too many clients", "remaining connection slots
 def init_app(app):
     """Bind jobsweb to the app's Flask-SQLAlchemy, creating jobsweb's own if the app has none."""
     if "sqlalchemy" not in app.extensions:
-        app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", ENGINE_OPTIONS)
+        # psycopg's options, and psycopg's connections (deadlines): on another database's engine
+        # those were opened with libpq's defaults and PG* variables, at a PostgreSQL nobody named.
+        postgresql = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).get_backend_name() == "postgresql"
+        if postgresql:
+            # Never SQLite's: Flask-SQLAlchemy adds check_same_thread to connect_args in place, and
+            # this dict is shared by every app of the process.
+            app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", ENGINE_OPTIONS)
         own_db.init_app(app)
-        with app.app_context():
-            deadlines.init_engine(own_db.engine)
+        if postgresql:
+            with app.app_context():
+                deadlines.init_engine(own_db.engine)
 
 
 def outage(exc):
@@ -95,19 +102,31 @@ def database_url(raw):
     return raw
 
 
-def require_postgresql():
-    """Raise ConfigError, naming the setting and its value, if jobsweb's database (the current
-    app's) is not PostgreSQL. Called by jobsweb's own commands, pages and worker only, so that a
-    host on SQLite for its tests or its other commands keeps working."""
-    url = db.engine.url
+# What a host's code and tests are told besides: the functions they call (enqueue, get_run,
+# jobsweb.testing's helpers) have inline mode, which needs no database at all.
+INLINE_HINT = (", or, for tests on SQLite, set JOBSWEB_INLINE=True (enqueue() runs each handler at once "
+               "and get_run() reads it; drain() and enqueued() need PostgreSQL)")
+
+
+def require_postgresql(url=None, *, from_code=False):
+    """Raise ConfigError, naming the setting and its value (password masked), if jobsweb's
+    database (`url`, or the current app's) is not PostgreSQL. Called by jobsweb's own commands,
+    pages and worker, and by the functions a host's code calls (`from_code`: the error points at
+    inline mode too), never at import or init_app, so that a host on SQLite for its tests or its
+    other commands keeps working. Nothing connects before it."""
+    url = make_url(getattr(url, "url", url) if url is not None else db.engine.url)
     if url.get_backend_name() != "postgresql":
         raise ConfigError(f"jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is "
                           f"{url.render_as_string(hide_password=True)!r}: set it to "
-                          "postgresql://user:password@host:5432/dbname")
+                          f"postgresql://user:password@host:5432/dbname{INLINE_HINT if from_code else ''}")
 
 
 def libpq_url(url):
-    """A SQLAlchemy URL (or engine) as the libpq connection string psycopg and child processes take."""
+    """A SQLAlchemy URL (or engine) as the libpq connection string psycopg and child processes take.
+
+    Only a PostgreSQL URL: `sqlite://` made `postgresql://`, which libpq completes from its
+    defaults and PG* variables, so drain() ran the queued jobs of whatever database those named."""
+    require_postgresql(url, from_code=True)
     url = getattr(url, "url", url)
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 

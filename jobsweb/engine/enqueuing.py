@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from flask import current_app
 
 from . import dependencies, inline, registry, statements, upkeep
-from ..core.database import db
+from ..core.database import db, require_postgresql
 from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
 
@@ -144,6 +144,7 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
                                unique_key=unique_key, after=after, after_failure=after_failure)
     if inline.active(current_app.config):
         return inline.run(job_type, json.loads(params["payload"]), params["max_attempts"])
+    require_postgresql(from_code=True)  # on SQLite: this, not "near INSERT: syntax error"
     if session is not None:
         return insert(session.connection(), params, after)
     with db.engine.begin() as conn:
@@ -191,6 +192,7 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=No
                                        priority=priority, after=after, after_failure=after_failure)
     if inline.active(current_app.config):
         return [inline.run(job_type, json.loads(text), params["max_attempts"]) for text in texts]
+    require_postgresql(from_code=True)
     if session is not None:
         return insert_many(session.connection(), params, texts, after)
     with db.engine.begin() as conn:

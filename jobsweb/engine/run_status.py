@@ -8,7 +8,7 @@ from flask import current_app
 from sqlalchemy import select
 
 from . import statements
-from ..core.database import db
+from ..core.database import db, require_postgresql
 from ..core.errors import BIGINT_MAX, InvalidInput
 from ..core.models import JobRun
 
@@ -52,5 +52,6 @@ def get_run(run_id):
     if current_app.config.get("JOBSWEB_INLINE"):
         record = current_app.extensions.get(INLINE_RUNS, {}).get(run_id)
         return None if record is None else Run(**record)
+    require_postgresql(from_code=True)  # on SQLite: this, not "no such table: job_runs"
     row = db.session.execute(select(*COLUMNS).where(JobRun.id == run_id)).mappings().first()
     return None if row is None else Run(**row)
