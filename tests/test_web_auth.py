@@ -135,3 +135,38 @@ def test_a_viewer_cannot_enqueue(sign_in):
     client = sign_in("viewer")
     assert client.get("/enqueue").status_code == 403
     assert client.post("/enqueue", data={"csrf_token": csrf_token(client, "/")}).status_code == 403
+
+
+@pytest.mark.parametrize("identity, why", [
+    ("a" * 255 + "@example.com", "of 267 characters (at most 254)"),
+    ("x" * 100_000, "of 100000 characters (at most 254)"),
+    ("ann@example.com\r\nadmin@example.com signed in", "with a control character"),
+    ("ann@example.com\x1b[2K", "with a control character"),
+    ("ann\u202emoc.elpmaxe@", "with a control character"),
+])
+def test_an_identity_from_authorize_too_long_or_with_control_characters_is_refused_and_never_audited(
+        database_url_for_tests, sql, caplog, identity, why):
+    from flask import Flask
+
+    from jobsweb import JobsWeb
+
+    sql("TRUNCATE jobsweb_audit_log")
+    answer = ["b" * 240 + "@example.com"]  # 252 characters: within the limit
+    host = Flask("host")
+    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret")
+    JobsWeb(host, url_prefix="/admin/jobs", authorize=lambda: (answer[0], "admin"))
+    client = host.test_client()
+    token = csrf_token(client, "/admin/jobs/queues")
+    assert client.post("/admin/jobs/queues/pause", data={"csrf_token": token, "queue": "mail"}).status_code == 302
+    assert sql("SELECT user_email, action FROM jobsweb_audit_log") == [(answer[0], "pause")]
+
+    answer[0] = identity
+    caplog.clear()
+    page = client.get("/admin/jobs/queues")
+    assert page.status_code == 403 and identity not in page.get_data(as_text=True)
+    refused = client.post("/admin/jobs/queues/resume", data={"csrf_token": token, "queue": "mail"})
+    assert refused.status_code == 403
+    lines = [r.getMessage() for r in caplog.records if "authorize()" in r.getMessage()]
+    assert len(lines) == 2 and all(f"authorize() returned an identity {why} (" in line and "\n" not in line
+                                   and len(line) < 200 for line in lines)
+    assert sql("SELECT user_email, action FROM jobsweb_audit_log") == [("b" * 240 + "@example.com", "pause")]

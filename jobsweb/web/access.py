@@ -16,6 +16,7 @@ from werkzeug.exceptions import Forbidden
 from wtforms import ValidationError
 
 from ..core.database import db
+from ..core.errors import EMAIL_MAX_CHARS, InvalidInput, clean_name
 from ..core.models import ROLES, User
 from .rendering import htmx
 
@@ -40,6 +41,7 @@ PROBES = {"probes.healthz", "probes.metrics"}
 # own bearer token.
 PUBLIC = {"auth.sign_in", "static", "htmx.static", "favicon"} | PROBES | PINGS
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+IDENTITY_MAX_CHARS = EMAIL_MAX_CHARS  # 254: an identity from `authorize` is most often an email
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,14 @@ def host_viewer(answer):
     if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], (str, int)) \
             and not isinstance(answer[0], bool) and str(answer[0]).strip():
         identity, role = answer
+        refused = unusable_identity(str(identity))
+        if refused:
+            # Never into the audit log (a 100,000-character identity, or one with CR/LF, was)
+            # nor onto the page; the log line shows only its start, escaped.
+            current_app.logger.error("authorize() returned an identity %s (%.60r...): access refused",
+                                     refused, str(identity))
+            abort(403, "The application's sign-in named you in a way jobsweb cannot record, so access "
+                       "is refused. The error is in the application's log.")
         if role is None:
             abort(403, f"You are signed in as {identity}, but not allowed to see the job screen.")
         if role in ROLES:
@@ -122,6 +132,19 @@ def host_viewer(answer):
                              "and role one of %s: access refused", answer, ", ".join(ROLES))
     abort(403, "The application's sign-in did not say who you are in a way jobsweb can use, "
                "so access is refused. The error is in the application's log.")
+
+
+def unusable_identity(identity):
+    """Why an identity from `authorize` cannot be recorded as who did something, or None: over
+    IDENTITY_MAX_CHARS (an email's limit), or holding a control character (a forged log or audit
+    line) or a character that hides or reorders text."""
+    if len(identity) > IDENTITY_MAX_CHARS:
+        return f"of {len(identity)} characters (at most {IDENTITY_MAX_CHARS})"
+    try:
+        clean_name("identity", identity)
+    except InvalidInput:
+        return "with a control character"
+    return None
 
 
 def forget_session():
