@@ -10,7 +10,7 @@ import pytest
 
 from jobsweb import definitions
 from jobsweb.core.database import libpq_url
-from tests.conftest import ROOT, committed, csrf_token, wait_for
+from tests.conftest import PASSWORD, ROOT, committed, csrf_token, wait_for
 from tests.test_deploy import free_port, get
 
 # README, "Or call its ping URL": "at most 10 runs in any 10 seconds" and "over 10 KB it is cut".
@@ -295,3 +295,15 @@ def test_a_token_outside_the_token_alphabet_is_a_404_before_any_sql(client, toke
         assert response.status_code == 404 and response.get_data() == b"", bad
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
     assert runs(sql) == []
+
+
+def test_the_ping_urls_shown_are_on_the_base_url_whatever_host_the_request_names(app, client, make_user, token, sql):
+    app.config["JOBSWEB_BASE_URL"] = "https://jobs.example.com"
+    evil = "http://evil.example"  # the Host header a client chose: the whole session is on it
+    html = client.get("/sign-in", base_url=evil).get_data(as_text=True)
+    token_field = re.search(r'name="csrf-token" content="([^"]+)"', html).group(1)
+    assert client.post("/sign-in", base_url=evil, data={"email": make_user("operator"), "password": PASSWORD,
+                                                        "csrf_token": token_field}).status_code == 302
+    [(definition_id,)] = sql("SELECT id FROM job_definitions")
+    page = client.get(f"/definitions/{definition_id}", base_url=evil).get_data(as_text=True)
+    assert page.count(f"https://jobs.example.com/ping/{token}") == 4 and "evil.example" not in page

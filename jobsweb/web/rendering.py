@@ -11,6 +11,7 @@ import re
 import shlex
 from datetime import datetime, timezone
 from functools import cache
+from urllib.parse import urlsplit
 
 from flask import current_app, g, get_flashed_messages, make_response, redirect, request, url_for
 from flask_wtf.csrf import generate_csrf
@@ -60,6 +61,18 @@ def render(page, fragment, **context):
     response = make_response(render_template(template, **context))
     response.vary.add("HX-Request")
     return response
+
+
+def external_url(endpoint, **values):
+    """An absolute URL of `endpoint` for a person to copy elsewhere (a crontab line): on
+    JOBSWEB_BASE_URL when it is set, as notifications' links are (ops/notify.py), never on the
+    request's Host header, which the client chooses."""
+    base = current_app.config["JOBSWEB_BASE_URL"]
+    if not base:
+        return url_for(endpoint, _external=True, **values)
+    parts = urlsplit(base)
+    adapter = current_app.url_map.bind(parts.netloc, script_name=parts.path or "/", url_scheme=parts.scheme)
+    return adapter.build(endpoint, values, force_external=True)
 
 
 def redirect_to(url):
@@ -241,7 +254,7 @@ MASKING_FILTERS = ("pretty", "job_text", "payload_line", "masked_detail")
 def templates():
     """jobsweb's Jinja environment: its templates folder, its filters, Flask's request globals."""
     env = Environment(loader=FileSystemLoader(resource("templates")), autoescape=select_autoescape(["html"]))
-    env.globals.update(url_for=url_for, get_flashed_messages=get_flashed_messages, request=request,
+    env.globals.update(url_for=url_for, external_url=external_url, get_flashed_messages=get_flashed_messages, request=request,
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, RESULT_WORDS=RESULT_WORDS,
                        describe_schedule=describe_schedule, hour_chart=hour_chart, bar_marks=bar_marks,
                        run_chart=run_chart, utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
