@@ -5,6 +5,7 @@ import functools
 import importlib
 import inspect
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,11 @@ from ..core.errors import ConfigError, InvalidInput, check_job_type_name, clean_
 # by the next call past the interval, or when the handler returns.
 PROGRESS_INTERVAL = 0.5
 PROGRESS_NOTE_MAX_CHARS = 200
+# What a new job type may be called. A name shows on every page, in /metrics labels, log lines
+# and shell commands copied from the admin screen: HTML, quotes or spaces there only ever meant
+# trouble. Checked as a handler registers, so names already in the database (runs, schedules,
+# pauses of types registered before) are read and acted on as they are.
+JOB_TYPE_NAME = re.compile(r"[A-Za-z0-9._:-]+")
 
 
 class PermanentError(Exception):
@@ -89,6 +95,9 @@ def add(job_type):
     if job_type.name == EXTERNAL_JOB_TYPE:
         raise InvalidInput("name", f"{job_type.name!r} is reserved for external definitions, which no worker runs")
     check_job_type_name("name", job_type.name)
+    if not isinstance(job_type.name, str) or not JOB_TYPE_NAME.fullmatch(job_type.name):
+        raise InvalidInput("name", f"{job_type.name!r} is not a job type name: use ASCII letters, digits and "
+                                   "the characters . _ : - only")
     _registry[job_type.name] = job_type
 
 
