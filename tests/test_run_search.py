@@ -1,12 +1,17 @@
 """The runs list's error text search (web/runlist.py): it reads the runs that have an error,
 through index job_runs_errored (migration 0022), however many runs succeeded."""
 
+import random
+import re
+
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 from werkzeug.datastructures import MultiDict
 
+from jobsweb.core.database import db
 from jobsweb.core.models import JobRun
 from jobsweb.web import runlist
+from jobsweb.web.shown_text import MASK, shown
 
 
 def test_a_search_reads_only_the_runs_that_have_an_error_newest_first(app, sql):
@@ -28,3 +33,77 @@ def test_a_search_reads_only_the_runs_that_have_an_error_newest_first(app, sql):
             # says, that read every run.
             assert "using job_runs_errored" in plan and "job_runs_pkey" not in plan, plan
             assert [row[0] for row in sql(statement.replace("%%", "%"))] == expected
+
+
+SECRET_ERROR = "could not connect: password=Zq9xK7wP host=db"
+ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def listed(client, run_id, text):
+    """Whether the runs list searched for `text` shows run `run_id` (a refused search shows none)."""
+    response = client.get("/runs", query_string={"q": text})
+    assert response.status_code in (200, 400), (text, response.status_code)
+    return f'href="/runs/{run_id}"' in response.get_data(as_text=True)
+
+
+def test_a_search_never_lists_a_run_for_text_only_its_masked_secret_holds(sign_in, sql):
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type, status, last_error) VALUES ('jobsweb.noop', 'dead', %s) "
+                      "RETURNING id", [SECRET_ERROR])
+    client = sign_in("viewer")
+    assert listed(client, run_id, "could not connect") and listed(client, run_id, "PASSWORD")
+    for text in ("word=Z", "rd=z", "d=Zq", "=Zq9", "Zq9x", "q9xK7", "K7wP", "zq9xk7wp", "wP host", "Zq9xK7wP host=db"):
+        assert not listed(client, run_id, text), text
+    # The mask is not searched for either: where the search's masks begin and end is not the pages'.
+    refused = client.get("/runs", query_string={"q": "••• host"})
+    assert refused.status_code == 400 and "holds the mask" in refused.get_data(as_text=True)
+
+
+def test_the_character_by_character_extraction_of_a_masked_password_recovers_nothing(sign_in, sql):
+    """The review's attack (issue 38: 307 requests read `rd=zq9xk7wp`): after a known prefix,
+    guess the next character and keep the one whose search lists the run."""
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type, status, last_error) VALUES ('jobsweb.noop', 'dead', %s) "
+                      "RETURNING id", [SECRET_ERROR])
+    sql("INSERT INTO job_runs (job_type, status, last_error) VALUES ('jobsweb.noop', 'dead', 'timeout')")
+    client = sign_in("viewer")
+    requests, recovered = 0, {}
+    for prefix in ("password=", "word=", "rd=", "d=", "="):
+        known = ""
+        while len(known) < 12:
+            for guess in ALPHABET:
+                requests += 1
+                if listed(client, run_id, prefix + known + guess):
+                    known += guess
+                    break
+            else:
+                break
+        recovered[prefix] = known
+    assert recovered == {prefix: "" for prefix in recovered}
+    assert requests == 5 * len(ALPHABET)
+
+
+# Pieces of errors that masking reads: mask words in any case, separators, quotes, line breaks,
+# URLs, escape sequences and controls, non-ASCII letters and spaces.
+PIECES = ["password", "PassWord", "token", "api_key", "secret", "=", ":", ": ", '"', "'", "\n", " ", "\t", "@",
+          "/", "://", "http", "u", "x", "Z9", "KeyError", "\x1b[31m", "\x1b", "]", "\x07", "\r", "\r\n", ",",
+          "{", "}", "&", ";", "\u202e", "\x9b", "\x9d", "é", "\u3000", "-", ".", "_", "\\"]
+
+
+def test_the_searchs_mask_hides_at_least_what_the_pages_mask(app, sql):
+    """Each stretch of an error the search may match (between its masks) is on the page as it
+    is: no search text can match what a page hides. 4,000 errors of random pieces, seeded."""
+    pick = random.Random(38)
+    errors = [SECRET_ERROR, '{"password"\n:\n"Zq9"}', "DB_URL=postgres://app:Zq9@db/prod", "Authorization: Bearer Zq9",
+              "a\x1b]0;pass\x07word=Zq9", "http://u:pass\x1bword=1@h"]
+    errors += ["".join(pick.choice(PIECES) for _ in range(pick.randint(1, 16))) for _ in range(4000)]
+    sql("INSERT INTO job_runs (job_type, status, last_error) SELECT 'jobsweb.noop', 'dead', e FROM unnest(CAST(%s AS text[])) e",
+        [errors])
+    with app.app_context():
+        words = app.config["JOBSWEB_MASK_KEYS"]
+        searched = db.session.execute(select(JobRun.last_error, runlist.searchable_error()).order_by(JobRun.id)).all()
+    assert len(searched) == len(errors)
+    leaks = [(error, stretch) for error, searchable in searched
+             for stretch in re.split(f"[{MASK[0]}]+", searchable) if stretch not in shown(error, words)]
+    assert leaks == []
+    # Not all hidden either: the words before a secret stay searchable.
+    assert searched[0][1].startswith("could not connect: password")
+
