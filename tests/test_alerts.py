@@ -337,7 +337,7 @@ def test_a_run_that_waits_queued_past_its_grace_makes_its_definition_overdue_unt
     assert evaluate(alerting)[1] == opened
     deliver(alerting)
     first, second = receiver.texts()
-    assert "its run 1" in first and "no worker has taken it" in first and "handles job type jobsweb.noop" in first
+    assert "its run 1" in first and "No worker seen in the last hour handles job type jobsweb.noop" in first
     assert second.startswith("Resolved: nightly is overdue")
 
 

@@ -1,5 +1,7 @@
 """The Queues page: depths, limits and pauses; operators pause, admins set limits; audited."""
 
+import re
+
 import pytest
 
 from tests.conftest import csrf_token
@@ -14,7 +16,7 @@ def test_the_queues_page_lists_each_queue_with_its_counts_limits_and_state(sign_
     sql("INSERT INTO job_runs (job_type, queue, status) VALUES ('t', 'mail', 'running')")
     sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at) VALUES (4, 1, 'succeeded', now())")
     html = client.get("/queues").get_data(as_text=True)
-    rows = {line.split("<code>")[1].split("</code>")[0]: line for line in html.split("<tr>") if "<code>" in line}
+    rows = {line.split("<code>")[1].split("</code>")[0]: line for line in re.split(r"<tr[ >]", html) if "<code>" in line}
     cells = lambda row: [c.split(">", 1)[1].split("</td>")[0].strip() for c in row.split("<td")[1:]]  # noqa: E731
     assert cells(rows["mail"])[1:7] == ["2", "1", "2 min", "2", "5 per 1 s", "1"]
     assert ">paused<" in rows["mail"]

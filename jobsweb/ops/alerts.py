@@ -27,11 +27,12 @@ the unique partial indexes on open incidents refuse a second one whatever happen
 
 import logging
 import threading
+import time
 
 from flask import current_app
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from . import notify, stalls
+from . import notify, stalls, why_waiting
 from ..core import conflicts, deadlines
 from ..core.database import db, execute
 from ..core.models import AlertDelivery, AlertIncident
@@ -57,8 +58,8 @@ TAKE_TURN = "SELECT pg_try_advisory_xact_lock(%(key)s)"
 # Open an overdue or failing incident unless one is open; RETURNING tells the winner.
 # Uses unique index jobsweb_alert_incidents_open_definition.
 OPEN_DEFINITION_INCIDENT = """
-INSERT INTO jobsweb_alert_incidents (kind, definition_id, subject, summary, since)
-VALUES (%(kind)s, %(definition_id)s, %(subject)s, %(summary)s, coalesce(%(since)s, now()))
+INSERT INTO jobsweb_alert_incidents (kind, definition_id, subject, summary, since, run_id)
+VALUES (%(kind)s, %(definition_id)s, %(subject)s, %(summary)s, coalesce(%(since)s, now()), %(run_id)s)
 ON CONFLICT (definition_id, kind) WHERE resolved_at IS NULL AND definition_id IS NOT NULL DO NOTHING
 RETURNING id
 """
@@ -126,7 +127,8 @@ SELECT id FROM jobsweb_alert_incidents WHERE job_type = %(job_type)s AND kind = 
 
 # Count deaths into an incident; one already counted (primary key) is not counted again. An
 # incident open already takes the summary of its newest death: "dead after 1 attempt" stayed
-# after the run was retried and died again on attempt 2.
+# after the run was retried and died again on attempt 2; and that death's run, which the
+# incident's link opens (its sentence named run 418 while its link opened run 410).
 COUNT_DEAD_RUNS = """
 WITH counted AS (
     INSERT INTO jobsweb_alert_incident_runs (run_id, attempt, incident_id)
@@ -138,7 +140,8 @@ WITH counted AS (
 UPDATE jobsweb_alert_incidents
 SET run_count = run_count + (SELECT count(*) FROM counted),
     last_failure_at = greatest(last_failure_at, %(last_failure_at)s),
-    summary = coalesce(%(summary)s, summary)
+    summary = coalesce(%(summary)s, summary),
+    run_id = coalesce(%(run_id)s, run_id)
 WHERE id = %(incident_id)s
 """
 
@@ -197,26 +200,31 @@ def _open_definition_incidents():
             summary = f"{d.name} {definitions.failed_last(d.failure_count)}"
             if error is not None:
                 summary += f"; run {error.id} died with {_error(error.error_type, error.last_error)}"
-            opened += _open_for_definition("failing", d, summary + ".", d.last_run_at)
+            opened += _open_for_definition("failing", d, summary + ".", d.last_run_at, error.id if error else None)
         elif d.external:
             slot = d.next_run_at if run is None else run.scheduled_for
             summary = (f"{d.name} is overdue: its run due at {_utc(slot)} was not reported within its grace of "
                        f"{d.grace_seconds} s. Is its crontab line (flask jobs exec) or its ping still there?")
-            opened += _open_for_definition("overdue", d, summary, slot)
+            opened += _open_for_definition("overdue", d, summary, slot, run.id if run else None)
         elif run is None:
             summary = (f"{d.name} is overdue: its run due at {_utc(d.next_run_at)} has not started and "
                        "nothing of it is queued or running. Is cron or a worker running?")
             opened += _open_for_definition("overdue", d, summary, d.next_run_at)
         else:
-            summary = (f"{d.name} is overdue: its run {run.id}, due at {_utc(run.run_at)}, is still queued and "
-                       f"no worker has taken it. Is a worker running that handles job type {d.job_type}?")
-            opened += _open_for_definition("overdue", d, summary, run.run_at)
+            # Why it is still queued, as its page says it (why_waiting.py): a paused queue is not
+            # a missing worker.
+            why = why_waiting.reason(run.id)
+            summary = (f"{d.name} is overdue: its run {run.id}, due at {_utc(run.run_at)}, is still queued. "
+                       + (why.text if why else f"Is a worker running that handles job type {d.job_type}?"))
+            opened += _open_for_definition("overdue", d, summary, run.run_at, run.id)
     return opened
 
 
-def _open_for_definition(kind, d, summary, since):
+def _open_for_definition(kind, d, summary, since, run_id=None):
+    """Open an incident of `d`; `run_id` is the run its summary names, which its link opens."""
     row = execute(OPEN_DEFINITION_INCIDENT, {
         "kind": kind, "definition_id": d.id, "subject": d.name, "summary": summary, "since": since,
+        "run_id": run_id,
     }).first()
     return [row[0]] if row else []
 
@@ -235,9 +243,10 @@ def _open_dead_incidents():
         if len(runs) > 1:
             summary += f" ({len(runs) - 1} more {job_type} run{'s' if len(runs) > 2 else ''} died with it)"
         incident_id = execute(OPEN_DEAD_INCIDENT_ID, {"job_type": job_type}).scalar()
-        newest = None
+        newest = newest_id = None
         if incident_id is not None:
-            newest = _death(max(runs, key=lambda r: r.finished_at)) + "."
+            newest_run = max(runs, key=lambda r: r.finished_at)
+            newest, newest_id = _death(newest_run) + ".", newest_run.id
         else:
             row = execute(OPEN_DEAD_INCIDENT, {
                 "job_type": job_type, "summary": summary + ".", "since": since,
@@ -248,7 +257,7 @@ def _open_dead_incidents():
             opened.append(incident_id)
         execute(COUNT_DEAD_RUNS, {
             "run_ids": [r.id for r in runs], "attempts": [r.attempts for r in runs], "incident_id": incident_id,
-            "last_failure_at": last_failure_at, "summary": newest})
+            "last_failure_at": last_failure_at, "summary": newest, "run_id": newest_id})
     return opened
 
 
@@ -362,13 +371,16 @@ class Alerter:
         except Exception:
             log.exception("alerts: sending failed; pending notifications are tried again later")
 
-    def stop(self):
+    def stop(self, until=None):
         """At worker exit: give the sender JOBSWEB_ALERT_TIMEOUT to send what is due (a cron
         tick exits right after it opened an incident, and should not leave its notification
-        to the next tick), then let a send in progress finish and start no other."""
+        to the next tick), then let a send in progress finish and start no other; all by `until`
+        (time.monotonic(), if given: a worker told to stop exits by its deadline; the daemon
+        thread, if still sending, ends with the process)."""
         if self.sender is None:
             return
         timeout = self.app.config["JOBSWEB_ALERT_TIMEOUT"]
-        self.sender.join(timeout)
+        until = time.monotonic() + 2 * timeout if until is None else until
+        self.sender.join(max(0.0, min(timeout, until - time.monotonic())))
         self.stopping.set()
-        self.sender.join(timeout)
+        self.sender.join(max(0.0, min(timeout, until - time.monotonic())))

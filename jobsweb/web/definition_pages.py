@@ -10,7 +10,7 @@ from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import JobDefinition
-from ..ops import alerts, notify, run_history
+from ..ops import alerts, notify, run_history, why_waiting
 from ..ops.job_type_names import job_type_names
 from ..scheduling import definitions as definition_api
 from .access import role_required
@@ -61,8 +61,11 @@ def detail(definition_id):
     before = runlist.number(request.args, "before")
     rows, next_before = runlist.page(runlist.RunFilter(definition_id=definition_id), before, size=25)
     history = run_history.definition_history(definition_id)
+    why = why_waiting.reasons([run.id for run, _ in rows if run.status in ("queued", "failed", "waiting")])
     return render("definition.html", "partials/_definition_runs.html", definition=definition,
-                  rows=rows, next_before=next_before, before=before, history=history,
+                  rows=rows, next_before=next_before, before=before, history=history, why=why,
+                  # Its oldest run on the page that is not running, and why: said under its facts.
+                  held=min(why.items()) if why else None,
                   history_size=run_history.HISTORY_SIZE, success_rate=run_history.success_rate(history),
                   audit_entries=audit.entries_for("definition", definition_id),
                   open_incidents=alerts.open_incidents(definition_id),

@@ -12,13 +12,14 @@ from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine import flow, run_actions, workflows
 from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
-from ..ops import stats
+from ..ops import stats, why_waiting
 from ..ops.job_type_names import job_type_names
 from .access import role_required
 from .rendering import htmx, render
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
 
+WAITS = ("queued", "failed", "waiting")  # a run in these has a reason not to be running (why_waiting.py)
 BULK_SELECTED_MAX = 1000  # ids one form may name; "everything matching" has no limit
 
 
@@ -40,7 +41,7 @@ def index():
 def table_context(run_filter, rows, every_match=False):
     """What the runs table (partials/_runs_table.html) needs besides its rows: the chips'
     counts, the links of each row's queue and job type, how many runs the bulk buttons would
-    change, and the paused queues and job types. Also for a batch's members (batch_pages.py).
+    change, why each waiting row is not running, and the paused queues and job types. Also for a batch's members (batch_pages.py).
     `every_match`: the rows are every run the filter matches, whatever their status."""
     # Counted on every answer, live polls too: the table's fragment carries the chips' counts
     # out of band, and its bulk buttons say how many runs they would change.
@@ -60,6 +61,8 @@ def table_context(run_filter, rows, every_match=False):
             "total": runlist.total(counts, run_filter),
             "to_retry": runlist.total(counts, run_filter, RETRYABLE),
             "to_cancel": runlist.total(counts, run_filter, CANCELLABLE),
+            # Why each queued, retrying or waiting row is not running: one read for the page.
+            "why": why_waiting.reasons([run.id for run, _ in rows if run.status in WAITS]),
             # A queued row of a paused queue or job type says so: no worker will take it.
             "paused_queues": set(stats.paused_queues()),
             "paused_types": {job_type for job_type, _ in flow.paused_types()}}
@@ -171,8 +174,12 @@ def detail(run_id):
     attempts = db.session.scalars(select(JobAttempt).where(JobAttempt.run_id == run_id)
                                   .order_by(JobAttempt.attempt.desc())).all()
     definition = db.session.get(JobDefinition, run.definition_id) if run.definition_id else None
+    dependencies = workflows.dependencies(run_id)
+    # Why it is not running, and why each run it waits for is not: two batched reads.
+    why = why_waiting.reasons([run_id] + [d.id for d in dependencies["waits_for"]])
     return render("run.html", "partials/_run.html", run=run, attempts=attempts, definition=definition,
-                  audit_entries=audit.entries_for("run", run_id), dependencies=workflows.dependencies(run_id),
+                  why=why.pop(run_id, None), awaited_why=why,
+                  audit_entries=audit.entries_for("run", run_id), dependencies=dependencies,
                   # The page polls while its run may still change.
                   active=run.status in ACTIVE_STATUSES or run.status == "waiting", retryable=RETRYABLE,
                   cancellable=CANCELLABLE)
