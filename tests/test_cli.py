@@ -82,6 +82,23 @@ def test_run_jobs_refuses_nan_and_infinity_in_its_seconds_options_naming_the_opt
     assert sql("SELECT status FROM job_runs") == [("queued",)]  # refused before any work
 
 
+@pytest.mark.parametrize("value", ["99999999999", "10001"])
+def test_run_jobs_refuses_a_concurrency_past_its_bound_as_a_usage_error(runner, sql, value):
+    sql("INSERT INTO job_runs (job_type, payload, run_at) VALUES ('jobsweb.noop', '{}', now())")
+    result = runner.invoke(args=["run-jobs", "--concurrency", value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--concurrency': {value} is not in the range 1<=x<=10000." in result.output
+    assert "Traceback" not in result.output and sql("SELECT status FROM job_runs") == [("queued",)]
+
+
+def test_jobsweb_concurrency_past_its_bound_stops_start_up_naming_it():
+    from jobsweb.core.errors import ConfigError
+    from jobsweb.core.settings import from_environment
+
+    with pytest.raises(ConfigError, match="JOBSWEB_CONCURRENCY must be at most 10000, got '99999999999'"):
+        from_environment({"JOBSWEB_CONCURRENCY": "99999999999"})
+
+
 @pytest.mark.parametrize("args, message", [
     (["queue", "q", "--limit", "99999999999999999999"], "limit: must be a whole number from 1 to 2147483647"),
     (["queue", "q", "--limit", "2147483648"], "limit: must be a whole number from 1 to 2147483647"),

@@ -16,7 +16,7 @@ from flask import current_app
 from flask.cli import with_appcontext
 from sqlalchemy.exc import OperationalError
 
-from ..core import schema, schema_objects
+from ..core import schema, schema_objects, settings
 from ..core.database import db, execute, libpq_url
 from ..engine import lease_recovery
 from ..engine.enqueuing import enqueue
@@ -40,7 +40,8 @@ def build_worker(app, **options):
 
 
 @click.command("run-jobs", cls=CleanCommand)
-@click.option("--concurrency", type=click.IntRange(min=1), help="Jobs run at once [JOBSWEB_CONCURRENCY, 4].")
+@click.option("--concurrency", type=click.IntRange(min=1, max=settings.MAX_CONCURRENCY),
+              help=f"Jobs run at once, at most {settings.MAX_CONCURRENCY} [JOBSWEB_CONCURRENCY, 4].")
 @click.option("--forever", is_flag=True, help="Keep polling instead of exiting when nothing is due.")
 @click.option("--poll-interval", type=FiniteFloatRange(min=0, min_open=True),
               help="Seconds between polls when idle [JOBSWEB_POLL_INTERVAL, 5].")

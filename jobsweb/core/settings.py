@@ -32,6 +32,18 @@ def _positive(convert, what):
 
 _positive_float = _positive(float, "a number of seconds")
 _positive_int = _positive(int, "a whole number")
+# Runs one worker process holds at once (--concurrency too). Each sync handler is a thread, and
+# Linux's default pid_max is 32,768 threads for the whole machine; past 2**31 the claim's
+# integer parameters failed in psycopg with a traceback. A thousand async runs is the documented
+# large case: ten times that is room, not a target.
+MAX_CONCURRENCY = 10_000
+
+
+def _concurrency(name, raw):
+    value = _positive_int(name, raw)
+    if value > MAX_CONCURRENCY:
+        raise ConfigError(f"{name} must be at most {MAX_CONCURRENCY}, got {raw!r}")
+    return value
 # float() reads "inf" and "1e300": a delay must also be finite and at most this (7 days).
 MAX_SECONDS = 7 * 86400.0
 
@@ -162,7 +174,7 @@ SETTINGS = {
     "JOBSWEB_MAX_PAYLOAD_BYTES": (64 * 1024, _positive_int),
     "JOBSWEB_MAX_ATTEMPTS": (5, _positive_int),
     "JOBSWEB_LEASE_SECONDS": (60.0, _positive_float),
-    "JOBSWEB_CONCURRENCY": (4, _positive_int),
+    "JOBSWEB_CONCURRENCY": (4, _concurrency),
     "JOBSWEB_POLL_INTERVAL": (5.0, _positive_float),
     # A --forever worker LISTENs for enqueued runs and starts them at once; off: polling only.
     "JOBSWEB_LISTEN": (True, _boolean),
