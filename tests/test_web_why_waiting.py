@@ -175,3 +175,23 @@ def test_an_overdue_incident_behind_a_paused_queue_blames_the_queue_not_the_work
     incident = page.locator(f"#incident-{opened[0]}")
     expect(incident).to_contain_text(sentence)
     expect(incident.get_by_role("link", name=f"Run {held}")).to_have_attribute("href", f"/runs/{held}")
+
+
+def test_an_incidents_sentence_and_its_link_name_the_same_run(app, make_user, open_context, sql):
+    dead = ("INSERT INTO job_runs (job_type, status, attempts, finished_at, error_type, last_error) "
+            "VALUES ('billing.charge', 'dead', 1, now(), %s, %s) RETURNING id")
+    [(first,)] = sql(dead, ["ConnectionError", "the bank hung up"])
+    with app.app_context():
+        [incident], _ = alerts.evaluate()
+    [(second,)] = sql(dead, ["KeyError", "'invoice'"])
+    with app.app_context():
+        alerts.evaluate()  # counted into the open incident, whose sentence now names its newest death
+    [(summary, run_id)] = sql("SELECT summary, run_id FROM jobsweb_alert_incidents")
+    assert summary.startswith(f"run {second} of billing.charge is dead") and run_id == second
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/incidents")
+    row = page.locator(f"#incident-{incident}")
+    expect(row).to_contain_text(f"run {second} of billing.charge is dead after 1 attempt: KeyError")
+    expect(row.get_by_role("link", name=f"Run {second}")).to_have_attribute("href", f"/runs/{second}")
+    assert f"run {first} " not in row.inner_text()
