@@ -8,10 +8,11 @@ draws them.
 """
 
 from .app import create_app
-from .core.errors import InvalidInput
+from .core.errors import InvalidInput, RunNotFound, RunStateError
 from .core.schema import alembic_include_name
 from .engine.enqueuing import enqueue, enqueue_many
 from .engine.registry import Cancelled, JobContext, PermanentError
+from .engine.run_control import cancel, retry
 from .engine.run_status import Run, get_run
 from .engine.workflows import batch, chain, get_batch
 from .extension import JobsWeb
@@ -21,4 +22,4 @@ from .scheduling.code_definitions import job
 
 __all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
            "InvalidInput", "definitions", "schedule", "alembic_include_name", "get_run", "Run", "batch", "chain",
-           "get_batch"]
+           "get_batch", "cancel", "retry", "RunNotFound", "RunStateError"]

@@ -32,6 +32,25 @@ class InvalidInput(ValueError):
         self.message = message
 
 
+class RunNotFound(InvalidInput):
+    """cancel(), retry() or wait() was given the id of no run (never enqueued, not committed yet,
+    or deleted: by an operator or by retention, also while it was being waited for)."""
+
+    def __init__(self, run_id, message=None):
+        super().__init__("run_id", message or f"there is no run {run_id}")
+        self.run_id = run_id
+
+
+class RunStateError(InvalidInput):
+    """cancel() or retry() of a run its status does not allow (the admin screen's rules): a
+    succeeded run is not cancelled, a queued one not retried. `status`: the run's, as it was read."""
+
+    def __init__(self, run_id, status, message):
+        super().__init__("run_id", message)
+        self.run_id = run_id
+        self.status = status
+
+
 class ConfigError(click.ClickException):
     """A setting has a value jobsweb cannot use; the message names the variable.
 

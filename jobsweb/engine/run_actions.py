@@ -10,12 +10,15 @@ job_runs_workflow, migrations 0024_seams and 0026_retry_seams): 100,000 of them 
 caller that gives up after a while (a web request) says so first with `limit_on_server`, so
 that the server stops the statement and releases its locks instead of going on after the
 caller has gone.
+
+Each takes `conn`: the connection of the transaction to act in (jobsweb.cancel() and retry() from
+code, engine/run_control.py); without it, db.session's (the admin screen, the commands).
 """
 
 from collections import namedtuple
 
 from . import action_statements, reported_runs
-from .statements import NOTIFY
+from .statements import ENDED_NOTIFY, NOTIFY
 from ..core.database import execute
 
 Deleted = namedtuple("Deleted", "id job_type status")  # status: the run's before the delete
@@ -33,27 +36,36 @@ def limit_on_server(seconds):
     execute(LIMIT_ON_SERVER, {"ms": str(max(1, round(seconds * 1000)))})
 
 
-def retry(ids):
+def _run(conn, statement, params=None):
+    return execute(statement, params) if conn is None else conn.exec_driver_sql(statement, params)
+
+
+def retry(ids, conn=None):
     """Queue these runs again now; returns the ids that were retried (the caller commits). Runs
     of external definitions are left alone: no worker could run them; so are runs that wait for
     a run ended dead or cancelled that is not among these (waits_for_failed says which)."""
-    ids = [row.id for row in execute(reported_runs.RETRYABLE_IDS, {"ids": list(ids)})]
-    retried = [row.id for row in execute(action_statements.RETRY_RUNS, {"ids": ids})]
+    ids = [row.id for row in _run(conn, reported_runs.RETRYABLE_IDS, {"ids": list(ids)})]
+    retried = [row.id for row in _run(conn, action_statements.RETRY_RUNS, {"ids": ids})]
     if retried:
-        execute(NOTIFY)  # listening workers start them at commit
+        _run(conn, NOTIFY)  # listening workers start them at commit
     return retried
 
 
-def waits_for_failed(ids):
+def waits_for_failed(ids, conn=None):
     """Of these runs, those a retry leaves alone because a run they wait for ended dead or
     cancelled (and was not retried with them): {id: WaitsForFailed}, for the pages to say why."""
-    return {row.id: WaitsForFailed(*row) for row in execute(action_statements.WAITS_FOR_FAILED, {"ids": list(ids)})}
+    return {row.id: WaitsForFailed(*row)
+            for row in _run(conn, action_statements.WAITS_FOR_FAILED, {"ids": list(ids)})}
 
 
-def cancel(ids):
+def cancel(ids, conn=None):
     """Cancel these runs; returns (cancelled ids, ids whose cancellation was requested)."""
-    done = [row.id for row in execute(action_statements.CANCEL_WAITING, {"ids": list(ids)})]
-    requested = [row.id for row in execute(action_statements.REQUEST_CANCEL, {"ids": list(ids)})]
+    done = [row.id for row in _run(conn, action_statements.CANCEL_WAITING, {"ids": list(ids)})]
+    requested = [row.id for row in _run(conn, action_statements.REQUEST_CANCEL, {"ids": list(ids)})]
+    if done:
+        # Run.wait() of these, and of the runs waiting below them the trigger cancelled, returns
+        # at commit (one notification for the whole transaction, however many runs).
+        _run(conn, ENDED_NOTIFY)
     return done, requested
 
 
@@ -68,8 +80,11 @@ def delete(ids):
     for a cancel, and it would run for retention's deletes too, which only delete ended runs."""
     ids = list(ids)
     was = dict(execute(action_statements.CANCEL_BEFORE_DELETE, {"ids": ids}).all())
-    return [Deleted(row.id, row.job_type, was.get(row.id, row.status))
-            for row in execute(action_statements.DELETE_RUNS, {"ids": ids})]
+    deleted = [Deleted(row.id, row.job_type, was.get(row.id, row.status))
+               for row in execute(action_statements.DELETE_RUNS, {"ids": ids})]
+    if deleted:
+        execute(ENDED_NOTIFY)  # a Run.wait() of one of them ends at commit: RunNotFound
+    return deleted
 
 
 def run_now(run_id):

@@ -7,8 +7,8 @@ from datetime import datetime
 from flask import current_app
 from sqlalchemy import select
 
-from . import statements
-from ..core.database import db, require_postgresql
+from . import run_waiting, statements
+from ..core.database import db, libpq_url, require_postgresql
 from ..core.errors import BIGINT_MAX, InvalidInput
 from ..core.models import JobRun
 
@@ -38,9 +38,24 @@ class Run:
         """True once the run will not execute again (succeeded, dead, cancelled, skipped, missed)."""
         return self.status in statements.ENDED_STATUSES
 
+    def wait(self, timeout):
+        """This run once it has ended (a new Run; this one if it had ended already), woken by
+        LISTEN/NOTIFY as it ends: TimeoutError after `timeout` seconds (None: no limit),
+        RunNotFound if it is deleted meanwhile. Behind a pooler in transaction mode without
+        JOBSWEB_DIRECT_DATABASE_URL, a poll every run_waiting.POLL_EVERY seconds
+        (engine/run_waiting.py)."""
+        timeout = run_waiting.check_timeout(timeout)
+        if self.done or current_app.config.get("JOBSWEB_INLINE"):  # inline runs end before enqueue() returns
+            return self
+        config = current_app.config
+        where = run_waiting.Waiting(libpq_url(config["JOBSWEB_DIRECT_DATABASE_URL"] or db.engine.url),
+                                    listen=config["JOBSWEB_LISTEN"])
+        return Run(**run_waiting.until_ended(self.id, timeout, FIELDS, where))
+
 
 INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/inline.py), by id
 COLUMNS = [getattr(JobRun, field.name) for field in fields(Run) if field.name != "attempts"] + [JobRun.attempts]
+FIELDS = [field.name for field in fields(Run)]  # job_runs' columns of the same names
 
 
 def get_run(run_id):

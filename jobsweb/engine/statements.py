@@ -76,6 +76,13 @@ RETURNING id
 NOTIFY_CHANNEL = "jobsweb_runs"
 NOTIFY = "SELECT pg_notify('jobsweb_runs', '')"
 
+# Wake Run.wait() (engine/run_waiting.py), which LISTENs on this channel, when runs end. The
+# payload is the ended runs' ids, comma-separated (FINISH_RUNS), or '' for "look at yours again"
+# (an operator's cancel, which also ends the runs waiting below, or delete). A channel of its own:
+# the workers' listeners are not woken by runs ending.
+ENDED_CHANNEL = "jobsweb_ended"
+ENDED_NOTIFY = "SELECT pg_notify('jobsweb_ended', '')"
+
 # "Run now": a run of a definition due at once, outside its schedule (next_run_at does not
 # move). The job's settings are copied from the definition, as INSERT_SLOTS copies them.
 RUN_NOW = """
@@ -295,11 +302,21 @@ recorded AS (
                               error_type, error, stack, output)
     SELECT id, attempt, worker, started_at, now(), outcome, error_type, error, stack, output
     FROM finished WHERE outcome <> 'released'
+),
+-- Run.wait() of the runs ended here returns at commit: one notification per statement, the
+-- ended ids as its payload (ENDED_CHANNEL). Past NOTIFY's 8000-byte payload, '' ("look again"):
+-- pg_notify would fail the statement. Referenced below, so that it runs (a plain SELECT in WITH
+-- runs only if read); MATERIALIZED, so once.
+ended_notice AS MATERIALIZED (
+    SELECT pg_notify('jobsweb_ended', CASE WHEN length(ids) < 8000 THEN ids ELSE '' END)
+    FROM (SELECT string_agg(id::text, ',') AS ids FROM finished
+          WHERE status IN ('succeeded', 'dead', 'cancelled')) ended
+    WHERE ids IS NOT NULL
 )
 -- seconds: how long the attempt took by the database clock, for the worker's log line.
 SELECT id, status, extract(epoch FROM run_at - now()) AS retry_in,
        extract(epoch FROM now() - started_at) AS seconds
-FROM finished
+FROM finished LEFT JOIN ended_notice ON true
 """
 
 # -- retention: prune ------------------------------------------------------------------------
