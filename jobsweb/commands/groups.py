@@ -51,6 +51,8 @@ class CleanGroup(AppGroup):
 
 jobs = CleanGroup("jobs", help="Enqueue and inspect jobs.")
 users = CleanGroup("users", help="Manage who may sign in to the admin screen.")
+runs = CleanGroup("runs", help="Show, cancel and retry runs (commands/run_commands.py).")
+jobs.add_command(runs)
 
 
 @contextmanager
