@@ -10,7 +10,9 @@ a figure is within a factor of 1.5 of the exact one.
 
 The wait is known only for a run's last attempt: a failed attempt moves the run's run_at to its
 retry time, so the wait of the attempts before is gone. It is counted for runs that ended
-(succeeded, dead, cancelled) when their attempt is rolled up.
+(succeeded, dead, cancelled) when their attempt is rolled up, and so those waits (`waited`) are
+also how many runs ended: the page's Runs, beside its attempts (a run that failed twice and then
+succeeded is one run and three attempts; the page once called 577 attempts "577 runs" for 406).
 """
 
 import time
@@ -216,15 +218,17 @@ def quantile(cumulative, total, q):
 @dataclass
 class JobTypeFigures:
     job_type: str
-    runs: int
-    failures: int
+    attempts: int  # that ran to an end (succeeded or failed)
+    failures: int  # failed attempts
     p50: float | None
     p95: float | None
     wait_p95: float | None
+    runs: int = 0  # runs that ended: their last attempt is among the attempts
 
     @property
     def failure_rate(self):
-        return self.failures / self.runs if self.runs else 0.0
+        """Failed attempts per attempt."""
+        return self.failures / self.attempts if self.attempts else 0.0
 
 
 def figures(window):
@@ -237,10 +241,10 @@ def figures(window):
         pair = histograms.setdefault(job_type, ([0] * len(BOUNDS), [0] * len(BOUNDS)))
         pair[0][n - 1], pair[1][n - 1] = durations, waits
     out = []
-    for job_type, runs, failures, waited in execute(TOTALS, args):
+    for job_type, attempts, failures, waited in execute(TOTALS, args):
         durations, waits = histograms[job_type]
-        out.append(JobTypeFigures(job_type, runs, failures, quantile(durations, runs, 0.5),
-                                  quantile(durations, runs, 0.95), quantile(waits, waited, 0.95)))
+        out.append(JobTypeFigures(job_type, attempts, failures, quantile(durations, attempts, 0.5),
+                                  quantile(durations, attempts, 0.95), quantile(waits, waited, 0.95), runs=waited))
     return out, since
 
 

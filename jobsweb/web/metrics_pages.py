@@ -23,7 +23,8 @@ BEHIND = timedelta(minutes=1)  # counted up to longer ago than this: the page sa
 # for the job type's name.
 COLUMNS = {
     "job_type": ("Job type", lambda f: f.job_type),
-    "runs": ("Runs", lambda f: f.runs),
+    "runs": ("Runs", lambda f: f.runs),  # runs that ended
+    "attempts": ("Attempts", lambda f: f.attempts),
     "failures": ("Failed", lambda f: f.failures),
     "failure_rate": ("Failure rate", lambda f: f.failure_rate),
     "p50": ("p50 duration", lambda f: f.p50 or 0.0),
