@@ -107,3 +107,47 @@ def test_the_searchs_mask_hides_at_least_what_the_pages_mask(app, sql):
     # Not all hidden either: the words before a secret stay searchable.
     assert searched[0][1].startswith("could not connect: password")
 
+
+
+def test_a_search_past_its_limit_is_stopped_by_the_server_with_a_page_saying_so(sign_in, sql, monkeypatch):
+    from jobsweb.web import search_limits
+
+    # 2 ms: no search of 50,000 errors ends within it, and the test need not wait 3 s.
+    monkeypatch.setattr(search_limits, "LIMIT_SEARCH", "SET LOCAL statement_timeout = 2")
+    sql("INSERT INTO job_runs (job_type, status, last_error) "
+        "SELECT 'jobsweb.noop', 'dead', 'connection refused by upstream ' || n FROM generate_series(1, 50000) n")
+    client = sign_in("viewer")
+    response = client.get("/runs", query_string={"q": "says nothing like this"})
+    html = response.get_data(as_text=True)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "3"
+    assert "Search took too long" in html and "the database stopped it" in html and "Traceback" not in html
+    # Stopped on the server: no backend is still reading for it.
+    assert sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%regexp_replace%%' "
+               "AND state = 'active' AND pid <> pg_backend_pid()") == [(0,)]
+    # Within the real limit, the same search answers (and the person's lock went with the transaction).
+    monkeypatch.undo()
+    assert client.get("/runs", query_string={"q": "says nothing like this"}).status_code == 200
+
+
+def test_each_person_runs_one_search_at_a_time_and_the_site_a_few(sign_in, sql):
+    from jobsweb.web import search_limits
+
+    sql("INSERT INTO job_runs (job_type, status, last_error) VALUES ('jobsweb.noop', 'dead', 'timeout')")
+    viewer = sign_in("viewer")
+    # The viewer's other search, still running: its lock, held by another connection.
+    sql("SELECT pg_advisory_lock(%s, hashtext('viewer@example.com'))", [search_limits.PERSON_LOCKS])
+    busy = viewer.get("/runs", query_string={"q": "timeout"})
+    assert busy.status_code == 429 and "Search busy" in busy.get_data(as_text=True)
+    assert busy.headers["Retry-After"] == "3"
+    assert viewer.get("/runs").status_code == 200  # the list without a search is not limited
+    other = sign_in("operator")
+    assert other.get("/runs", query_string={"q": "timeout"}).status_code == 200
+    # Every slot of the site taken by others' searches: nobody's search runs.
+    sql("SELECT pg_advisory_unlock_all()")
+    sql("SELECT pg_advisory_lock(%s, slot) FROM generate_series(1, %s) slot",
+        [search_limits.SLOT_LOCKS, search_limits.SEARCH_SLOTS])
+    assert other.get("/runs", query_string={"q": "timeout"}).status_code == 429
+    sql("SELECT pg_advisory_unlock(%s, 1)", [search_limits.SLOT_LOCKS])
+    listed = other.get("/runs", query_string={"q": "timeout"})
+    assert listed.status_code == 200 and 'href="/runs/1"' in listed.get_data(as_text=True)
+    sql("SELECT pg_advisory_unlock_all()")

@@ -28,6 +28,7 @@ from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..ops import stats
 from .local_time import read_local, viewer_zone, zone_name
+from . import search_limits
 from .rendering import secret_keys
 from .shown_text import MASK, masked, search_masks
 
@@ -250,8 +251,11 @@ def _plan_for_the_values(run_filter):
 
 
 def page(run_filter, before=None, size=PAGE_SIZE):
-    """One page of runs, newest first, and the id to pass as `before` for the next (or None)."""
+    """One page of runs, newest first, and the id to pass as `before` for the next (or None).
+    An error search is bounded (search_limits): its counts, read next, in the same transaction."""
     _plan_for_the_values(run_filter)
+    if run_filter.text:
+        search_limits.begin()
     runs = select(*LIST_COLUMNS).where(*run_filter.conditions()).order_by(JobRun.id.desc()).limit(size + 1)
     if before is not None:
         runs = runs.where(JobRun.id < before)
@@ -262,7 +266,10 @@ def page(run_filter, before=None, size=PAGE_SIZE):
     stmt = (select(run, JobDefinition.name).outerjoin(JobDefinition, JobDefinition.id == run.definition_id)
             .options(load_only(*(getattr(run, column.key) for column in LIST_COLUMNS)))
             .order_by(run.id.desc()))
-    rows = db.session.execute(stmt).all()
+    try:
+        rows = db.session.execute(stmt).all()
+    except OperationalError as exc:
+        raise search_limits.stopped(exc) or exc
     more = len(rows) > size
     rows = rows[:size]
     return rows, (rows[-1][0].id if more else None)
