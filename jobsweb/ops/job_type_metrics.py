@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ..core.database import db, execute
+from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 
 # Upper bounds (seconds) of the histograms' buckets, 1 ms to a day, each 1.5 times the last (as
 # Sidekiq's metrics); +Inf is implied. Changing them starts the rollup over.
@@ -94,7 +95,10 @@ START_OVER = "UPDATE job_type_metrics_state SET sealed_until = NULL, bounds = %(
 RAN_TO_AN_END = "a.outcome IN ('succeeded', 'failed') AND a.started_at IS NOT NULL"
 
 # Attempts that ran to an end finished in [since, until), added to their minute's or hour's row
-# (UTC) of their job type and queue (the queue for the Queues page, ops/queue_stats.py).
+# (UTC) of their job type and queue (the queue for the Queues page, ops/queue_stats.py). Runs
+# reported from outside all have job type jobsweb.external: each definition's are kept apart as
+# 'jobsweb.external:<definition id>' (EXTERNAL_KEY), shown by its name; a deleted one's stay
+# under jobsweb.external.
 # Index job_attempts_finished_outcome finds them; each joins its run by primary key. They are
 # first grouped by the histogram buckets their duration and wait fall in (width_bucket: how many
 # bounds are at most the value), so the cumulative counts are summed over a few groups, not over
@@ -104,7 +108,9 @@ INSERT INTO job_type_metrics AS m (span, bucket, job_type, queue, runs, failures
 SELECT %(span)s, bucket, job_type, queue, sum(n), sum(failed), ARRAY[{_cumulative("d")}]::bigint[],
        coalesce(sum(n) FILTER (WHERE w IS NOT NULL), 0), ARRAY[{_cumulative("w")}]::bigint[]
 FROM (
-    SELECT date_trunc(%(span)s, a.finished_at, 'UTC') AS bucket, r.job_type, r.queue,
+    SELECT date_trunc(%(span)s, a.finished_at, 'UTC') AS bucket,
+           CASE WHEN r.job_type = %(external)s AND r.definition_id IS NOT NULL
+                THEN r.job_type || ':' || r.definition_id ELSE r.job_type END AS job_type, r.queue,
            width_bucket(extract(epoch FROM a.finished_at - a.started_at)::float8, CAST(%(bounds)s AS float8[])) AS d,
            width_bucket(wait.seconds, CAST(%(bounds)s AS float8[])) AS w,
            count(*) AS n, count(*) FILTER (WHERE a.outcome = 'failed') AS failed
@@ -129,6 +135,8 @@ PRUNE = """
 DELETE FROM job_type_metrics WHERE (span = 'minute' AND bucket < %(oldest_minute)s)
                                 OR (span = 'hour' AND bucket < %(oldest_hour)s)
 """
+
+DEFINITION_NAMES = "SELECT id, name FROM job_definitions WHERE id = ANY(%(ids)s::bigint[])"
 
 SEAL = "UPDATE job_type_metrics_state SET sealed_until = %(until)s WHERE id = 1"
 SEALED = "SELECT sealed_until FROM job_type_metrics_state WHERE id = 1"
@@ -191,9 +199,10 @@ def seal(budget):
         # chunk ending inside it would leave the rest of the batch for the next.
         last = execute(CHUNK_END, {"since": since, "chunk": CHUNK - 1}).scalar()
         until = state.cutoff if last is None else min(last + TICK, state.cutoff)
-        execute(ROLL_UP, {"span": "hour", "since": since, "until": until, "bounds": list(BOUNDS)})
+        execute(ROLL_UP, {"span": "hour", "since": since, "until": until, "bounds": list(BOUNDS),
+                          "external": EXTERNAL_JOB_TYPE})
         execute(ROLL_UP, {"span": "minute", "since": max(since, state.oldest_minute), "until": until,
-                          "bounds": list(BOUNDS)})
+                          "bounds": list(BOUNDS), "external": EXTERNAL_JOB_TYPE})
         execute(PRUNE, {"oldest_minute": state.oldest_minute, "oldest_hour": state.oldest_hour})
         execute(SEAL, {"until": until})
         db.session.commit()
@@ -224,6 +233,12 @@ class JobTypeFigures:
     p95: float | None
     wait_p95: float | None
     runs: int = 0  # runs that ended: their last attempt is among the attempts
+    definition_id: int | None = None  # an external definition's runs (job_type is EXTERNAL_KEY's)
+    name: str | None = None  # how the page names it: that definition's name, else the job type
+
+    @property
+    def shown(self):
+        return self.name or self.job_type
 
     @property
     def failure_rate(self):
@@ -241,10 +256,17 @@ def figures(window):
         pair = histograms.setdefault(job_type, ([0] * len(BOUNDS), [0] * len(BOUNDS)))
         pair[0][n - 1], pair[1][n - 1] = durations, waits
     out = []
+    externals = {}
     for job_type, attempts, failures, waited in execute(TOTALS, args):
         durations, waits = histograms[job_type]
         out.append(JobTypeFigures(job_type, attempts, failures, quantile(durations, attempts, 0.5),
                                   quantile(durations, attempts, 0.95), quantile(waits, waited, 0.95), runs=waited))
+        prefix, _, definition_id = job_type.partition(":")
+        if prefix == EXTERNAL_JOB_TYPE and definition_id.isdigit():
+            externals[int(definition_id)] = out[-1]
+    if externals:
+        for definition_id, name in execute(DEFINITION_NAMES, {"ids": list(externals)}):
+            externals[definition_id].definition_id, externals[definition_id].name = definition_id, name
     return out, since
 
 
