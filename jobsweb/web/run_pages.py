@@ -14,7 +14,7 @@ from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats, why_waiting
 from ..ops.job_type_names import job_type_names
-from .access import role_required
+from .access import role_required, viewer
 from .rendering import htmx, render
 
 bp = Blueprint("runs", __name__, url_prefix="/runs")
@@ -57,9 +57,17 @@ def table_context(run_filter, rows, every_match=False):
     queue_links, job_type_links = ({value: url_for("jobsweb.runs.index", **dict(query, **{name: value}))
                                     for value in {getattr(run, name) for run, _ in rows}}
                                    for name in ("queue", "job_type"))
+    to_retry, reported = runlist.total(counts, run_filter, RETRYABLE), (0, True)
+    if to_retry[0] and viewer() is not None and viewer().can("operator"):
+        # Runs reported from outside are never retried: the button's number leaves them out (it
+        # said "Retry 133" and retried 132). Counted as the chips are, up to the cap and budget.
+        counted = runlist._capped_count(run_filter.conditions() + [JobRun.job_type == EXTERNAL_JOB_TYPE,
+                                                                   JobRun.status.in_(RETRYABLE)])
+        reported = (sum(counted.values()), True) if counted is not None else (0, False)
+        to_retry = (max(to_retry[0] - reported[0], 0), to_retry[1] and reported[1])
     return {"counts": counts, "queue_links": queue_links, "job_type_links": job_type_links,
             "total": runlist.total(counts, run_filter),
-            "to_retry": runlist.total(counts, run_filter, RETRYABLE),
+            "to_retry": to_retry, "reported_to_retry": reported,
             "to_cancel": runlist.total(counts, run_filter, CANCELLABLE),
             # Why each queued, retrying or waiting row is not running: one read for the page.
             "why": why_waiting.reasons([run.id for run, _ in rows if run.status in WAITS]),
