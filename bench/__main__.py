@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import claim_conditions, measures, process_measures, report, seams, workflows
+from . import claim_conditions, measures, process_measures, report, run_control, search_cost, seams, workflows
 from .server import KINDS, Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +43,8 @@ FULL = {
     "backlog_due": 10_000, "backlog_future": 1_000_000, "backlog_paused": 100_000, "backlog_claim": 100,
     "workflow_waiting": 1_000_000, "workflow_batch": 100_000, "workflow_chain": 1000,
     "seams_dependents": 100_000,
+    "control_waits": 20, "control_finishes": 4000,
+    "search_errors": 300_000, "search_seconds": 20,
 }
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
@@ -58,6 +60,8 @@ QUICK = {
     "backlog_due": 1000, "backlog_future": 20_000, "backlog_paused": 2000, "backlog_claim": 100,
     "workflow_waiting": 20_000, "workflow_batch": 2000, "workflow_chain": 50,
     "seams_dependents": 5000,
+    "control_waits": 20, "control_finishes": 400,
+    "search_errors": 20_000, "search_seconds": 2,
 }
 
 
@@ -69,7 +73,7 @@ ALONE = {
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
-    "seams": seams.wide_graph,
+    "seams": seams.wide_graph, "control": run_control.run_control, "search": search_cost.search_cost,
 }
 
 
@@ -124,6 +128,8 @@ def suite(bench):
     results["backlog"] = claim_conditions.backlog(bench)
     results["workflows"] = workflows.workflows(bench)
     results["seams"] = seams.wide_graph(bench)
+    results["run_control"] = run_control.run_control(bench)
+    results["search_cost"] = search_cost.search_cost(bench)
     # Last: it switches the server's JIT settings (and puts them back as shipped).
     results["jit"] = claim_conditions.jit(bench)
     results["seconds"] = time.monotonic() - bench.started

@@ -1,6 +1,8 @@
 """One server's sections of docs/BENCHMARKS.md, §1 to §15, from its results; report.py puts
 every server's under each heading."""
 
+from .run_control import run_control_section
+from .search_cost import search_cost_section
 from .seams import seams_section
 from .targets import fmt, ratio
 
@@ -171,6 +173,8 @@ def server_sections(r):
         *server_conditions(r),
         *workflow_section(r),
         *seams_section(r),
+        *run_control_section(r),
+        *search_cost_section(r),
     ]
     return lines
 

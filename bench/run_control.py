@@ -1,0 +1,97 @@
+"""Run.wait() and what it costs the worker (issue 40): how soon a wait returns after its run
+ended, and what FINISH_RUNS's notification of ended runs (statements.ENDED_CHANNEL) adds to the
+worker's finishing statement."""
+
+import statistics
+import time
+
+import psycopg
+
+from .measures import migrated, spawn_worker
+
+# FINISH_RUNS as it was before the notification: its CTE, no longer read, is not run.
+WITH_NOTICE = "FROM finished LEFT JOIN ended_notice ON true"
+WITHOUT_NOTICE = "FROM finished"
+
+
+def run_control(bench):
+    """{"wait": ms from finished_at to wait()'s return, "finish": µs of FINISH_RUNS with and without}."""
+    url, app = migrated(bench, "bench_run_control")
+    return {"wait": _wait_latency(bench, url, app), "finish": _finish_cost(bench, url)}
+
+
+def _wait_latency(bench, url, app):
+    """Milliseconds from a run's finished_at (the database's clock: the same machine's) to the
+    return of get_run(id).wait() in this process, a worker running each run; median of the samples."""
+    from jobsweb import enqueue, get_run
+
+    proc = spawn_worker(url, 4, "--forever", "--poll-interval", "0.05")
+    samples = []
+    try:
+        with app.app_context():
+            get_run(enqueue("jobsweb.noop")).wait(timeout=60)  # the worker is up; the LISTEN probe is made
+            for _ in range(bench.sizes["control_waits"]):
+                ended = get_run(enqueue("jobsweb.sleep", {"seconds": 0.2})).wait(timeout=60)
+                samples.append((time.time() - ended.finished_at.timestamp()) * 1000)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    out = {"samples": len(samples), "p50_ms": statistics.median(samples), "max_ms": max(samples)}
+    bench.log(f"wait() after the run's end: median {out['p50_ms']:.1f} ms, max {out['max_ms']:.1f} ms "
+              f"of {len(samples)}")
+    return out
+
+
+def _finish_cost(bench, url):
+    """Microseconds per FINISH_RUNS of one succeeded run, each its own transaction (a worker's
+    commit), with the ended-runs notification and without it, one of each in turn so that the
+    machine's load hits both alike; medians. Without waiting for the commit's WAL flush
+    (synchronous_commit off, this session only): a flush takes milliseconds, the same with or
+    without a notification, and its jitter on a shared disk hid the difference measured."""
+    from jobsweb.engine import statements
+    from jobsweb.engine.execution import Outcome, finish_params
+
+    assert statements.FINISH_RUNS.count(WITH_NOTICE) == 1
+    variants = {"with": statements.FINISH_RUNS, "without": statements.FINISH_RUNS.replace(WITH_NOTICE, WITHOUT_NOTICE)}
+    n = bench.sizes["control_finishes"] * len(variants)
+    timings = {name: [] for name in variants}
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("SET synchronous_commit = off")
+        conn.execute("TRUNCATE job_attempts, job_runs RESTART IDENTITY CASCADE")
+        conn.execute("INSERT INTO job_runs (job_type, status, attempts, locked_by, started_at) "
+                     "SELECT 'jobsweb.noop', 'running', 1, 'bench', now() FROM generate_series(1, %s)", [n])
+        conn.execute("VACUUM ANALYZE job_runs")
+        run_id = 0
+        for _ in range(bench.sizes["control_finishes"]):
+            for name, statement in variants.items():
+                run_id += 1
+                params = finish_params([Outcome(run_id, "jobsweb.noop", 1, "bench", "succeeded", result={})])
+                started = time.perf_counter()
+                conn.execute(statement, params).fetchall()
+                timings[name].append((time.perf_counter() - started) * 1e6)
+        ended = conn.execute("SELECT count(*) FROM job_runs WHERE status = 'succeeded'").fetchone()[0]
+    if ended != n:
+        raise RuntimeError(f"FINISH_RUNS ended {ended} of {n} runs")
+    out = {name: statistics.median(values) for name, values in timings.items()}
+    out["runs"] = n
+    bench.log(f"FINISH_RUNS of one run, own transaction, no flush: {out['with']:.0f} µs with the ended-runs "
+              f"notification, {out['without']:.0f} µs without (median of {n // 2:,} each)")
+    return out
+
+
+def run_control_section(r):
+    """§18: Run.wait()'s latency and the notification's cost to the worker."""
+    c = r["run_control"]
+    w, f = c["wait"], c["finish"]
+    return [
+        "## 18. Waiting for a run from code",
+        "",
+        f"`get_run(id).wait(timeout=60)` in the measuring process, a worker (concurrency 4, `--forever`) "
+        f"running each run (a 0.2 s sleep): from the run's `finished_at` to the wait's return, median "
+        f"**{w['p50_ms']:.1f} ms** of {w['samples']} (max {w['max_ms']:.1f} ms; target: ≤ 50 ms). The wait "
+        "is woken by the worker's notification of the runs its FINISH_RUNS ended. With it, FINISH_RUNS of "
+        f"one run in its own transaction takes {f['with']:.0f} µs, without it {f['without']:.0f} µs (median "
+        f"of {f['runs'] // 2:,} each, alternated; the commit's WAL flush, the same milliseconds for both, "
+        "left out with synchronous_commit off).",
+        "",
+    ]
