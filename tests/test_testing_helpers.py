@@ -150,7 +150,7 @@ def test_on_sqlite_the_helpers_name_the_url_and_inline_mode_and_leave_the_pg_var
     with pytest.raises(ConfigError) as refused:
         call()
     assert str(refused.value.message) == (
-        f"jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is "
+        "jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is "
         "'sqlite://': set it to postgresql://user:password@host:5432/dbname, or, for "
         "tests on SQLite, set JOBSWEB_INLINE=True (enqueue() runs each handler at once and get_run() reads it; "
         "drain() and enqueued() need PostgreSQL)")

@@ -60,8 +60,11 @@ def test_the_session_cookie_is_httponly_and_samesite(client, make_user):
     make_user("viewer")
     response = client.post("/sign-in", data={"email": "viewer@example.com", "password": PASSWORD,
                                               "csrf_token": csrf_token(client)})
-    cookie = response.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" not in cookie
+    cookies = {c.partition("=")[0]: c for c in response.headers.getlist("Set-Cookie")}
+    assert "HttpOnly" in cookies["session"] and "SameSite=Lax" in cookies["session"] and "Secure" not in cookies["session"]
+    # The sign-in limits' device cookie (web/throttle.py): sent back to the sign-in page only.
+    device = cookies["jobsweb_device"]
+    assert "HttpOnly" in device and "SameSite=Strict" in device and "Path=/sign-in" in device and "Secure" not in device
 
 
 def test_the_session_cookie_is_secure_over_https(app, make_user):
@@ -72,7 +75,7 @@ def test_the_session_cookie_is_secure_over_https(app, make_user):
     response = client.post("/sign-in", base_url="https://localhost",
                            headers={"Referer": "https://localhost/sign-in"}, data={
         "email": "viewer@example.com", "password": PASSWORD, "csrf_token": token})
-    assert "Secure" in response.headers["Set-Cookie"]
+    assert [("Secure" in c) for c in response.headers.getlist("Set-Cookie")] == [True, True]
 
 
 def test_sign_out_needs_a_post_with_the_token(sign_in):

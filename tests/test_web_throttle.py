@@ -40,29 +40,119 @@ def test_ten_wrong_passwords_from_one_address_throttle_it_across_accounts(client
     assert attempt(client, email).status_code == 429
 
 
-def test_a_right_password_from_a_fresh_address_signs_in_while_the_guessers_address_is_limited(app, make_user):
+def signed_in_before(app, email, address=OWNER):
+    """A browser its owner has signed in with (and out of) before: it holds a device cookie."""
+    browser = app.test_client()
+    assert attempt(browser, email, PASSWORD, address).status_code == 302
+    assert browser.get_cookie("jobsweb_device", path="/sign-in") is not None
+    browser.post("/sign-out", data={"csrf_token": csrf_token(browser, "/")})
+    return browser
+
+
+def test_the_owners_browser_signs_in_at_once_and_a_fresh_one_seconds_later_while_the_guessers_address_is_limited(
+        app, make_user, sql):
     victim, other = make_user("admin", "victim@example.com"), make_user("viewer")
-    guesser, owner, colleague = app.test_client(), app.test_client(), app.test_client()
+    owner = signed_in_before(app, victim)
+    guesser, colleague = app.test_client(), app.test_client()
     for _ in range(FAILURES_ALLOWED):
         assert attempt(guesser, victim, WRONG, GUESSER).status_code == 401
     refused = attempt(guesser, victim, PASSWORD, GUESSER)
     assert refused.status_code == 429 and 600 < int(refused.headers["Retry-After"]) <= 900
     assert attempt(owner, victim, PASSWORD, OWNER).status_code == 302
     assert attempt(colleague, other, PASSWORD, "192.0.2.44").status_code == 302
+    # A browser that never signed in to the account waits out its slow-down: seconds, not minutes.
+    fresh = app.test_client()
+    slowed = attempt(fresh, victim, PASSWORD, "192.0.2.45")
+    # 2 s after the latest failure, less what the requests since took (under a second).
+    assert slowed.status_code == 429 and slowed.headers["Retry-After"] in ("1", "2")
+    assert "Too many wrong passwords for this account: try again in " in slowed.get_data(as_text=True)
+    sql("UPDATE jobsweb_sign_in_failures SET at = at - interval '2 seconds'")
+    assert attempt(fresh, victim, PASSWORD, "192.0.2.45").status_code == 302
 
 
-def test_guessing_spread_over_many_addresses_gets_one_guess_per_address_past_the_limit(app, make_user):
+def test_guessing_spread_over_many_addresses_is_slowed_for_the_account_as_a_whole(app, make_user, sql):
     victim = make_user("admin", "victim@example.com")
     guesser = app.test_client()
     for n in range(FAILURES_ALLOWED):
         assert attempt(guesser, victim, WRONG, f"203.0.113.{n}").status_code == 401
     # Each of those addresses failed for the account, now at its limit: none may try it again...
     assert attempt(guesser, victim, PASSWORD, "203.0.113.3").status_code == 429
-    # ...a new one gets one guess...
-    assert attempt(guesser, victim, WRONG, "203.0.113.100").status_code == 401
-    assert attempt(guesser, victim, WRONG, "203.0.113.100").status_code == 429
-    # ...and the owner, from an address that has not been failing, signs in.
-    assert attempt(app.test_client(), victim, PASSWORD, OWNER).status_code == 302
+    # ...and a new one waits for the account's slow-down, doubling with each failure, at most a minute.
+    slow_downs = [2, 4, 8, 16, 32, 60, 60, 60]
+    for n, seconds in enumerate(slow_downs):
+        refused = attempt(guesser, victim, WRONG, f"203.0.113.{100 + n}")
+        # Retry-After: the slow-down after the latest failure, less what the requests since took.
+        assert refused.status_code == 429 and seconds - 1 <= int(refused.headers["Retry-After"]) <= seconds
+        sql("UPDATE jobsweb_sign_in_failures SET at = at - make_interval(secs => %s)", [seconds])
+        assert attempt(guesser, victim, WRONG, f"203.0.113.{100 + n}").status_code == 401
+    # The owner's own browser is not slowed.
+    sql("DELETE FROM jobsweb_sign_in_failures")
+    owner = signed_in_before(app, victim)
+    for n in range(FAILURES_ALLOWED):
+        attempt(guesser, victim, WRONG, f"203.0.113.{n}")
+    assert attempt(owner, victim, PASSWORD, OWNER).status_code == 302
+
+
+@pytest.fixture
+def proxied(database_url_for_tests, app):
+    """The standalone app behind one proxy it trusts (JOBSWEB_PROXY_HOPS=1), reached directly:
+    each request says what X-Forwarded-For it likes."""
+    from jobsweb import create_app
+    from tests.conftest import SECRET_KEY
+
+    return create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True, "SECRET_KEY": SECRET_KEY,
+                       "JOBSWEB_PROXY_HOPS": 1})
+
+
+def forged(client, email, password, address):
+    """A sign-in whose X-Forwarded-For names `address`, sent straight to the app."""
+    return client.post("/sign-in", headers={"X-Forwarded-For": address},
+                       data={"email": email, "password": password, "csrf_token": csrf_token(client)})
+
+
+def test_a_new_forged_x_forwarded_for_per_request_gets_no_more_guesses(proxied, make_user, sql):
+    victim = make_user("admin", "victim@example.com")
+    guesser = proxied.test_client()
+    statuses = [forged(guesser, victim, WRONG, f"198.18.0.{n}").status_code for n in range(FAILURES_ALLOWED)]
+    # The next 30 as if sent within the account's 2 s slow-down, however slowly this machine sends
+    # them: its latest failure is dated a minute ahead.
+    sql("UPDATE jobsweb_sign_in_failures SET at = now() + interval '1 minute' WHERE id = (SELECT max(id) "
+        "FROM jobsweb_sign_in_failures)")
+    statuses += [forged(guesser, victim, WRONG, f"198.18.1.{n}").status_code for n in range(30)]
+    assert statuses == [401] * FAILURES_ALLOWED + [429] * 30
+    assert sql("SELECT count(*) FROM jobsweb_sign_in_failures") == [(FAILURES_ALLOWED,)]
+
+
+def test_ten_failures_forged_from_a_chosen_address_do_not_keep_its_users_out(proxied, make_user):
+    target = "192.0.2.80"  # the address of an office the attacker knows
+    colleague = make_user("viewer", "colleague@example.com")
+    browser = proxied.test_client()
+    assert forged(browser, colleague, PASSWORD, target).status_code == 302
+    browser.post("/sign-out", data={"csrf_token": csrf_token(browser, "/")})
+    attacker = proxied.test_client()
+    for n in range(FAILURES_ALLOWED):
+        assert forged(attacker, f"guess{n}@example.com", WRONG, target).status_code == 401
+    assert forged(attacker, colleague, PASSWORD, target).status_code == 429  # no device: the address's limit
+    assert forged(browser, colleague, PASSWORD, target).status_code == 302
+
+
+def test_a_device_has_its_own_ten_failures_and_a_forged_or_anothers_cookie_proves_nothing(app, make_user, sql):
+    victim, other = make_user("admin", "victim@example.com"), make_user("viewer", "other@example.com")
+    owner = signed_in_before(app, victim)
+    for _ in range(FAILURES_ALLOWED):
+        assert attempt(owner, victim, WRONG, OWNER).status_code == 401
+    assert attempt(owner, victim, PASSWORD, OWNER).status_code == 429  # the device's own limit
+    assert sql("SELECT DISTINCT address LIKE 'device %%' FROM jobsweb_sign_in_failures") == [(True,)]
+    sql("DELETE FROM jobsweb_sign_in_failures")
+    cookie = owner.get_cookie("jobsweb_device", path="/sign-in").value
+    for value in (cookie[:-2] + ("AA" if not cookie.endswith("AA") else "BB"), cookie):
+        stranger = app.test_client()
+        stranger.set_cookie("jobsweb_device", value, path="/sign-in")
+        for _ in range(FAILURES_ALLOWED):
+            attempt(app.test_client(), other if value == cookie else victim, WRONG, GUESSER)
+        # Tampered: no device; the victim's cookie for the other account: no device either.
+        assert attempt(stranger, other if value == cookie else victim, PASSWORD, GUESSER).status_code == 429
+        sql("DELETE FROM jobsweb_sign_in_failures")
 
 
 def test_a_right_password_forgets_the_typos_made_for_the_account_from_that_address(client, make_user):
@@ -177,3 +267,17 @@ def test_concurrent_wrong_passwords_never_check_more_passwords_than_the_limit(
     assert sorted(set(statuses)) == [401, 429], statuses
     assert statuses.count(401) == FAILURES_ALLOWED
     assert sql("SELECT count(*) FROM jobsweb_sign_in_failures") == [(FAILURES_ALLOWED,)]
+
+
+def test_a_request_without_x_forwarded_for_behind_a_trusted_proxy_is_warned_of_once(proxied, caplog):
+    client = proxied.test_client()
+    client.get("/healthz")  # a health checker reaching the app directly: no warning
+    client.get("/sign-in", headers={"X-Forwarded-For": "192.0.2.7"})
+    assert "X-Forwarded-For" not in caplog.text
+    client.get("/sign-in")
+    client.get("/sign-in", environ_base={"REMOTE_ADDR": "10.1.2.3"})
+    warnings = [r for r in caplog.records if "without X-Forwarded-For" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in warnings] == [(
+        "WARNING", "JOBSWEB_PROXY_HOPS is 1, but a request from 127.0.0.1 came without X-Forwarded-For: it did not "
+        "pass through the proxy. If clients can reach the app without it, they choose the address sign-in limits "
+        "count: let only the proxy reach the app, or set JOBSWEB_PROXY_HOPS=0 (warned once)")]

@@ -173,9 +173,31 @@ def check_csrf():
             raise CSRFError(exc.args[0]) from None
 
 
+def warn_if_not_forwarded():
+    """Once per process: JOBSWEB_PROXY_HOPS trusts X-Forwarded-For, yet a request came without
+    it, so it did not come through that proxy. A client that can do so can also send the header
+    itself and choose the address sign-in limits and the audit log see (probes are left out:
+    health checkers often reach the app directly)."""
+    hops = current_app.config.get("JOBSWEB_PROXY_HOPS")
+    # ProxyFix's mark: the standalone app applies it (app.py); inside a host app the setting does nothing.
+    if not hops or "werkzeug.proxy_fix.orig" not in request.environ:
+        return
+    if "X-Forwarded-For" in request.headers or local_endpoint() in PROBES:
+        return
+    if current_app.extensions.get("jobsweb_not_forwarded_warned"):
+        return
+    current_app.extensions["jobsweb_not_forwarded_warned"] = True
+    current_app.logger.warning(
+        "JOBSWEB_PROXY_HOPS is %d, but a request from %s came without X-Forwarded-For: it did not pass "
+        "through the proxy. If clients can reach the app without it, they choose the address sign-in "
+        "limits count: let only the proxy reach the app, or set JOBSWEB_PROXY_HOPS=0 (warned once)",
+        hops, request.remote_addr)
+
+
 def require_sign_in():
     """before_request: every page but the public ones needs a viewer; without one, the sign-in
     page (or the host's JOBSWEB_LOGIN_URL), or a 401."""
+    warn_if_not_forwarded()
     if local_endpoint() in PINGS | PROBES:
         g.jobsweb_viewer = None
         return None

@@ -11,7 +11,7 @@ from .access import access, forget_session, start_session, viewer
 from .accounts import check_credentials, end_sessions, find_user
 from .forms import SignInForm
 from .rendering import render_template
-from .throttle import WINDOW, Attempt
+from .throttle import DEVICE_COOKIE, DEVICE_DAYS, WINDOW, Attempt, new_device_cookie
 
 bp = Blueprint("auth", __name__)
 
@@ -42,11 +42,13 @@ def sign_in():
     form = SignInForm()
     error = None
     if form.validate_on_submit():
-        attempt = Attempt.of(form.email.data, request.remote_addr)
+        attempt = Attempt.of(form.email.data, request.remote_addr, request.cookies.get(DEVICE_COOKIE))
         verdict = attempt.reserve()
         if verdict.wait:
             wait = verdict.wait
-            message = (f"Too many wrong passwords from this address: try again in "
+            message = (f"Too many wrong passwords for this account: try again in {wait} second{'s' * (wait > 1)}."
+                       if verdict.slowed else
+                       f"Too many wrong passwords from this address: try again in "
                        f"{(wait + 59) // 60} minute{'s' * (wait > 60)}.")
             return render_template("sign_in.html", form=form, error=message), 429, {"Retry-After": str(wait)}
         user = check_credentials(form.email.data, form.password.data)
@@ -56,7 +58,12 @@ def sign_in():
             user.last_sign_in_at = db.func.now()
             audit.record_for(user.id, user.email, "sign_in", "user", user.id, address=attempt.address)
             db.session.commit()
-            return redirect(_safe_next(request.args.get("next")) or url_for("jobsweb.dashboard.index"))
+            response = redirect(_safe_next(request.args.get("next")) or url_for("jobsweb.dashboard.index"))
+            # Sent back to this page only: what lets this browser past the limits others trip.
+            response.set_cookie(DEVICE_COOKIE, new_device_cookie(user.email), max_age=DEVICE_DAYS * 86400,
+                                path=url_for("jobsweb.auth.sign_in"), secure=request.is_secure, httponly=True,
+                                samesite="Strict")
+            return response
         # The failure was recorded by reserve(); what is left is to say who tried.
         known = find_user(attempt.email)
         target = known.id if known is not None else None
