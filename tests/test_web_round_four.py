@@ -3,6 +3,8 @@ page counts runs apart from attempts and names external definitions, "Retry all 
 what it will retry, the runs list sorts by finish time, the Queues page links its Due figure,
 and a run's progress reads as its state."""
 
+import re
+
 from playwright import sync_api
 
 from tests import test_web_look
@@ -68,3 +70,37 @@ def test_external_definitions_are_named_by_their_own_names_on_the_metrics_page_a
     listed = page.locator("#runs-table tbody tr", has_text=f"#{reported}")
     expect(listed.get_by_role("link", name="ledger export", exact=True)).to_have_attribute("href", f"/runs?definition={definition}")
     assert "jobsweb.external" not in page.locator("#runs-table tbody").inner_text()
+
+
+def test_the_runs_list_sorts_by_finish_time_so_the_last_failed_run_is_at_the_top_of_the_dead_filter(
+        make_user, open_context, sql):
+    # 60 dead runs whose finish times run against their ids (the newest run finished first), and
+    # one running run, which has no finish time.
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at) "
+        "SELECT 'billing.charge', 'dead', 1, now() - n * interval '1 minute' FROM generate_series(1, 60) n")
+    [(last_failed,)] = sql("SELECT id FROM job_runs ORDER BY finished_at DESC LIMIT 1")
+    sql("INSERT INTO job_runs (job_type, status) VALUES ('billing.charge', 'running')")
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/runs?status=dead")
+    # Newest first by default: the run created last, which finished first, is on top.
+    expect(page.locator("#runs-table tbody tr").first.get_by_role("link", name="#60", exact=True)).to_be_visible()
+    page.get_by_role("link", name="Due / finished").click()
+    expect(page).to_have_url(re.compile(r"sort=finished"))
+    expect(page.locator("#runs-table thead th[aria-sort=descending]")).to_have_text(re.compile("Due / finished"))
+    rows = page.locator("#runs-table tbody tr")
+    expect(rows.first.get_by_role("link", name=f"#{last_failed}", exact=True)).to_be_visible()
+    seen = [int(t.lstrip("#")) for t in rows.locator("td:first-child a").all_inner_texts()]
+    page.get_by_role("link", name="Earlier finished »").click()
+    expect(page.locator("#runs-table tbody tr")).to_have_count(10)
+    seen += [int(t.lstrip("#")) for t in page.locator("#runs-table tbody tr td:first-child a").all_inner_texts()]
+    expected = [run for (run,) in sql("SELECT id FROM job_runs WHERE status = 'dead' ORDER BY finished_at DESC, id DESC")]
+    assert seen == expected and len(seen) == 60
+
+
+def test_a_bad_sort_or_finish_cursor_is_refused_naming_it(sign_in):
+    client = sign_in("viewer")
+    bad = client.get("/runs?sort=created")
+    assert bad.status_code == 400 and "sort &#39;created&#39; is not &#39;finished&#39;" in bad.get_data(as_text=True)
+    bad = client.get("/runs?sort=finished&before=5&finished_before=yesterday")
+    assert bad.status_code == 400 and "finished_before must be an ISO time" in bad.get_data(as_text=True)

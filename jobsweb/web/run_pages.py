@@ -28,7 +28,7 @@ def index():
     """Runs, newest first, filtered; the table alone for htmx (filters, pages, live mode)."""
     run_filter = runlist.RunFilter.from_args(request.args)
     before = runlist.number(request.args, "before")
-    rows, next_before = runlist.page(run_filter, before)
+    rows, next_before = runlist.page(run_filter, before, finished_before=runlist.finished_cursor(request.args))
     live = request.args.get("live") == "1" and before is None
     definitions = db.session.execute(select(JobDefinition.id, JobDefinition.name)
                                      .order_by(JobDefinition.name).limit(500)).all()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
 from flask import current_app
-from sqlalchemy import and_, cast, func, or_, select
+from sqlalchemy import and_, cast, func, or_, select, tuple_
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.compiler import compiles
@@ -54,6 +54,7 @@ class RunFilter:
     payload: dict | None = None  # runs whose payload contains this JSON object
     batch_id: int | None = None  # members of this batch
     zone: tzinfo = timezone.utc  # the viewer's, which since and until are typed in
+    sort: str = ""  # "": newest first (by id); "finished": finished runs, the last finished first
 
     @classmethod
     def from_args(cls, args):
@@ -67,7 +68,7 @@ class RunFilter:
                    number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
                    _error_text(args), text_filter(args, "worker"),
                    text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args),
-                   number(args, "batch"), zone)
+                   number(args, "batch"), zone, _sort(args))
 
     def args(self):
         """The filter as query-string arguments, for links and hidden form fields."""
@@ -96,12 +97,14 @@ class RunFilter:
             out["payload"] = json.dumps(self.payload, ensure_ascii=False)
         if self.batch_id is not None:
             out["batch"] = self.batch_id
+        if self.sort:
+            out["sort"] = self.sort
         return out
 
     def narrows(self):
         """True when something other than the statuses narrows the runs (the chips then count
         the runs of this filter, not all runs)."""
-        return any(value for name, value in self.args().items() if name not in ("status", "tz"))
+        return any(value for name, value in self.args().items() if name not in ("status", "tz", "sort"))
 
     def conditions(self, with_statuses=True):
         where = []
@@ -215,6 +218,28 @@ def _optional(args, name, check):
         raise BadFilter(str(exc)) from None
 
 
+def _sort(args):
+    sort = args.get("sort", "").strip()
+    if sort not in ("", "finished"):
+        raise BadFilter(f"sort {sort[:40]!r} is not 'finished' (by finish time) or empty (newest first)")
+    return sort
+
+
+def finished_cursor(args):
+    """The finish time of a page's last run (`finished_before`), for the next page sorted by
+    finish time; None when not given; BadFilter when not an ISO time with its offset."""
+    raw = args.get("finished_before", "").strip()
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise BadFilter(f"finished_before must be an ISO time with its offset, got {raw[:40]!r}")
+    return moment
+
+
 def number(args, name):
     """A positive whole number from the query string (a run or definition id, a page cursor)."""
     return _optional(args, name, lambda raw: whole_number(name, raw))
@@ -250,14 +275,23 @@ def _plan_for_the_values(run_filter):
         execute(CUSTOM_PLANS)
 
 
-def page(run_filter, before=None, size=PAGE_SIZE):
+def page(run_filter, before=None, size=PAGE_SIZE, finished_before=None):
     """One page of runs, newest first, and the id to pass as `before` for the next (or None).
-    An error search is bounded (search_limits): its counts, read next, in the same transaction."""
+    An error search is bounded (search_limits): its counts, read next, in the same transaction.
+    Sorted by finish time (run_filter.sort), only finished runs, the last finished first, keyset
+    on (finished_at, id): the next page's cursor is `before` and the last row's finished_at."""
     _plan_for_the_values(run_filter)
     if run_filter.text:
         search_limits.begin()
-    runs = select(*LIST_COLUMNS).where(*run_filter.conditions()).order_by(JobRun.id.desc()).limit(size + 1)
-    if before is not None:
+    by_finish = run_filter.sort == "finished"
+    # Index job_runs_prunable (status, finished_at) serves a status filter sorted by finish time.
+    order = (JobRun.finished_at.desc(), JobRun.id.desc()) if by_finish else (JobRun.id.desc(),)
+    runs = select(*LIST_COLUMNS).where(*run_filter.conditions()).order_by(*order).limit(size + 1)
+    if by_finish:
+        runs = runs.where(JobRun.finished_at.isnot(None))
+        if before is not None and finished_before is not None:
+            runs = runs.where(tuple_(JobRun.finished_at, JobRun.id) < tuple_(finished_before, before))
+    elif before is not None:
         runs = runs.where(JobRun.id < before)
     # The page is cut before definitions are joined: when the planner misjudges how many runs
     # match (jsonb containment above all), it would join every matching run first, each against
@@ -265,7 +299,7 @@ def page(run_filter, before=None, size=PAGE_SIZE):
     run = aliased(JobRun, runs.subquery("run"))
     stmt = (select(run, JobDefinition.name).outerjoin(JobDefinition, JobDefinition.id == run.definition_id)
             .options(load_only(*(getattr(run, column.key) for column in LIST_COLUMNS)))
-            .order_by(run.id.desc()))
+            .order_by(*((run.finished_at.desc(), run.id.desc()) if by_finish else (run.id.desc(),))))
     try:
         rows = db.session.execute(stmt).all()
     except OperationalError as exc:
@@ -356,8 +390,9 @@ def filtered_counts(run_filter, statuses):
 
 def every_match(run_filter, before, next_before):
     """True when a page (runs newest first, after `before`, with `next_before` for the next) is
-    every run its filter matches: the first page, with no next one and no status ticked."""
-    return before is None and next_before is None and not run_filter.statuses
+    every run its filter matches: the first page, with no next one and no status ticked (nor
+    sorted by finish time, which leaves unfinished runs out)."""
+    return before is None and next_before is None and not run_filter.statuses and not run_filter.sort
 
 
 def counts_of(rows, statuses):
