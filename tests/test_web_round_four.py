@@ -104,3 +104,15 @@ def test_a_bad_sort_or_finish_cursor_is_refused_naming_it(sign_in):
     assert bad.status_code == 400 and "sort &#39;created&#39; is not &#39;finished&#39;" in bad.get_data(as_text=True)
     bad = client.get("/runs?sort=finished&before=5&finished_before=yesterday")
     assert bad.status_code == 400 and "finished_before must be an ISO time" in bad.get_data(as_text=True)
+
+
+def test_the_queues_pages_due_figure_opens_that_queues_waiting_runs(make_user, open_context, sql):
+    sql("INSERT INTO job_runs (job_type, queue, status) VALUES ('mail.send', 'mail', 'queued'), "
+        "('mail.send', 'mail', 'failed'), ('mail.send', 'mail', 'succeeded'), ('report.build', 'default', 'queued')")
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/queues")
+    page.locator("#queue-mail td[data-label=due]").get_by_role("link", name="2").click()
+    expect(page).to_have_url(re.compile(r"/runs\?queue=mail&status=queued&status=failed$"))
+    expect(page.locator("#runs-table tbody tr")).to_have_count(2)
+    expect(page.locator("#runs-table tbody")).not_to_contain_text("report.build")
