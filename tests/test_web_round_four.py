@@ -116,3 +116,28 @@ def test_the_queues_pages_due_figure_opens_that_queues_waiting_runs(make_user, o
     expect(page).to_have_url(re.compile(r"/runs\?queue=mail&status=queued&status=failed$"))
     expect(page.locator("#runs-table tbody tr")).to_have_count(2)
     expect(page.locator("#runs-table tbody")).not_to_contain_text("report.build")
+
+
+def test_a_runs_progress_reads_as_its_state_finished_stopped_or_none_once_put_back(make_user, open_context, sql):
+    progress = ("INSERT INTO job_runs (job_type, status, attempts, progress, progress_note, progress_at) "
+                "VALUES ('export.csv', %s, 1, %s, %s, now()) RETURNING id")
+    [(succeeded,)] = sql(progress, ["succeeded", 0.95, "writing the last rows"])
+    [(running,)] = sql(progress, ["running", 0.25, "row 250 of 1000"])
+    [(dead,)] = sql(progress, ["dead", 0.4, "row 400 of 1000"])
+    # A run a worker put back after SIGTERM: queued again, with what its interrupted attempt said.
+    [(put_back,)] = sql(progress, ["queued", 0.25, "row 250 of 1000"])
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    fact = page.locator("dt:text-is('Progress') + dd")
+    page.goto(f"/runs/{succeeded}")
+    expect(fact).to_contain_text("finished · writing the last rows")
+    assert "95" not in fact.inner_text()
+    expect(fact.locator("progress")).to_have_attribute("value", "1")
+    page.goto(f"/runs/{running}")
+    expect(fact).to_contain_text("25% · row 250 of 1000")
+    page.goto(f"/runs/{dead}")
+    expect(fact).to_contain_text("its last attempt stopped at 40% · row 400 of 1000")
+    page.goto(f"/runs/{put_back}")
+    expect(page.locator("#why-not-running")).to_be_visible()
+    expect(fact).to_have_count(0)
+    assert "25%" not in page.locator("#run").inner_text()
