@@ -195,3 +195,18 @@ def test_an_incidents_sentence_and_its_link_name_the_same_run(app, make_user, op
     expect(row).to_contain_text(f"run {second} of billing.charge is dead after 1 attempt: KeyError")
     expect(row.get_by_role("link", name=f"Run {second}")).to_have_attribute("href", f"/runs/{second}")
     assert f"run {first} " not in row.inner_text()
+
+
+def test_the_no_worker_incident_does_not_open_for_runs_that_only_a_pause_holds(app, sql):
+    app.config["JOBSWEB_NO_WORKER_MINUTES"] = 1
+    sql("INSERT INTO job_workers (id, host, pid, last_seen_at) VALUES ('w:1:a', 'w', 1, now() - interval '2 minutes')")
+    sql("INSERT INTO job_queues (name, paused) VALUES ('reports', true)")
+    sql("INSERT INTO job_paused_types (job_type) VALUES ('report.paused')")
+    held = [run(sql, queue="reports"), run(sql, job_type="report.paused")]
+    with app.app_context():
+        assert alerts.evaluate() == ([], [])  # they wait for a person, not for a worker
+        assert {r.kind for r in why_waiting.reasons(held).values()} == {"paused_queue", "paused_type"}
+    run(sql)  # a run that only a worker would start
+    with app.app_context():
+        [opened], _ = alerts.evaluate()
+    assert sql("SELECT kind FROM jobsweb_alert_incidents WHERE id = %s", [opened]) == [("no_worker",)]

@@ -13,6 +13,7 @@ Web processes evaluate these too (web_alerts.py): they are exactly what a team n
 when no worker runs. Each function runs inside evaluate()'s transaction, under its lock.
 """
 
+from .stats import HELD_BY_A_PAUSE
 from ..core.database import execute
 
 SLOW_FACTOR = 3
@@ -22,9 +23,13 @@ SLOW_FLOOR = 60.0  # seconds: a run is never "slow" sooner, whatever its history
 # Whether runs are due that only a worker starts, and when a worker was last seen. Due: a
 # queued or failed run past its run_at (index job_runs_claimable), or the slot of an enabled
 # definition that a worker would materialise (index job_definitions_due; external definitions
-# are reported, not run). job_workers keeps one row per process for the retention period.
-NO_WORKER_STATE = """
-SELECT least((SELECT min(run_at) FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()),
+# are reported, not run). A run of a paused queue or job type is not due for a worker: it
+# waits for a person (its page says so, why_waiting.py), and blaming the workers for it sent
+# the on-call person to the wrong place. job_workers keeps one row per process for the
+# retention period.
+NO_WORKER_STATE = f"""
+SELECT least((SELECT min(run_at) FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now()
+                                                AND NOT {HELD_BY_A_PAUSE}),
              (SELECT min(next_run_at) FROM job_definitions
               WHERE enabled AND NOT external AND next_run_at <= now())) AS due_since,
        (SELECT max(last_seen_at) FROM job_workers) AS last_seen,
