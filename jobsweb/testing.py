@@ -127,8 +127,7 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
             "leases": [float(seconds or current_app.config["JOBSWEB_LEASE_SECONDS"])]}))
 
     return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease,
-                      _report_progress=lambda ctx, progress, note: upkeep.report_progress(link, worker, ctx, progress,
-                                                                                          note),
+                      _report_progress=lambda ctx, *said: upkeep.report_progress(link, worker, ctx, *said),
                       _read_batch=lambda run_id: workflows.batch_of_run(link.fetch, run_id))
 
 

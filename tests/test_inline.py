@@ -35,7 +35,7 @@ def test_a_failing_handler_is_dead_at_once_without_retries(sqlite_app):
 
 def test_an_async_handler_runs_and_its_progress_is_kept(sqlite_app):
     run = get_run(enqueue("test.async_progress"))
-    assert (run.status, run.result, run.progress, run.progress_note) == ("succeeded", "done", 0.75, "three quarters")
+    assert (run.status, run.result, run.progress, run.progress_note) == ("succeeded", "done", 1.0, "three quarters")
 
 
 def test_enqueue_many_runs_each_payload_in_order(sqlite_app):

@@ -47,14 +47,15 @@ def test_an_async_handler_reports_progress_as_a_sync_one_does(app):
         run_id = enqueue("test.async_progress")
         assert [r.status for r in drain()] == ["succeeded"]
     run = read(app, run_id)
-    assert (run.progress, run.progress_note, run.result) == (0.75, "three quarters", "done")
+    # Its last ctx.progress said 0.75: a succeeded run's progress reads as finished.
+    assert (run.progress, run.progress_note, run.result) == (1.0, "three quarters", "done")
 
 
 def test_progress_is_written_at_most_every_half_second_and_its_last_value_at_the_end():
     # docs/REFERENCE.md: "written ... at most every 0.5 s per run"; "a value said within 0.5 s of
     # the last write waits for the next call or the handler's return".
     written = []  # (time.monotonic() when written, progress, note)
-    ctx = JobContext(1, "t", {}, 1, 1, _report_progress=lambda ctx, progress, note: written.append(
+    ctx = JobContext(1, "t", {}, 1, 1, _report_progress=lambda ctx, progress, note, data: written.append(
         (time.monotonic(), progress, note)))
     said = []  # time.monotonic() as each call began; call n says step n
 

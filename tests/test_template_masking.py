@@ -11,7 +11,7 @@ from jobsweb.web.rendering import MASKING_FILTERS, templates
 
 # Attributes that hold what jobs and people wrote: printed only through MASKING_FILTERS.
 HELD_TEXT = {"payload", "result", "last_error", "error", "last_stack", "stack", "output", "progress_note",
-             "detail", "note", "body"}
+             "progress_data", "detail", "note", "body"}
 # Filters that print markup as it is, or JSON no masking went through.
 RAW = {"safe", "tojson"}
 # Filters that print no text of what they are given.

@@ -94,6 +94,7 @@ class JobRun(Model):
     progress: Mapped[float | None] = mapped_column(Double)  # 0.0 to 1.0, from ctx.progress()
     progress_note: Mapped[str | None] = mapped_column(Text)
     progress_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
+    progress_data: Mapped[dict | None] = mapped_column(JSONB)  # ctx.progress(data=...): a small JSON object
     batch_id: Mapped[int | None] = mapped_column(BigInteger)  # a member of this batch, or its callback
     batch_callback: Mapped[str | None] = mapped_column(Text)  # 'on_finish' / 'on_success': a callback run
     waiting_for: Mapped[int | None]  # runs of after= not yet ended; None without after=

@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic_config
 
-HEAD = "0026_retry_seams"  # the revision these lists describe
+HEAD = "0027_progress_data"  # the revision these lists describe
 
 TABLES = (
     "job_attempts", "job_batches", "job_definitions", "job_duration_totals", "job_effects", "job_metrics_state",

@@ -54,11 +54,11 @@ class LeaseHolder:
             return False
         return bool(rows)
 
-    def report_progress(self, ctx, progress, note):
+    def report_progress(self, ctx, progress, note, data):
         """JobContext.progress's write (engine/registry.py throttles it): from a handler's thread,
         on the worker's progress link, never the claims' or outcomes'."""
         try:
-            upkeep.report_progress(self.progress_link, self.id, ctx, progress, note)
+            upkeep.report_progress(self.progress_link, self.id, ctx, progress, note, data)
         except DatabaseUnavailable as exc:
             log.warning("run %d: could not record its progress: %s", ctx.run_id, exc)
 

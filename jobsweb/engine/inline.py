@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import threading
+import traceback
 from datetime import datetime, timezone
 
 from flask import current_app
@@ -44,12 +45,13 @@ def run(job_type, payload, max_attempts):
         run_id = next(_ids)
     now = datetime.now(timezone.utc)
     record = {"id": run_id, "job_type": job_type, "status": "running", "attempts": 1, "max_attempts": max_attempts,
-              "progress": None, "progress_note": None, "progress_at": None, "result": None, "last_error": None,
-              "error_type": None, "created_at": now, "run_at": now, "started_at": now, "finished_at": None}
+              "progress": None, "progress_note": None, "progress_at": None, "progress_data": None, "result": None,
+              "last_error": None, "error_type": None, "traceback": None, "created_at": now, "run_at": now,
+              "started_at": now, "finished_at": None}
     current_app.extensions.setdefault(INLINE_RUNS, {})[run_id] = record
 
-    def report_progress(ctx, progress, note):
-        record.update(progress=progress, progress_note=note, progress_at=datetime.now(timezone.utc))
+    def report_progress(ctx, progress, note, data):
+        record.update(progress=progress, progress_note=note, progress_data=data, progress_at=datetime.now(timezone.utc))
 
     job = registry.get(job_type)
     ctx = registry.JobContext(run_id, job_type, payload, 1, max_attempts,
@@ -58,10 +60,12 @@ def run(job_type, payload, max_attempts):
         result = check_result(run_coroutine(_awaited(job, ctx)) if job.is_async else job.func(ctx))
         ctx.flush_progress()
         # As stored and read back by a worker: JSON (a tuple comes back a list).
-        record.update(status="succeeded", result=json.loads(json.dumps(result)))
+        record.update(status="succeeded", result=json.loads(json.dumps(result)),
+                      progress=None if record["progress"] is None else 1.0)  # as FINISH_RUNS does
     except Exception as exc:  # noqa: BLE001 - recorded on the run, as a worker would
         ctx.flush_progress()
         log.exception("inline run %d %s failed", run_id, job_type)
-        record.update(status="dead", last_error=str(exc), error_type=type(exc).__name__)
+        record.update(status="dead", last_error=str(exc), error_type=type(exc).__name__,
+                      traceback=traceback.format_exc())
     record["finished_at"] = datetime.now(timezone.utc)
     return run_id

@@ -4,6 +4,7 @@ import asyncio
 import functools
 import importlib
 import inspect
+import json
 import math
 import re
 import threading
@@ -13,17 +14,40 @@ from dataclasses import dataclass
 from . import effects
 from .flow import check_priority, check_queue
 from .reported_runs import EXTERNAL_JOB_TYPE
-from ..core.errors import ConfigError, InvalidInput, check_job_type_name, clean_text
+from ..core.errors import ConfigError, InvalidInput, check_job_type_name, clean_text, has_nul
 
 # ctx.progress() writes at most this often per run (seconds); the value it holds back is written
 # by the next call past the interval, or when the handler returns.
 PROGRESS_INTERVAL = 0.5
 PROGRESS_NOTE_MAX_CHARS = 200
+# ctx.progress(data=...)'s object, as compact UTF-8 JSON: what a progress bar's page needs
+# (current/total, a file name, partial counts) fits many times over; a result belongs in the
+# handler's return, which is written once, where this is written every PROGRESS_INTERVAL.
+PROGRESS_DATA_MAX_BYTES = 4096
 # What a new job type may be called. A name shows on every page, in /metrics labels, log lines
 # and shell commands copied from the admin screen: HTML, quotes or spaces there only ever meant
 # trouble. Checked as a handler registers, so names already in the database (runs, schedules,
 # pauses of types registered before) are read and acted on as they are.
 JOB_TYPE_NAME = re.compile(r"[A-Za-z0-9._:-]+")
+
+
+def progress_data(data):
+    """ctx.progress's `data` as it will be stored and read back (JSON: a tuple comes back a list,
+    keys as text), or InvalidInput naming the field and what is wrong."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise InvalidInput("data", f"must be a JSON object (a dict), got {type(data).__name__}")
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:  # a set, a datetime, NaN, a circular reference
+        raise InvalidInput("data", f"must hold JSON values only: {exc}") from None
+    size = len(text.encode())
+    if size > PROGRESS_DATA_MAX_BYTES:
+        raise InvalidInput("data", f"must be at most {PROGRESS_DATA_MAX_BYTES} bytes as JSON, got {size}")
+    if has_nul(data):  # jsonb cannot hold it
+        raise InvalidInput("data", "must not contain the NUL character (\\u0000)")
+    return json.loads(text)
 
 
 class PermanentError(Exception):
@@ -143,7 +167,7 @@ class JobContext:
     _on_cancel: object = None
     _cancel_waker: asyncio.Event | None = None  # of that event loop, set by _on_cancel
     _report_progress: object = None  # the worker's (or drain()'s) write of ctx.progress
-    _progress_unsent: tuple | None = None  # (progress, note) held back by the interval
+    _progress_unsent: tuple | None = None  # (progress, note, data) held back by the interval
     _progress_sent_at: float = -math.inf  # time.monotonic() of the last write
     _read_batch: object = None  # run id -> its batch's state (workflows.batch_of_run), from the worker
 
@@ -203,9 +227,12 @@ class JobContext:
         """Hold this run for `seconds` more (default: the worker's lease); False if it was lost."""
         return self._extend_lease(self, seconds)
 
-    def progress(self, fraction, note=None):
+    def progress(self, fraction, note=None, data=None):
         """Say how far this run is, from 0.0 to 1.0, and optionally what it is doing ("page 3 of
-        10"); shown on the run page and the runs list, and read by jobsweb.get_run().
+        10") and a small JSON object (`data`, at most PROGRESS_DATA_MAX_BYTES as JSON, e.g.
+        {"current": 3, "total": 10}); shown on the run page (the note on the runs list too), read
+        by jobsweb.get_run() (.progress, .progress_note, .progress_data). Each call replaces all
+        three.
 
         Cheap to call often: written at most every PROGRESS_INTERVAL seconds (the latest value
         always, by the handler's return at the latest). Sync in both kinds of handler.
@@ -218,7 +245,7 @@ class JobContext:
             clean_text("note", note)
             if len(note) > PROGRESS_NOTE_MAX_CHARS:
                 raise InvalidInput("note", f"must be at most {PROGRESS_NOTE_MAX_CHARS} characters")
-        self._progress_unsent = (float(fraction), note)
+        self._progress_unsent = (float(fraction), note, progress_data(data))
         if time.monotonic() - self._progress_sent_at >= PROGRESS_INTERVAL:
             self.flush_progress()
 

@@ -25,9 +25,13 @@ class Run:
     progress: float | None  # 0.0 to 1.0, the latest ctx.progress() of its handler
     progress_note: str | None
     progress_at: datetime | None
+    progress_data: dict | None  # the latest ctx.progress(data=...), a small JSON object
     result: object  # what the handler returned (JSON), once succeeded
     last_error: str | None
     error_type: str | None
+    # The stack of its last failed attempt, raw like last_error (the run page shows it masked:
+    # print it through web/shown_text.shown() or not at all where others can read it).
+    traceback: str | None
     created_at: datetime
     run_at: datetime  # when it is (or was) due; for a failed run, its retry
     started_at: datetime | None  # of its latest attempt
@@ -54,8 +58,9 @@ class Run:
 
 
 INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/inline.py), by id
-COLUMNS = [getattr(JobRun, field.name) for field in fields(Run) if field.name != "attempts"] + [JobRun.attempts]
-FIELDS = [field.name for field in fields(Run)]  # job_runs' columns of the same names
+RENAMED = {"traceback": "last_stack"}  # Run's field: its job_runs column, where the names differ
+COLUMNS = [getattr(JobRun, RENAMED.get(field.name, field.name)).label(field.name) for field in fields(Run)]
+FIELDS = [f"{RENAMED[name]} AS {name}" if name in RENAMED else name for name in (f.name for f in fields(Run))]
 
 
 def get_run(run_id):

@@ -243,6 +243,8 @@ finished AS (
                  END,
         finished_at = CASE WHEN d.new_status IN ('succeeded', 'dead', 'cancelled') THEN now() END,
         result = CASE WHEN d.outcome = 'succeeded' THEN d.result ELSE r.result END,
+        -- A succeeded run's progress reads as finished, whatever its handler said last (0.95, say).
+        progress = CASE WHEN d.new_status = 'succeeded' AND r.progress IS NOT NULL THEN 1 ELSE r.progress END,
         last_error = coalesce(d.error, r.last_error),
         error_type = coalesce(d.error_type, r.error_type),
         last_stack = CASE WHEN d.error IS NULL THEN r.last_stack ELSE d.stack END,

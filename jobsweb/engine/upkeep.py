@@ -3,6 +3,8 @@ worker's job_workers row, the leases of the runs it holds (and those whose holde
 heartbeating) and the claims it lost track of. The status changes are in statements.py.
 """
 
+from psycopg.types.json import Jsonb
+
 # The run an enqueue with a key collided with (ENQUEUE's ON CONFLICT inserted nothing): the
 # run holding the idempotency key, else the unfinished run holding the unique key.
 RUN_BY_KEY = """
@@ -49,15 +51,16 @@ RETURNING r.id, r.cancel_requested_at IS NOT NULL AS cancel_requested
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 REPORT_PROGRESS = """
 UPDATE job_runs
-SET progress = %(progress)s, progress_note = %(note)s, progress_at = now()
+SET progress = %(progress)s, progress_note = %(note)s, progress_data = %(data)s, progress_at = now()
 WHERE id = %(id)s AND attempts = %(attempt)s AND locked_by = %(worker)s AND status = 'running'
 """
 
 
-def report_progress(link, worker, ctx, progress, note):
+def report_progress(link, worker, ctx, progress, note, data):
     """Write one run's progress (the worker's and drain()'s ctx.progress)."""
     link.fetch_together([(ASYNC_COMMIT, None), (REPORT_PROGRESS, {
-        "worker": worker, "id": ctx.run_id, "attempt": ctx.attempt, "progress": progress, "note": note})])
+        "worker": worker, "id": ctx.run_id, "attempt": ctx.attempt, "progress": progress, "note": note,
+        "data": None if data is None else Jsonb(data)})])
 
 # Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
 # and finished with statements.FINISH_RUNS in the same transaction. Uses index job_runs_running.
