@@ -61,6 +61,7 @@ def test_a_run_page_says_in_one_sentence_why_a_queued_run_is_not_running(make_us
     # The run's queue and priority are facts of its page.
     expect(page.locator("dt:text-is('Queue') + dd")).to_have_text("reports")
     expect(page.locator("dt:text-is('Priority') + dd")).to_contain_text("7")
+    page.screenshot(path="/tmp/39-why-not-running.png")  # for the closing note, kept out of the repo
     why.get_by_role("link", name="reports").click()
     expect(page.locator("#queue-reports")).to_contain_text("paused")
 
