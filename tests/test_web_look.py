@@ -17,7 +17,7 @@ SIZES = {"laptop": {"width": 1366, "height": 900}, "phone": {"width": 390, "heig
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
          "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/users", "/audit",
          "/definitions?kind=external", "/definitions/{external}", "/runs/{reported}", "/batches/{batch}",
-         "/runs/{waiting}"]
+         "/runs/{waiting}", "/batches", "/job-metrics"]
 
 expect = sync_api.expect
 

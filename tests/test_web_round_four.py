@@ -7,6 +7,8 @@ import re
 
 from playwright import sync_api
 
+from jobsweb import batch
+
 from tests import test_web_look
 from tests.test_web_look import sign_in as sign_in_page
 
@@ -141,3 +143,46 @@ def test_a_runs_progress_reads_as_its_state_finished_stopped_or_none_once_put_ba
     expect(page.locator("#why-not-running")).to_be_visible()
     expect(fact).to_have_count(0)
     assert "25%" not in page.locator("#run").inner_text()
+
+
+def test_the_batches_page_lists_open_and_finished_batches_with_member_counts_and_callbacks(
+        app, make_user, open_context, sql):
+    with app.app_context():
+        with batch(on_finish="jobsweb.noop") as open_one:
+            open_one.enqueue("jobsweb.noop")
+            open_one.enqueue("jobsweb.noop")
+        with batch(on_success="jobsweb.noop") as done:
+            done.enqueue("jobsweb.noop")
+    sql("UPDATE job_runs SET status = 'running', started_at = now() WHERE batch_id = %s AND batch_callback IS NULL "
+        "AND id = (SELECT min(id) FROM job_runs WHERE batch_id = %s)", [open_one.id, open_one.id])
+    # The second batch's member succeeds: the trigger finishes the batch and releases its callback.
+    sql("UPDATE job_runs SET status = 'succeeded', finished_at = now() WHERE batch_id = %s AND batch_callback IS NULL",
+        [done.id])
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/")
+    page.get_by_role("navigation", name="Pages").get_by_role("link", name="Batches").click()
+    expect(page.get_by_role("heading", name="Batches")).to_be_visible()
+    rows = page.locator("#batches tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text(f"#{done.id}")  # newest first
+    expect(rows.first).to_contain_text("Finished")
+    expect(rows.first.locator("td[data-label=callbacks]")).to_contain_text("on_success")
+    expect(rows.first.locator("td[data-label=callbacks]")).to_contain_text("Queued")
+    opened = rows.filter(has_text=f"#{open_one.id}")
+    expect(opened).to_contain_text("Open")
+    expect(opened.locator("td[data-label=members]")).to_contain_text("Running 1")
+    expect(opened.locator("td[data-label=members]")).to_contain_text("Queued 1")
+    expect(opened.locator("td[data-label=callbacks]")).to_contain_text("Waiting")
+    page.get_by_role("navigation", name="Batch state").get_by_role("link", name="Open").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(f"#{open_one.id}")
+    opened = rows.first
+    opened.get_by_role("link", name=f"#{open_one.id}").click()
+    expect(page.locator(".crumbs")).to_contain_text("Batches")
+    assert page.get_by_role("link", name="Batches").first.get_attribute("aria-current") == "page"
+
+
+def test_a_bad_batch_state_filter_is_refused_naming_it(sign_in):
+    bad = sign_in("viewer").get("/batches?state=closed")
+    assert bad.status_code == 400 and "state must be open or finished" in bad.get_data(as_text=True)

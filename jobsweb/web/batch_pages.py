@@ -1,11 +1,12 @@
-"""A batch's page: its counts as a bar, its members (the runs list's table, filtered to it), its
-callback runs; retry its failed members, cancel the rest."""
+"""The Batches page (open and finished batches, newest first, with their members by status and
+their callbacks' states), and a batch's page: its counts as a bar, its members (the runs list's
+table, filtered to it), its callback runs; retry its failed members, cancel the rest."""
 
 from flask import Blueprint, abort, current_app, flash, redirect, request, url_for
 from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
-from ..core.database import db
+from ..core.database import db, execute
 from ..engine import run_actions, workflows
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
@@ -15,6 +16,39 @@ from .run_pages import bulk_message, table_context
 bp = Blueprint("batches", __name__, url_prefix="/batches")
 
 MEMBERS_PAGE = 25
+BATCHES_PAGE = 50
+BATCH_STATES = {"": None, "open": "finished_at IS NULL", "finished": "finished_at IS NOT NULL"}
+
+# A page of batches, newest first (keyset on the primary key; open ones through index
+# job_batches_open), each with its members by status (index job_runs_batch, index only) and its
+# callback runs (job_runs_batch_callbacks), newest first.
+BATCHES = """
+SELECT b.id, b.on_finish, b.on_success, b.members, b.pending, b.created_at, b.finished_at,
+       coalesce((SELECT jsonb_object_agg(status, n) FROM (
+                     SELECT status, count(*) AS n FROM job_runs
+                     WHERE batch_id = b.id AND batch_callback IS NULL GROUP BY status) c), '{{}}') AS counts,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('id', r.id, 'callback', r.batch_callback, 'status', r.status)
+                                  ORDER BY r.id DESC)
+                 FROM job_runs r WHERE r.batch_id = b.id AND r.batch_callback IS NOT NULL), '[]') AS callbacks
+FROM job_batches b
+WHERE {state} AND (CAST(%(before)s AS bigint) IS NULL OR b.id < %(before)s)
+ORDER BY b.id DESC
+LIMIT %(limit)s
+"""
+
+
+@bp.get("")
+def index():
+    """Batches, newest first, open or finished or both: members by status, callbacks' states."""
+    state = request.args.get("state", "")
+    if state not in BATCH_STATES:
+        abort(400, "Bad filter: state must be open or finished.")
+    before = runlist.number(request.args, "before")
+    rows = execute(BATCHES.format(state=BATCH_STATES[state] or "true"),
+                   {"before": before, "limit": BATCHES_PAGE + 1}).all()
+    next_before = rows[BATCHES_PAGE - 1].id if len(rows) > BATCHES_PAGE else None
+    return render("batches.html", "partials/_batches.html", batches=rows[:BATCHES_PAGE], state=state,
+                  before=before, next_before=next_before, statuses=RUN_STATUSES)
 
 
 def _batch_or_404(batch_id):
