@@ -155,7 +155,9 @@ def test_an_identity_from_authorize_too_long_or_with_control_characters_is_refus
 
     sql("TRUNCATE jobsweb_audit_log")
     answer = ["b" * 240 + "@example.com"]  # 252 characters: within the limit
-    host = Flask("host")
+    # A logger name of its own: "host" made here would exist when a later test's logging
+    # config (alembic's, disable_existing_loggers) turns off every logger made before it.
+    host = Flask("identity_host")
     host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret")
     JobsWeb(host, url_prefix="/admin/jobs", authorize=lambda: (answer[0], "admin"))
     client = host.test_client()
