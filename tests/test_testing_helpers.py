@@ -132,7 +132,7 @@ def sqlite_host(app, database_url_for_tests, monkeypatch):
                       ("PGDATABASE", "dbname")):
         if key in real:
             monkeypatch.setenv(name, str(real[key]))
-    host = Flask("host")
+    host = Flask("sqlite_host")  # not "host": a logger made early can be turned off by a later logging config
     host.config.update(SQLALCHEMY_DATABASE_URI="sqlite://", SECRET_KEY="host-secret", TESTING=True)
     JobsWeb(host, url_prefix="/admin/jobs")
     with host.app_context():
