@@ -186,3 +186,28 @@ def test_the_batches_page_lists_open_and_finished_batches_with_member_counts_and
 def test_a_bad_batch_state_filter_is_refused_naming_it(sign_in):
     bad = sign_in("viewer").get("/batches?state=closed")
     assert bad.status_code == 400 and "state must be open or finished" in bad.get_data(as_text=True)
+
+
+def test_the_metrics_page_groups_by_queue_as_well_as_by_job_type(make_user, open_context, sql):
+    sql("""INSERT INTO job_runs (job_type, queue, status, attempts, run_at, started_at, finished_at)
+           SELECT t, q, 'succeeded', 1, now() - interval '3 minutes', now() - interval '2 minutes',
+                  now() - interval '2 minutes'
+           FROM (VALUES ('mail.send', 'mail'), ('mail.digest', 'mail'), ('report.build', 'default')) AS v(t, q)""")
+    sql("INSERT INTO job_attempts (run_id, attempt, started_at, finished_at, outcome) "
+        "SELECT id, 1, started_at, finished_at, 'succeeded' FROM job_runs")
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/job-metrics")
+    expect(page.locator("table.metrics tbody tr")).to_have_count(3)
+    page.get_by_role("link", name="By queue").click()
+    expect(page).to_have_url(re.compile(r"by=queue"))
+    expect(page.locator("table.metrics tbody tr")).to_have_count(2)
+    expect(page.get_by_role("columnheader", name="Queue")).to_be_visible()
+    assert cells(page, "mail")["runs"] == "2" and cells(page, "default")["runs"] == "1"
+    row = page.locator("table.metrics tbody tr", has_text="mail")
+    expect(row.get_by_role("link", name="mail", exact=True)).to_have_attribute("href", "/runs?queue=mail")
+    row.get_by_role("link", name="Chart").click()
+    expect(page.locator("#throughput h2")).to_contain_text("mail")
+    expect(page.locator("#throughput svg")).to_have_attribute("aria-label", re.compile(r"of mail: 2 succeeded, 0 failed"))
+    page.goto("/job-metrics?by=worker")
+    expect(page.get_by_text("by: 'worker' is not one of job_type, queue")).to_be_visible()

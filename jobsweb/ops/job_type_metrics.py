@@ -143,29 +143,33 @@ SEALED = "SELECT sealed_until FROM job_type_metrics_state WHERE id = 1"
 
 CURRENT_BUCKET = "SELECT date_trunc(%(span)s, now(), 'UTC')"
 
-# The window's rows (primary key: span, then bucket), summed per job type.
+# What the figures are grouped by: each job type (the default), or each queue (as Oban Web's
+# queues view); both are columns of every row, so either costs the same. {key} is one of these.
+BY = ("job_type", "queue")
+
+# The window's rows (primary key: span, then bucket), summed per job type or queue.
 TOTALS = """
-SELECT job_type, sum(runs)::bigint, sum(failures)::bigint, sum(waited)::bigint
+SELECT {key}, sum(runs)::bigint, sum(failures)::bigint, sum(waited)::bigint
 FROM job_type_metrics WHERE span = %(span)s AND bucket >= %(since)s
-GROUP BY job_type
+GROUP BY {key}
 """
 
-# The same rows' histograms, added element by element: (job type, position, durations, waits).
+# The same rows' histograms, added element by element: (job type or queue, position, durations, waits).
 HISTOGRAMS = """
-SELECT m.job_type, h.n, sum(h.duration)::bigint, sum(h.wait)::bigint
+SELECT m.{key}, h.n, sum(h.duration)::bigint, sum(h.wait)::bigint
 FROM job_type_metrics m, unnest(m.durations, m.waits) WITH ORDINALITY AS h(duration, wait, n)
 WHERE m.span = %(span)s AND m.bucket >= %(since)s
-GROUP BY m.job_type, h.n
+GROUP BY m.{key}, h.n
 """
 
-# Attempts per bar of the chart, empty bars included, for one job type or all (NULL).
+# Attempts per bar of the chart, empty bars included, for one job type or queue, or all (NULL).
 CHART = """
 SELECT b.start, coalesce(sum(m.runs - m.failures), 0)::bigint, coalesce(sum(m.failures), 0)::bigint
 FROM generate_series(CAST(%(since)s AS timestamptz), CAST(%(last)s AS timestamptz),
                      CAST(%(step)s AS interval)) AS b(start)
 LEFT JOIN job_type_metrics m
        ON m.span = %(span)s AND m.bucket >= b.start AND m.bucket < b.start + CAST(%(step)s AS interval)
-      AND (CAST(%(job_type)s AS text) IS NULL OR m.job_type = %(job_type)s)
+      AND (CAST(%(chosen)s AS text) IS NULL OR m.{key} = %(chosen)s)
 GROUP BY b.start
 ORDER BY b.start
 """
@@ -246,23 +250,25 @@ class JobTypeFigures:
         return self.failures / self.attempts if self.attempts else 0.0
 
 
-def figures(window):
-    """Each job type's JobTypeFigures over `window` (a Window) as far as the rollup has counted,
-    and the window's start."""
+def figures(window, by="job_type"):
+    """Each job type's (or, `by` "queue", each queue's) JobTypeFigures over `window` (a Window) as
+    far as the rollup has counted, and the window's start. A queue's figures carry its name as
+    their job_type."""
+    key = _key(by)
     since = execute(CURRENT_BUCKET, {"span": window.span}).scalar() + SPAN_LENGTH[window.span] - window.length
     args = {"span": window.span, "since": since}
     histograms = {}
-    for job_type, n, durations, waits in execute(HISTOGRAMS, args):
+    for job_type, n, durations, waits in execute(HISTOGRAMS.format(key=key), args):
         pair = histograms.setdefault(job_type, ([0] * len(BOUNDS), [0] * len(BOUNDS)))
         pair[0][n - 1], pair[1][n - 1] = durations, waits
     out = []
     externals = {}
-    for job_type, attempts, failures, waited in execute(TOTALS, args):
+    for job_type, attempts, failures, waited in execute(TOTALS.format(key=key), args):
         durations, waits = histograms[job_type]
         out.append(JobTypeFigures(job_type, attempts, failures, quantile(durations, attempts, 0.5),
                                   quantile(durations, attempts, 0.95), quantile(waits, waited, 0.95), runs=waited))
         prefix, _, definition_id = job_type.partition(":")
-        if prefix == EXTERNAL_JOB_TYPE and definition_id.isdigit():
+        if key == "job_type" and prefix == EXTERNAL_JOB_TYPE and definition_id.isdigit():
             externals[int(definition_id)] = out[-1]
     if externals:
         for definition_id, name in execute(DEFINITION_NAMES, {"ids": list(externals)}):
@@ -270,7 +276,15 @@ def figures(window):
     return out, since
 
 
-def chart(window, since, job_type=None):
-    """(bar start, succeeded, failed) for each of the window's bars, oldest first."""
-    return execute(CHART, {"span": window.span, "since": since, "last": since + window.length - window.step,
-                           "step": window.step, "job_type": job_type}).all()
+def chart(window, since, chosen=None, by="job_type"):
+    """(bar start, succeeded, failed) for each of the window's bars, oldest first: of every
+    attempt, or of the job type (or queue, `by`) `chosen`."""
+    return execute(CHART.format(key=_key(by)), {"span": window.span, "since": since,
+                                                "last": since + window.length - window.step,
+                                                "step": window.step, "chosen": chosen}).all()
+
+
+def _key(by):
+    if by not in BY:  # a column name put into the SQL: only ours
+        raise ValueError(f"metrics are grouped by one of {BY}, not {by!r}")
+    return by

@@ -55,20 +55,22 @@ def _choice(name, allowed, default):
 
 @bp.get("/job-metrics")
 def index():
-    """Per job type: attempts, failures, p50/p95 duration and p95 wait over the chosen window,
-    sortable, each linked to its runs; a chart of attempts for all job types or the chosen one."""
+    """Per job type (or per queue, ?by=queue): runs, attempts, failures, p50/p95 duration and
+    p95 wait over the chosen window, sortable, each linked to its runs; a chart of attempts for
+    all or the chosen one."""
     window = WINDOWS[_choice("window", WINDOWS, DEFAULT_WINDOW)]
+    by = _choice("by", job_type_metrics.BY, "job_type")
     sort = _choice("sort", COLUMNS, "runs")
     order = _choice("order", ("asc", "desc"), "asc" if sort == "job_type" else "desc")
-    chosen = text_filter(request.args, "job_type") or None
+    chosen = text_filter(request.args, by) or None  # the job type (or queue) charted
     counted_until = job_type_metrics.seal(SEAL_BUDGET)
     # A week of rows is summed here: cheap, but past jit_above_cost on a stock server, where
     # compiling would cost more than the read. This request's (read-only) transaction only.
     execute(NO_JIT)
-    figures, since = job_type_metrics.figures(window)
+    figures, since = job_type_metrics.figures(window, by)
     behind = counted_until is None or datetime.now(timezone.utc) - counted_until > BEHIND
     figures.sort(key=COLUMNS[sort][1], reverse=order == "desc")
-    chart = job_type_metrics.chart(window, since, chosen)
+    chart = job_type_metrics.chart(window, since, chosen, by)
     return render("job_metrics.html", "partials/_job_metrics.html", window=window, windows=WINDOWS,
-                  figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen,
+                  figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen, by=by,
                   chart=chart, seconds=short_seconds, behind=behind, counted_until=counted_until, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")
