@@ -1,7 +1,7 @@
 """The admin screen, round four's smaller points (issue 39), read in a real Chromium: the metrics
-page counts runs apart from attempts and names external definitions, "Retry all matching" says
-what it will retry, the runs list sorts by finish time, the Queues page links its Due figure,
-and a run's progress reads as its state."""
+page counts runs apart from attempts, names external definitions and groups by queue too, "Retry
+all matching" says what it will retry, the runs list sorts by finish time, the Queues page links
+its Due figure and names every column, a run's progress reads as its state, and the Batches page."""
 
 import re
 
