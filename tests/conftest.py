@@ -70,6 +70,7 @@ ON_BOTH_SERVERS = (
     "test_migrations.py", "test_schema_names.py",
     # ops: pruning, alerts, stats, health, outages, a pooler, deploys
     "test_prune.py", "test_alerts.py", "test_stats.py", "test_queue_stats.py", "test_run_search.py", "test_metrics.py", "test_health.py",
+    "test_web_why_waiting.py",  # why a run is not running: one statement for many runs, planned on both
     "test_database_outage.py", "test_pooler.py", "test_deploy.py",
     # the reliability drills, short forms: every file in tests/reliability/
     "reliability/",
