@@ -1,7 +1,9 @@
 """A TCP proxy on 127.0.0.1 in front of a test server, with the faults of a real network.
 
     proxy = FaultProxy(("127.0.0.1", 5432))      # listens on proxy.port
-    proxy.latency = 0.2      # each chunk, either way, arrives 0.2 s late (a slow link)
+    proxy.latency = 0.2      # each chunk, either way, arrives 0.2 s after it was sent, in order
+                             # (a long link: chunks in flight together are all 0.2 s late, as
+                             # netem's delay makes them, not 0.2 s more each)
     proxy.reset()            # every open connection is reset (RST), as a server crash does
     proxy.refuse = True      # new connections are reset at once (down, or out of slots)
     proxy.blackhole = True   # connections are accepted and nothing is forwarded either way:
@@ -14,6 +16,7 @@
 Only ever a loopback address: the tests start it in front of their own server.
 """
 
+import queue
 import select
 import socket
 import struct
@@ -29,6 +32,10 @@ class FaultProxy:
         self.latency = 0.0  # seconds added to each chunk, either way
         self.refuse = False
         self._blackhole = False
+        # Times a client sent after it had been answered: its round trips (with some latency set,
+        # so that no answer arrives while a client is still sending what it sends at once).
+        self.round_trips = 0
+        self._last_from = {}  # connection: who sent the last chunk forwarded, "client" or "server"
         self.lock = threading.Lock()
         self.pairs = set()  # (client socket, server socket) of each open connection
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -92,6 +99,7 @@ class FaultProxy:
             threading.Thread(target=self._pump, args=(server, client, pair), daemon=True).start()
 
     def _pump(self, source, sink, pair):
+        line = _DelayLine(sink, self)
         try:
             while not self.closed:
                 readable, _, _ = select.select([source], [], [], 0.1)
@@ -103,18 +111,57 @@ class FaultProxy:
                 data = source.recv(CHUNK)
                 if not data:
                     break
-                if self.latency:
-                    time.sleep(self.latency)
-                if self._blackhole:
-                    continue  # lost in the hole
-                sink.sendall(data)
+                if not self._blackhole:  # else lost in the hole
+                    self._count(source is pair[0], pair)
+                    line.put(data, time.monotonic() + self.latency)
         except (OSError, ValueError):  # reset meanwhile: the socket is closed
             pass
         finally:
+            line.finish()
             with self.lock:
                 self.pairs.discard(pair)
             for sock in pair:
                 _reset(sock)
+
+
+    def _count(self, from_client, pair):
+        with self.lock:
+            if from_client and self._last_from.get(pair) != "client":
+                self.round_trips += 1
+            self._last_from[pair] = "client" if from_client else "server"
+
+
+class _DelayLine:
+    """One direction of a connection: chunks sent on, in order, each at its own due time (the
+    chunk's arrival plus the latency then), by a thread of its own, so that a chunk's delay does
+    not add to the next one's."""
+
+    def __init__(self, sink, proxy):
+        self.sink = sink
+        self.proxy = proxy
+        self.chunks = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="fault-proxy-line", daemon=True)
+        self.thread.start()
+
+    def put(self, data, due):
+        self.chunks.put((due, data))
+
+    def finish(self):
+        """Send what is still on the line (a client's last message), then end its thread."""
+        self.chunks.put(None)
+        self.thread.join()
+
+    def _serve(self):
+        while (item := self.chunks.get()) is not None:
+            due, data = item
+            if (wait := due - time.monotonic()) > 0:
+                time.sleep(wait)
+            if self.proxy._blackhole or self.proxy.closed:
+                continue  # lost in the hole
+            try:
+                self.sink.sendall(data)
+            except OSError:  # reset meanwhile
+                continue
 
 
 def _connect(target):

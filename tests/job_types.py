@@ -56,6 +56,16 @@ def stubborn(ctx):
     time.sleep(float(ctx.payload.get("seconds", 30)))
 
 
+@job("test.polite_once")
+def polite_once(ctx):
+    """On its first attempt, record that its handler began (test_executions, committed at once),
+    then sleep 30 s, stopping early when asked; later attempts end at once."""
+    if ctx.attempt == 1:
+        record_execution(ctx)
+        db.session.commit()
+        ctx.sleep(30)
+
+
 @job("test.polite")
 def polite(ctx):
     """Record that its handler began (test_executions, committed at once), then jobsweb.sleep's

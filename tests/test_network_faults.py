@@ -8,6 +8,7 @@ import time
 import psycopg
 import pytest
 
+from jobsweb.engine.link import Link
 from tests import servers
 from tests.conftest import wait_for
 from tests.private_databases import migrated, proxy_to
@@ -149,3 +150,27 @@ def test_connections_reset_under_load_lose_nothing_and_run_nothing_twice(db, pro
     for proc in procs:
         stop_in_time(proc)
     figures(runs=300, resets=3, attempts=db("SELECT count(*) FROM job_attempts")[0][0], succeeded_twice=0)
+
+
+def test_a_worker_transaction_is_one_round_trip_whatever_its_statements(db, proxy, server_url):
+    # Counted by the proxy as the times the client sent after an answer, on a link slow enough
+    # (0.1 s each way) that nothing is answered while it is still sending. psycopg's own
+    # transaction block in a pipeline took four for one statement: 4 s on a link with 500 ms
+    # each way, where a stopping worker has under a second to write.
+    link = Link(proxy.url(server_url))
+    try:
+        link.fetch("SELECT 1")  # connected
+        proxy.latency = 0.1
+        trips = proxy.round_trips
+        assert link.fetch_together([("SELECT 1", None), ("SELECT %(n)s::int", {"n": 2}), ("SELECT 3", None)]) == \
+            [[(1,)], [(2,)], [(3,)]]
+        assert proxy.round_trips - trips == 1
+        trips = proxy.round_trips
+        assert link.fetch("SELECT 4") == [(4,)]
+        assert proxy.round_trips - trips == 1
+        # A statement that fails leaves no aborted transaction behind: the next one runs.
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            link.fetch("SELECT 1 / 0")
+        assert link.fetch("SELECT 5") == [(5,)]
+    finally:
+        link.close()

@@ -22,5 +22,5 @@ class Duty:
     run: Callable  # (Link) -> bool; may raise DatabaseUnavailable, like the loop's own statements
     every: float  # seconds from a pass that found nothing to the next
     after_work: float | None = None  # seconds from a pass that found work to the next (None: every)
-    stop: Callable = lambda: None  # called once when the worker stops
+    stop: Callable = lambda until: None  # called once when the worker stops; returns by `until` (time.monotonic())
     next_at: float = 0.0  # time.monotonic() of the next pass

@@ -28,8 +28,9 @@ def recover_expired_leases(link, failures, limit=RECOVER_BATCH):
             ctx = JobContext(run_id, job_type, {}, attempt, 0)
             # The dead holder is the one FINISH_RUNS's guard expects.
             outcomes.append(failures.failed(holder, registry.get(job_type), ctx, "lease_expired",
-                                            f"lease expired: worker {holder} stopped heartbeating "
-                                            "(killed, crashed or stuck)", backoff=(backoff_base, backoff_cap)))
+                                            f"lease expired: no heartbeat from worker {holder} within the lease "
+                                            "(it stopped or crashed, or could not reach the database in time)",
+                                            backoff=(backoff_base, backoff_cap)))
         if outcomes:
             try:
                 with conn.transaction():  # a savepoint: its failure leaves the locks taken above

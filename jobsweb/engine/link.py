@@ -1,6 +1,7 @@
 """The worker's database connections, reopened when the database goes away, and cut when it
 goes silent."""
 
+import logging
 import select
 import threading
 import time
@@ -41,6 +42,46 @@ def _ended_by_server(conn):
     return bool(poller.poll(0))
 
 
+def _one_trip(conn, statements):
+    """Run (sql, params) statements in one transaction sent as one pipeline with one Sync: one
+    round trip. The rows of each.
+
+    BEGIN and COMMIT are statements of the pipeline: psycopg's conn.transaction() in a pipeline
+    syncs on entering, at each result read and on leaving, and one statement took four round
+    trips (4 s on a link with 500 ms each way, where a stopping worker has 1 s left to write).
+    A statement that fails skips the rest, COMMIT included, and leaves the transaction aborted:
+    rolled back here before the error goes on (a conflict then runs the whole again)."""
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute(NO_JIT)
+            cursors = [conn.execute(sql, params) for sql, params in statements]
+            conn.execute("COMMIT")
+    except psycopg.Error:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                pass  # the connection broke meanwhile: the first error says why, and it is reopened
+        raise
+    return [cur.fetchall() if cur.description else [] for cur in cursors]
+
+
+class _PipelineExitNoise(logging.Filter):
+    """Drops psycopg's "error ignored terminating <Pipeline>" about a Link's connection. psycopg
+    logs it when a statement in the pipeline failed and leaving the pipeline failed too (always,
+    then): the error raised says the same, and the worker logs that once, as an outage or a
+    conflict. A lost connection was three lines; it is one."""
+
+    def filter(self, record):
+        if record.msg != "error ignored terminating %r: %s" or not record.args:
+            return True
+        return not isinstance(getattr(record.args[0], "_conn", None), BoundedConnection)
+
+
+_pipeline_exit_noise = _PipelineExitNoise()
+
+
 class DatabaseUnavailable(Exception):
     """The database cannot be reached (down, restarting, wrong DATABASE_URL)."""
 
@@ -72,6 +113,7 @@ class Link:
         self.lock = threading.RLock()
         self.cut_at = None  # no round trip lasts past this (a stopping worker's deadline)
         self.answered_at = None  # time.monotonic() when the database last answered a round trip
+        logging.getLogger("psycopg").addFilter(_pipeline_exit_noise)  # once: addFilter skips a filter it has
 
     def _connection(self, seconds):
         if self.conn is not None and not self.conn.closed and _ended_by_server(self.conn):
@@ -80,7 +122,9 @@ class Link:
             if self.cut_at is not None and seconds < MIN_CONNECT_TIMEOUT:
                 # A stopping worker: a connect it began now would outlast its deadline.
                 raise DatabaseUnavailable("no time left to reach the database")
-            timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, int(seconds) + 1))
+            # Whole seconds rounded down: a connect begun 2.7 s before a stopping worker's
+            # deadline gives up by it (rounded up, it outlasted the deadline by 0.3 s).
+            timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, int(seconds)))
             try:
                 self.conn = BoundedConnection.connect(self.conninfo, autocommit=True, connect_timeout=timeout,
                                                       **NO_PREPARE)
@@ -125,26 +169,14 @@ class Link:
 
     def fetch(self, sql, params=None):
         """Run one statement and return its rows."""
-        def work(conn):
-            with conn.pipeline(), conn.transaction():
-                conn.execute(NO_JIT)
-                cur = conn.execute(sql, params)
-            return cur.fetchall() if cur.description else []
-
-        return self._round_trip(work)
+        return self._round_trip(lambda conn: _one_trip(conn, [(sql, params)])[0])
 
     def fetch_together(self, statements):
         """Run (sql, params) statements in one transaction, sent as one pipeline; their rows.
 
         One round trip and one commit (one WAL flush) for all of them, instead of one each.
         """
-        def work(conn):
-            with conn.pipeline(), conn.transaction():
-                conn.execute(NO_JIT)
-                cursors = [conn.execute(sql, params) for sql, params in statements]
-            return [cur.fetchall() if cur.description else [] for cur in cursors]
-
-        return self._round_trip(work)
+        return self._round_trip(lambda conn: _one_trip(conn, statements))
 
     def in_transaction(self, work):
         """Call work(conn) inside one transaction and return what it returns."""

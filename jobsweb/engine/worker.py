@@ -26,7 +26,7 @@ from .link import DatabaseUnavailable, Link
 from .outages import RECONNECT_FIRST_DELAY, OutageWaits
 from .registry import JobContext
 from .round_trips import Lane, Trip, TripKeeper
-from .stopping import LAST_WRITES_SECONDS, WAKE, Stopping
+from .stopping import WAKE, HandlerStopper, Stopping
 from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
@@ -75,6 +75,8 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
         self.done = 0  # runs written since job_workers.runs_done was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
+        self.drain_until = None  # time.monotonic() by which running handlers must end (set by the signal)
+        self.stopper = HandlerStopper(self.held)
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
         self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
         self.claim_size = ClaimAhead()
@@ -96,14 +98,17 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         """Work until nothing is due (or until stopped, with forever), then shut down cleanly."""
         # Signal handlers first: a worker that is in job_workers always stops cleanly on SIGTERM
         # (registered first, a SIGTERM in between killed it and left its row looking alive).
+        self.stopper.start()
         restore = self._install_signal_handlers()
         try:
             registered = self._register()
         except BaseException:
             restore()
+            self.stopper.stop()
             raise
         if not registered:
             restore()
+            self.stopper.stop()
             return 0
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(WAKE)).start()
@@ -112,16 +117,15 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                  f", queues {','.join(self.queues)}" if self.queues else "")
         started = time.monotonic()
         next_beat = started + self.heartbeat_every
-        drain_until = None
+        draining = False
         try:
             while True:
                 now = time.monotonic()
-                if self.stop_requested and drain_until is None:
-                    drain_until = now + self.shutdown_timeout
-                    self._stop_held("worker is shutting down")
-                    self._last_writes_until(drain_until + LAST_WRITES_SECONDS)
-                if self.stop_requested > 1:  # a second signal: stop waiting for handlers
-                    drain_until = now
+                # Set by the signal handler: the deadline counts from the signal, not from now.
+                drain_until = self.drain_until
+                if drain_until is not None and not draining:
+                    draining = True
+                    self._stop_held()
                 out_of_time = self.max_runtime is not None and now - started >= self.max_runtime
                 claiming = drain_until is None and not out_of_time
                 found = False
@@ -136,9 +140,9 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                         next_beat = now + self.heartbeat_every
                     self._database_back()
                 except DatabaseUnavailable as exc:
-                    self._wait_for_database(exc, drain_until)
-                    if drain_until is not None and (not self.held or time.monotonic() >= drain_until):
-                        break  # stopping: what could not be written is left to lease recovery
+                    self._wait_for_database(exc)
+                    if self.drain_until is not None and (not self.held or time.monotonic() >= self.drain_until):
+                        break  # stopping: the last writes try again while time is left
                     continue
                 if drain_until is not None and (not self.held or now >= drain_until):
                     break
