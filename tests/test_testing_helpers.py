@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jobsweb import enqueue, enqueue_many, get_run, job
+from jobsweb import batch, cancel, chain, enqueue, enqueue_many, get_batch, get_run, job, retry
 from jobsweb.core.database import db, libpq_url
 from jobsweb.core.errors import ConfigError
 from jobsweb.testing import create_schema, drain, empty_tables, enqueued
@@ -139,10 +139,17 @@ def sqlite_host(app, database_url_for_tests, monkeypatch):
         yield host
 
 
+def open_a_batch():
+    with batch(on_finish="jobsweb.noop"):
+        pass
+
+
 @pytest.mark.parametrize("call", [
     lambda: drain(), lambda: enqueued(), lambda: enqueue("jobsweb.noop"), lambda: enqueue_many("jobsweb.noop", [{}]),
-    lambda: get_run(1), lambda: create_schema(), lambda: empty_tables()],
-    ids=["drain", "enqueued", "enqueue", "enqueue_many", "get_run", "create_schema", "empty_tables"])
+    lambda: get_run(1), lambda: create_schema(), lambda: empty_tables(), lambda: get_batch(1), open_a_batch,
+    lambda: chain([("jobsweb.noop", {})]), lambda: cancel(1), lambda: retry(1)],
+    ids=["drain", "enqueued", "enqueue", "enqueue_many", "get_run", "create_schema", "empty_tables", "get_batch",
+         "batch", "chain", "cancel", "retry"])
 def test_on_sqlite_the_helpers_name_the_url_and_inline_mode_and_leave_the_pg_variables_database_alone(
         app, sqlite_host, sql, call):
     with app.app_context():

@@ -21,7 +21,7 @@ from sqlalchemy import insert
 from . import run_actions
 from .reported_runs import EXTERNAL_JOB_TYPE
 from ..core import conflicts
-from ..core.database import db
+from ..core.database import db, require_postgresql
 from ..core.errors import BIGINT_MAX, InvalidInput, RunNotFound, RunStateError, clean_name, clean_text
 from ..core.models import AuditEntry
 
@@ -96,6 +96,7 @@ def retry(run_id, actor=None, session=None):
 
 
 def _check_run_id(run_id):
+    require_postgresql(from_code=True)  # first: on SQLite, before any other word about the call
     if isinstance(run_id, bool) or not isinstance(run_id, int) or not 1 <= run_id <= BIGINT_MAX:
         raise InvalidInput("run_id", f"must be a run id (a whole number above 0), got {run_id!r}")
     if current_app.config.get("JOBSWEB_INLINE"):

@@ -15,7 +15,7 @@ from flask import current_app
 from .enqueuing import check_job_type, check_max_attempts, check_payload, insert, insert_many, many_params, \
     run_params
 from .flow import check_priority, check_queue
-from ..core.database import db, execute
+from ..core.database import db, execute, require_postgresql
 from ..core.errors import InvalidInput
 
 # The payload travels as JSON text cast here, as ENQUEUE's: a host's session may be on psycopg2.
@@ -131,6 +131,7 @@ def _fetch(sql, params):
 
 def get_batch(batch_id):
     """The state of batch `batch_id` (a BatchState), or None if there is none."""
+    require_postgresql(from_code=True)  # on SQLite: this, not a raw syntax error
     return read_batch(_fetch, batch_id)
 
 
@@ -183,6 +184,7 @@ class Batch:
         self.callbacks = {}
 
     def __enter__(self):
+        require_postgresql(from_code=True)
         if self._session is not None:
             self._conn = self._session.connection()
         else:
@@ -245,6 +247,7 @@ class Chain(int):
 def chain(steps, *, after=None, after_failure="cancel", session=None):
     """Enqueue steps, each (job_type, payload) or (job_type, payload, {enqueue options}), each
     waiting for the one before (the first for `after`), in one transaction; returns a Chain."""
+    require_postgresql(from_code=True)
     steps = list(steps)
     if not steps:
         raise InvalidInput("steps", "must hold at least one (job_type, payload) step")
