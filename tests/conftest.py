@@ -53,7 +53,8 @@ TEST_SERVER = os.environ.get("TEST_SERVER", "embedded")
 # browsers, the configuration, CLI and packaging tests, whose SQL is the ORM's and not the queue's.
 # Not listed because they start servers of their own (of each kind, or stock only) and so run
 # in the embedded run: test_stop_during_outage.py, test_exec_outage.py, test_network_faults.py,
-# test_web_outage.py, test_database_down.py, test_server_limits.py, test_hosted_settings.py.
+# test_web_outage.py, test_database_down.py, test_server_limits.py, test_hosted_settings.py,
+# test_stop_deadline.py.
 ON_BOTH_SERVERS = (
     # engine: enqueue, claim, finish, retry, flow control, the worker loop and its processes
     "test_enqueue.py", "test_claim_ahead.py", "test_round_trips.py", "test_worker.py",
@@ -82,7 +83,7 @@ ON_BOTH_SERVERS = (
 # timeouts and backoff steps, so `make test` runs them in a process of their own (-m own_servers)
 # beside the rest, which their waits held back.
 OWN_SERVERS = ("test_stop_during_outage.py", "test_exec_outage.py", "test_network_faults.py", "test_web_outage.py",
-               "test_database_down.py", "test_server_limits.py", "test_hosted_settings.py")
+               "test_database_down.py", "test_server_limits.py", "test_hosted_settings.py", "test_stop_deadline.py")
 
 
 def pytest_configure(config):
