@@ -5,21 +5,52 @@ core (settings, errors, database, tables) -> engine (enqueue, registry, the run 
 machine's SQL, the worker) -> scheduling -> ops (alerts, retention, metrics) -> web (the
 admin screen) -> the extension, the standalone app and the commands. docs/ARCHITECTURE.md
 draws them.
+
+Each name is imported where it lives on first use (PEP 562): `flask run-jobs`, a cron tick,
+imports jobsweb through `create_app` alone and pays for none of the rest.
 """
 
-from .app import create_app
-from .core.errors import InvalidInput, RunNotFound, RunStateError
-from .core.schema import alembic_include_name
-from .engine.enqueuing import enqueue, enqueue_many
-from .engine.registry import Cancelled, JobContext, PermanentError
-from .engine.run_control import cancel, retry
-from .engine.run_status import Run, get_run
-from .engine.workflows import batch, chain, get_batch
-from .extension import JobsWeb
-# The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
-from .scheduling import definitions, schedule
-from .scheduling.code_definitions import job
+import importlib
 
-__all__ = ["create_app", "JobsWeb", "enqueue", "enqueue_many", "job", "JobContext", "PermanentError", "Cancelled",
-           "InvalidInput", "definitions", "schedule", "alembic_include_name", "get_run", "Run", "batch", "chain",
-           "get_batch", "cancel", "retry", "RunNotFound", "RunStateError"]
+# name -> (module of this package, attribute; None for the module itself)
+_EXPORTS = {
+    "create_app": (".app", "create_app"),
+    "JobsWeb": (".extension", "JobsWeb"),
+    "enqueue": (".engine.enqueuing", "enqueue"),
+    "enqueue_many": (".engine.enqueuing", "enqueue_many"),
+    "job": (".scheduling.code_definitions", "job"),
+    "JobContext": (".engine.registry", "JobContext"),
+    "PermanentError": (".engine.registry", "PermanentError"),
+    "Cancelled": (".engine.registry", "Cancelled"),
+    "InvalidInput": (".core.errors", "InvalidInput"),
+    "RunNotFound": (".core.errors", "RunNotFound"),
+    "RunStateError": (".core.errors", "RunStateError"),
+    # The README's jobsweb.definitions.define(...) and jobsweb.schedule.next_fire_times(...).
+    "definitions": (".scheduling.definitions", None),
+    "schedule": (".scheduling.schedule", None),
+    "alembic_include_name": (".core.schema", "alembic_include_name"),
+    "get_run": (".engine.run_status", "get_run"),
+    "Run": (".engine.run_status", "Run"),
+    "batch": (".engine.workflows", "batch"),
+    "chain": (".engine.workflows", "chain"),
+    "get_batch": (".engine.workflows", "get_batch"),
+    "cancel": (".engine.run_control", "cancel"),
+    "retry": (".engine.run_control", "retry"),
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    try:
+        module_name, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'jobsweb' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name, __name__)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # once: later look-ups find it without this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -10,12 +10,13 @@ import secrets
 from pathlib import Path
 
 from flask import Flask, request
+from flask.cli import AppGroup
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import commands
-from .core import embedded, logs, settings
-from .core.database import migrate, own_db
+from .core import embedded, logs, schema, settings
+from .core.database import own_db
 from .core.package_files import resource
 from .extension import JobsWeb
 from .web.guards import add_headers
@@ -29,10 +30,54 @@ class SessionInterface(SecureCookieSessionInterface):
         return super().get_cookie_secure(app) or request.is_secure
 
 
+class LazyMigrate:
+    """app.extensions["migrate"] until something reads it: then Flask-Migrate is set up on the
+    app (its `flask db` and its functions, upgrade() and the rest, read that entry), which
+    imports Alembic, Mako and Pygments, an eighth of a second that a cron tick does without."""
+
+    jobsweb_tables_hidden = True  # read at every app context (schema.py): nothing to hide here
+
+    def __init__(self, app):
+        self.app = app
+
+    def set_up(self):
+        schema.alembic()  # quietly, before Flask-Migrate imports it
+        from flask_migrate import Migrate
+
+        # Replaces this entry, and the `db` command below with Flask-Migrate's own group.
+        Migrate().init_app(self.app, own_db, directory=str(resource("migrations")))
+        return self.app.extensions["migrate"]
+
+    def __getattr__(self, name):
+        return getattr(self.set_up(), name)
+
+
+class StandaloneCommands(AppGroup):
+    """The app's `flask` commands, with Flask-Migrate's `flask db` set up when it is asked for."""
+
+    def __init__(self, app):
+        super().__init__(app.name)
+        self.app = app
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name == "db":
+            self._set_up_migrate()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx):
+        self._set_up_migrate()
+        return super().list_commands(ctx)
+
+    def _set_up_migrate(self):
+        if isinstance(self.app.extensions.get("migrate"), LazyMigrate):
+            self.app.extensions["migrate"].set_up()
+
+
 def create_app(test_config=None):
     """Build the standalone app: settings, database, job handlers, CLI commands and pages."""
     # No app-level static route: the admin blueprint serves /static itself.
     app = Flask("jobsweb", instance_relative_config=True, static_folder=None)
+    app.cli = StandaloneCommands(app)
     app.config.update(settings.from_environment())
     if test_config:
         app.config.update(test_config)
@@ -63,7 +108,7 @@ def create_app(test_config=None):
     app.after_request(add_headers)  # that 404 page too: every answer of the site has the headers
 
     JobsWeb(app, url_prefix="")
-    migrate.init_app(app, own_db, directory=str(resource("migrations")))  # `flask db upgrade` too
+    app.extensions["migrate"] = LazyMigrate(app)  # `flask db upgrade` too
     commands.init_standalone(app)
     return app
 

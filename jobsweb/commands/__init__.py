@@ -1,7 +1,7 @@
 """The `flask` commands jobsweb adds to an app: `run-jobs` and the `jobs` group (schema,
 enqueue, schedules, queues, retention, users); the standalone app also gets `dev` and `users`."""
 
-from . import exec_commands, job_commands, run_commands, schedule_commands, user_commands  # noqa: F401 - their commands join the groups
+# The groups import their commands' modules when a command of theirs is looked up (groups.py).
 from .groups import jobs, setup_logging, users
 from .worker_commands import build_worker, dev_command, run_jobs
 

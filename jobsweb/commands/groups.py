@@ -1,6 +1,7 @@
 """What every jobsweb command shares: the `jobs` and `users` groups, whose commands refuse
 control characters in their arguments, one-line errors, logging, and times as people read them."""
 
+import importlib
 from contextlib import contextmanager
 
 import click
@@ -13,7 +14,6 @@ from ..core import logs
 from ..core.database import db, require_postgresql
 from ..core.errors import ConfigError, InvalidInput, clean_text
 from ..engine.link import DatabaseUnavailable, describe
-from ..scheduling.schedule import local_time, parse_timezone
 
 MULTILINE_OPTIONS = ("payload",)  # JSON text may span lines
 
@@ -46,12 +46,35 @@ class CleanCommand(click.Command):
 
 
 class CleanGroup(AppGroup):
+    """A group whose commands live in `modules` (of this package), imported when one of its
+    commands is looked up or listed: a cron tick (`flask run-jobs`) never looks in a group, and
+    those modules import most of jobsweb (the web's audit log and run lists among it)."""
+
     command_class = CleanCommand
 
+    def __init__(self, *args, modules=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.modules = modules
 
-jobs = CleanGroup("jobs", help="Enqueue and inspect jobs.")
-users = CleanGroup("users", help="Manage who may sign in to the admin screen.")
-runs = CleanGroup("runs", help="Show, cancel and retry runs (commands/run_commands.py).")
+    def _load_commands(self):
+        for name in self.modules:
+            importlib.import_module(f".{name}", __package__)
+
+    def get_command(self, ctx, cmd_name):
+        self._load_commands()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx):
+        self._load_commands()
+        return super().list_commands(ctx)
+
+
+# Every module holding a command of `jobs` (`jobs runs` and `jobs users` among them).
+JOBS_MODULES = ("exec_commands", "job_commands", "run_commands", "schedule_commands", "user_commands",
+                "worker_commands")
+jobs = CleanGroup("jobs", help="Enqueue and inspect jobs.", modules=JOBS_MODULES)
+users = CleanGroup("users", help="Manage who may sign in to the admin screen.", modules=("user_commands",))
+runs = CleanGroup("runs", help="Show, cancel and retry runs (commands/run_commands.py).", modules=("run_commands",))
 jobs.add_command(runs)
 
 
@@ -90,4 +113,6 @@ def setup_logging():
 
 def when(moment, tz_name):
     """A time in the definition's own timezone, as its owners read it."""
+    from ..scheduling.schedule import local_time, parse_timezone  # croniter: not for a tick
+
     return "-" if moment is None else local_time(moment, parse_timezone(tz_name))

@@ -19,12 +19,10 @@ from sqlalchemy.exc import OperationalError
 from ..core import schema, schema_objects, settings
 from ..core.database import db, execute, libpq_url
 from ..engine import lease_recovery
-from ..engine.enqueuing import enqueue
 from ..engine.flow import check_queue
 from ..engine.worker import Worker
 from ..ops import alerts
 from ..scheduling import materialise
-from ..web.accounts import DEMO_EMAIL, check_credentials, ensure_demo_admin
 from .finite_floats import FiniteFloatRange
 from .groups import CleanCommand, jobs, plain_errors, setup_logging
 
@@ -78,7 +76,7 @@ def _refuse_an_incomplete_schema():
     naming them, exit 1, rather than a claim failing at every tick. A database that does not
     answer is left to the worker, which waits for it (--forever) or reports it."""
     try:
-        lacking = schema_objects.missing() if schema.current_revision() == schema_objects.HEAD else []
+        lacking = schema_objects.missing_at_head()
     except OperationalError:
         lacking = []
     finally:
@@ -98,6 +96,8 @@ DEMO_RUNS = [
 @jobs.command("demo")
 def demo_command():
     """Enqueue a few runs of the built-in job types, to watch a worker at work."""
+    from ..engine.enqueuing import enqueue
+
     with plain_errors():
         for job_type, payload in DEMO_RUNS:
             run_id = enqueue(job_type, payload)
@@ -123,6 +123,10 @@ SELECT EXISTS (SELECT 1 FROM job_workers WHERE pid = %(pid)s AND stopped_at IS N
 @with_appcontext
 def dev_command(host, port, demo):
     """Migrate, then run the web app (gunicorn) and a worker together until Ctrl-C."""
+    # Here, not at the top: `flask run-jobs`, in this module too, needs none of the web.
+    from ..engine.enqueuing import enqueue
+    from ..web.accounts import ensure_demo_admin
+
     with plain_errors():
         schema.upgrade()
         demo_user = ensure_demo_admin()
@@ -179,6 +183,8 @@ def _keep_secret(path, text):
 def _sign_in_words(password_file):
     """How to sign in: the demo admin's email and quoted password while that password still
     works; otherwise how to make a user."""
+    from ..web.accounts import DEMO_EMAIL, check_credentials
+
     password = password_file.read_text().strip() if password_file.exists() else None
     if password and check_credentials(DEMO_EMAIL, password) is not None:
         db.session.rollback()

@@ -12,7 +12,6 @@ worker on its own psycopg connection, the web app and the CLI in db.session (exe
 
 import sqlalchemy as sa
 from flask import current_app
-from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import make_url
 
@@ -20,7 +19,6 @@ from . import conflicts, deadlines
 from .errors import ConfigError
 
 own_db = SQLAlchemy()
-migrate = Migrate()  # `flask db upgrade`, for the standalone app only (`flask jobs migrate` is everywhere)
 
 
 class Database:

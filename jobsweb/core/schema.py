@@ -6,11 +6,10 @@ jobsweb's tables whatever else the app migrates, and /healthz compares the two.
 """
 
 import functools
+import importlib
+import logging
 import re
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from flask import appcontext_pushed
 from sqlalchemy import text
 
@@ -25,9 +24,22 @@ MIGRATION_LOCK = 7_146_010
 CREATED_TABLE = re.compile(r"CREATE TABLE (\w+)")  # how every migration of ours creates a table
 
 
+def alembic(module="alembic"):
+    """Alembic's `module`, imported by what migrates, not by every `flask run-jobs` (with Mako and
+    Pygments, an eighth of a second). Imported at start-up as it was, before logging was set up,
+    it never showed the INFO line it logs for each of its plugins: nor does it here."""
+    plugins = logging.getLogger("alembic.runtime.plugins")
+    level = plugins.level
+    plugins.setLevel(logging.WARNING)
+    try:
+        return importlib.import_module(module)
+    finally:
+        plugins.setLevel(level)
+
+
 def alembic_config():
     """Alembic's settings for jobsweb's migrations (no ini file: the host's logging stays as it is)."""
-    config = Config()
+    config = alembic("alembic.config").Config()
     config.set_main_option("script_location", str(resource("migrations")))
     return config
 
@@ -36,8 +48,8 @@ def upgrade():
     """Create jobsweb's tables or bring them to this version, in the current app's database;
     the revisions applied, oldest first (none when it was up to date)."""
     before = current_revision()
-    command.upgrade(alembic_config(), "head")
-    script = ScriptDirectory.from_config(alembic_config())
+    alembic("alembic.command").upgrade(alembic_config(), "head")
+    script = alembic("alembic.script").ScriptDirectory.from_config(alembic_config())
     applied = [r.revision for r in script.iterate_revisions("heads", before)]
     return applied[::-1]
 
@@ -54,7 +66,7 @@ def current_revision():
 
 def revisions():
     """(heads, every revision) of the migrations this code carries."""
-    script = ScriptDirectory.from_config(alembic_config())
+    script = alembic("alembic.script").ScriptDirectory.from_config(alembic_config())
     return frozenset(script.get_heads()), frozenset(r.revision for r in script.walk_revisions())
 
 

@@ -12,10 +12,11 @@ both servers: a migration that adds, drops or replaces one of these says so here
 
 import re
 
-from alembic.script import ScriptDirectory
+import psycopg
+from sqlalchemy.exc import ProgrammingError
 
 from .database import db, execute
-from .schema import MIGRATION_LOCK, alembic_config
+from .schema import MIGRATION_LOCK, alembic, alembic_config
 
 HEAD = "0027_progress_data"  # the revision these lists describe
 
@@ -67,12 +68,30 @@ WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgname = split_part(name, '
                   AND t.tgrelid = to_regclass(split_part(name, ' ON ', 2)))
 """
 PARAMS = {"tables": list(TABLES), "indexes": list(INDEXES), "functions": list(FUNCTIONS), "triggers": list(TRIGGERS)}
+# The worker's check at start, in one round trip (the revision and then MISSING took three): what
+# is missing, read only where the schema says it is at HEAD. An older one waits for `flask jobs
+# migrate`; a newer one is a newer release's, which may have dropped what this one lists.
+MISSING_AT_HEAD = f"""
+SELECT lacking FROM ({MISSING}) AS m (lacking)
+WHERE (SELECT version_num FROM jobsweb_alembic_version) = %(head)s
+"""
 
 
 def missing():
     """What the current app's database lacks of HEAD's tables, indexes, functions and triggers,
     each as "kind name" ([] when nothing). In db.session's transaction (the caller ends it)."""
     return list(execute(MISSING, PARAMS).scalars())
+
+
+def missing_at_head():
+    """missing() if the database's schema is at HEAD, else [] (also when nothing was migrated:
+    jobsweb's version table does not exist). In db.session's transaction (the caller ends it)."""
+    try:
+        return list(execute(MISSING_AT_HEAD, {**PARAMS, "head": HEAD}).scalars())
+    except ProgrammingError as exc:
+        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
+            return []
+        raise
 
 
 def describe(lacking):
@@ -88,7 +107,7 @@ def recreate():
     processes at once), and commit. Returns (what was recreated, what is still missing)."""
     execute("SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": MIGRATION_LOCK})
     lacking = missing()
-    script = ScriptDirectory.from_config(alembic_config())
+    script = alembic("alembic.script").ScriptDirectory.from_config(alembic_config())
     made = []
     for what, sources in (("function", FUNCTIONS), ("trigger", TRIGGERS)):
         for name, (revision, constant) in sources.items():

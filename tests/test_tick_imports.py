@@ -1,0 +1,57 @@
+"""A cron tick (`flask run-jobs`, once a minute in crontab mode) imports what it runs: not
+Alembic and Flask-Migrate (with Mako and Pygments), nor the modules of the commands it is not
+(docs/BENCHMARKS.md §20 has what each cost in time)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jobsweb.core.database import libpq_url
+from tests.conftest import SECRET_KEY
+
+ROOT = Path(__file__).resolve().parent.parent
+# `flask --app wsgi run-jobs` run in one process, as crontab runs it, then the names of every
+# module that process imported.
+TICK = """
+import json, sys
+from flask.cli import main
+sys.argv = ["flask", "--app", "wsgi", "run-jobs"]
+try:
+    main()
+except SystemExit as exc:
+    if exc.code:
+        raise
+print(json.dumps(sorted(sys.modules)))
+"""
+NOT_FOR_A_TICK = ("alembic", "flask_migrate", "mako", "pygments", "jobsweb.ops.command_runs",
+                  "jobsweb.commands.exec_commands", "jobsweb.commands.job_commands", "jobsweb.commands.run_commands",
+                  "jobsweb.commands.schedule_commands", "jobsweb.commands.user_commands")
+
+
+def test_a_cron_tick_runs_its_due_run_without_importing_migrations_or_other_commands(app, sql,
+                                                                                       database_url_for_tests):
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop') RETURNING id")
+    # The stock settings: none of the tests' own handler modules.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSWEB_", "FLASK_"))}
+    env.update(DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY=SECRET_KEY)
+    tick = subprocess.run([sys.executable, "-c", TICK], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert tick.returncode == 0, tick.stderr
+    modules = json.loads(tick.stdout.splitlines()[-1])
+    assert sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("succeeded",)]
+    assert "jobsweb.engine.worker" in modules  # it did import what it ran
+    assert [m for m in modules if m.split(".")[0] in NOT_FOR_A_TICK or m in NOT_FOR_A_TICK] == []
+
+
+def test_the_standalone_apps_flask_db_is_set_up_when_asked_for(app):
+    from flask_migrate import _MigrateConfig
+
+    from jobsweb.core.package_files import resource
+
+    # (Alembic prints the revision to the sys.stdout it found when imported: not the runner's.)
+    result = app.test_cli_runner().invoke(args=["db", "current"])
+    assert result.exit_code == 0, result.output
+    config = app.extensions["migrate"]
+    assert isinstance(config, _MigrateConfig) and config.directory == str(resource("migrations"))
