@@ -58,6 +58,18 @@ def test_a_search_never_lists_a_run_for_text_only_its_masked_secret_holds(sign_i
     assert refused.status_code == 400 and "holds the mask" in refused.get_data(as_text=True)
 
 
+def test_a_mask_word_spelt_with_a_letter_python_folds_to_ascii_hides_its_value_from_the_search_too(sign_in, sql):
+    # KELVIN SIGN and the dotted capital I: Python's lower() gives k and i, so the page masks
+    # this token; PostgreSQL's case-insensitive match (C collation) did not, and the search
+    # listed the run for its value.
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type, status, last_error) VALUES ('jobsweb.noop', 'dead', %s) "
+                      "RETURNING id", ["could not connect: to\u212aen=Zq9xK7wP host=db"])
+    client = sign_in("viewer")
+    assert listed(client, run_id, "could not connect")
+    for text in ("Zq9x", "K7wP", "en=Zq"):
+        assert not listed(client, run_id, text), text
+
+
 def test_the_character_by_character_extraction_of_a_masked_password_recovers_nothing(sign_in, sql):
     """The review's attack (issue 38: 307 requests read `rd=zq9xk7wp`): after a known prefix,
     guess the next character and keep the one whose search lists the run."""

@@ -91,6 +91,10 @@ def search_masks(words):
     masks = [("\r\n", "\n", "g"), (_CSI, "", "g"), ("\r", "\n", "g"), (_OTHER_SEQUENCES, MASK, ""), (_SQL_CONTROLS, "", "g"),
              (_SQL_URL_PASSWORD, f"\\1{MASK}@", "g")]
     if words:
+        # The two letters Python's lower() turns into ASCII ones, which masked() then reads as
+        # part of a mask word ('to\u212aen' is a token there) and PostgreSQL's case-insensitive
+        # match, in a C-collated database, does not: folded first, here only.
+        masks += [("\u212a", "k", "g"), ("\u0130", "i", "g")]
         alternatives = "|".join(re.sub(r"([^a-zA-Z0-9])", r"\\\1", word) for word in words)
         masks.append((f"((?:{alternatives})[a-zA-Z0-9_.-]*){_AFTER_KEY}", f"\\1{MASK}", "gi"))
     return masks
