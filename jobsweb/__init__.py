@@ -36,6 +36,7 @@ _EXPORTS = {
     "get_batch": (".engine.workflows", "get_batch"),
     "cancel": (".engine.run_control", "cancel"),
     "retry": (".engine.run_control", "retry"),
+    "signals": (".engine.signals", None),
 }
 
 __all__ = list(_EXPORTS)

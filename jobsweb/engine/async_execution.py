@@ -14,8 +14,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import output
-from .execution import Finished, check_result
+from . import output, signals
+from .execution import Finished, attempt_ended, check_result
 from .registry import Cancelled
 
 STOP_WAIT = 1.0  # seconds the loop gets to unwind cancelled handlers when the worker exits
@@ -159,7 +159,13 @@ async def _await_handler(app, held, slots):
                 raise asyncio.CancelledError
             held.began = started = time.monotonic()
             with app.app_context():
-                result = check_result(await held.job.func(ctx))
+                signals.send(signals.attempt_started, ctx=ctx)
+                try:
+                    result = check_result(await held.job.func(ctx))
+                except Exception as exc:
+                    attempt_ended(held, exc=exc)
+                    raise
+                attempt_ended(held, result=result)
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except asyncio.CancelledError:
         return Finished(held, exc=Cancelled(f"run {ctx.run_id} was asked to stop"),

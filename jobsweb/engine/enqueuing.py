@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from flask import current_app
 
-from . import dependencies, inline, registry, statements, upkeep
+from . import dependencies, inline, registry, signals, statements, upkeep
 from ..core.database import db, require_postgresql
 from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
@@ -259,6 +259,9 @@ def insert_many(conn, params, texts, after):
                                     dict(params, payloads=texts[start:start + ENQUEUE_MANY_CHUNK]))
         ids.extend(sorted(row[0] for row in rows))
     dependencies.record(conn, ids, after)
+    if signals.run_enqueued.receivers:
+        for run_id, text in zip(ids, texts):
+            enqueued(run_id, params, text)
     if ids and params["status"] == "queued" and (params["run_at"] is None
                                                   or params["run_at"] <= datetime.now(timezone.utc)):
         conn.exec_driver_sql(statements.NOTIFY)
@@ -270,6 +273,8 @@ def insert(conn, params, after):
     params = dict(params, **dependencies.wait_state(conn, after, params["after_failure"]))
     for _ in range(KEY_CONFLICT_TRIES):
         row = conn.exec_driver_sql(statements.ENQUEUE, params).first()
+        if row is not None and signals.run_enqueued.receivers:
+            enqueued(row[0], params, params["payload"])
         if row is None:  # a key exists: a unique index chose the earlier run
             row = conn.exec_driver_sql(upkeep.RUN_BY_KEY, params).first()
         if row is not None:
@@ -278,3 +283,9 @@ def insert(conn, params, after):
         # The unfinished run holding the unique key finished between the two statements,
         # freeing the key: insert again.
     raise RuntimeError(f"unique_key {params['unique_key']!r}: its run kept changing; try again")
+
+
+def enqueued(run_id, params, payload_text):
+    """signals.run_enqueued for a run just inserted (a key that found an existing run sends none)."""
+    signals.send(signals.run_enqueued, run_id=run_id, job_type=params["job_type"], queue=params["queue"],
+                 payload=json.loads(payload_text))

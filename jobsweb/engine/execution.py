@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import output, retry, statements
+from . import output, retry, signals, statements
 from ..core.errors import has_nul
 from ..core.logs import run_event
 from .registry import Cancelled, JobContext, JobType
@@ -158,12 +158,28 @@ def run_handler(app, held):
 def _call(app, held, started):
     try:
         with app.app_context():
-            result = check_result(held.job.func(held.ctx))
+            signals.send(signals.attempt_started, ctx=held.ctx)
+            try:
+                result = check_result(held.job.func(held.ctx))
+            except Exception as exc:
+                attempt_ended(held, exc=exc)
+                raise
+            attempt_ended(held, result=result)
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
     finally:
         held.ctx.flush_progress()  # the last value said, before the outcome is written
+
+
+def attempt_ended(held, result=None, exc=None):
+    """attempt_succeeded or attempt_failed, on the handler's thread in its app context; nothing for
+    an operator's cancel (run_cancelled follows its write)."""
+    if exc is None:
+        signals.send(signals.attempt_succeeded, ctx=held.ctx, result=result)
+    elif signals.attempt_failed.receivers and not (was_cancelled(exc) and held.cancel_requested):
+        signals.send(signals.attempt_failed, ctx=held.ctx, exception=exc, permanent=held.job.is_permanent(exc),
+                     last_attempt=held.ctx.attempt >= held.ctx.max_attempts)
 
 
 class Pool:
@@ -344,12 +360,17 @@ def log_finished(outcomes, rows):
         elif status == "failed":
             run_event(log, logging.WARNING, "failed", "run %d %s failed (attempt %d): %s: %s; retry in %.1fs",
                       run_id, o.job_type, o.attempt, o.error_type, o.error, float(retry_in), **fields)
+            signals.send(signals.run_retried, run_id=run_id, job_type=o.job_type, attempt=o.attempt,
+                         error_type=o.error_type, error=o.error, retry_in=float(retry_in))
         elif status == "dead":
             run_event(log, logging.ERROR, "dead", "run %d %s is dead after attempt %d: %s: %s", run_id,
                       o.job_type, o.attempt, o.error_type, o.error, **fields)
+            signals.send(signals.run_dead, run_id=run_id, job_type=o.job_type, attempt=o.attempt,
+                         error_type=o.error_type, error=o.error)
         elif status == "cancelled":
             run_event(log, logging.INFO, "cancelled", "run %d %s cancelled (attempt %d)", run_id, o.job_type,
                       o.attempt, **fields)
+            signals.send(signals.run_cancelled, run_id=run_id, job_type=o.job_type, attempt=o.attempt)
         else:
             run_event(log, logging.INFO, "released", "run %d %s released back to the queue (attempt %d "
                       "interrupted)", run_id, o.job_type, o.attempt, **fields)

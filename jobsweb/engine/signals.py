@@ -1,0 +1,58 @@
+"""Lifecycle signals (blinker, as Flask's own): a host's error tracker, tracing or metrics hear
+each run enqueued and each attempt start and end, as Celery's task_prerun/task_failure/task_retry.
+
+    from jobsweb import signals
+
+    @signals.attempt_failed.connect
+    def tell(app, ctx, exception, **extra): ...
+
+Every receiver gets the app as sender and keywords; accept **extra, as later releases may add
+some. Sent where the event happens: run_enqueued in the enqueuing code's app context;
+attempt_started, attempt_succeeded and attempt_failed on the handler's own thread (or event
+loop), in the app context the handler runs in, before and after it; run_retried, run_dead and
+run_cancelled by the worker once FINISH_RUNS has written the run's new status. A receiver's
+exception is logged and swallowed: it never changes a run's outcome nor stops the others.
+
+Nothing is done for a signal nobody connected to (blinker's `receivers`): the worker's per-run
+cost without receivers is a few dictionary checks.
+"""
+
+import logging
+
+from blinker import Namespace
+from flask import current_app, has_app_context
+
+log = logging.getLogger("jobsweb.signals")
+
+_signals = Namespace()
+
+# run_id, job_type, queue, payload (raw): a run created by enqueue() or enqueue_many(), sent
+# once the statement ran (with session=, before the caller's commit; one signal per run).
+run_enqueued = _signals.signal("jobsweb.run-enqueued")
+# ctx (the JobContext: run_id, job_type, payload, attempt, max_attempts): the handler is called next.
+attempt_started = _signals.signal("jobsweb.attempt-started")
+# ctx, result: the handler returned.
+attempt_succeeded = _signals.signal("jobsweb.attempt-succeeded")
+# ctx, exception, permanent (a PermanentError or one of @job(permanent=...)), last_attempt (no
+# attempt is left): the handler raised. Not sent for an operator's cancel (run_cancelled is).
+attempt_failed = _signals.signal("jobsweb.attempt-failed")
+# run_id, job_type, attempt, error_type, error, retry_in (seconds): failed, a retry is due.
+run_retried = _signals.signal("jobsweb.run-retried")
+# run_id, job_type, attempt, error_type, error: dead, no attempt will follow.
+run_dead = _signals.signal("jobsweb.run-dead")
+# run_id, job_type, attempt: a running run an operator (or jobsweb.cancel) asked to stop ended cancelled.
+run_cancelled = _signals.signal("jobsweb.run-cancelled")
+
+
+def send(signal, **details):
+    """Call `signal`'s receivers with the current app as sender; each one's exception is logged,
+    never raised. Callers check `signal.receivers` first where the cost of building `details`
+    matters."""
+    if not signal.receivers:
+        return
+    sender = current_app._get_current_object() if has_app_context() else None
+    for receiver in list(signal.receivers_for(sender)):
+        try:
+            receiver(sender, **details)
+        except Exception:  # noqa: BLE001 - a host's receiver must not change a run's outcome
+            log.exception("a receiver of signal %s raised (the run is not affected)", signal.name)
