@@ -10,7 +10,7 @@ from werkzeug.datastructures import MultiDict
 
 from jobsweb.core.database import db
 from jobsweb.core.models import JobRun
-from jobsweb.web import runlist
+from jobsweb.web import error_search, runlist
 from jobsweb.web.shown_text import MASK, shown
 
 
@@ -111,7 +111,7 @@ def test_the_searchs_mask_hides_at_least_what_the_pages_mask(app, sql):
         [errors])
     with app.app_context():
         words = app.config["JOBSWEB_MASK_KEYS"]
-        searched = db.session.execute(select(JobRun.last_error, runlist.searchable_error()).order_by(JobRun.id)).all()
+        searched = db.session.execute(select(JobRun.last_error, error_search.searchable_error()).order_by(JobRun.id)).all()
     assert len(searched) == len(errors)
     leaks = [(error, stretch) for error, searchable in searched
              for stretch in re.split(f"[{MASK[0]}]+", searchable) if stretch not in shown(error, words)]

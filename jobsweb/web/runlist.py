@@ -28,9 +28,8 @@ from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..ops import stats
 from .local_time import read_local, viewer_zone, zone_name
-from . import search_limits
+from . import error_search, search_limits
 from .rendering import secret_keys
-from .shown_text import MASK, masked, search_masks
 
 PAGE_SIZE = 50
 TEXT_MAX_CHARS = 200
@@ -122,10 +121,10 @@ class RunFilter:
             # Through the partial index job_runs_errored (migration 0022): only runs with an
             # error are read, newest first, however many succeeded. The error as stored must
             # hold the text (cheap, and what rules out nearly every run), and so must the error
-            # masked in SQL (searchable_error): the list shows no run for a text that only a
+            # masked in SQL (error_search.py): the list shows no run for a text that only a
             # masked secret holds, so it cannot confirm one character of it at a time.
             where += [JobRun.last_error.isnot(None), JobRun.last_error.icontains(self.text, autoescape=True),
-                      searchable_error().icontains(self.text, autoescape=True)]
+                      error_search.searchable_error().icontains(self.text, autoescape=True)]
         # No index of their own: with a status or job type the filter rides that index; alone,
         # the id order scan reads until a page is full.
         if self.queue:
@@ -150,17 +149,6 @@ class RunFilter:
         return where
 
 
-def searchable_error():
-    """The run's error as the search may read it: masked in SQL by shown_text.search_masks, which
-    hide at least what the pages hide. Masked in the statement, not in a stored copy: the mask
-    words are a setting, which a stored copy would freeze, and only runs whose stored error
-    already holds the text are masked (a few), not every errored run."""
-    text = JobRun.last_error
-    for pattern, replacement, flags in search_masks(current_app.config["JOBSWEB_MASK_KEYS"]):
-        text = func.regexp_replace(text, pattern, replacement, flags)
-    return text
-
-
 def text_filter(args, name, words=None, max_chars=TEXT_MAX_CHARS):
     """A text filter (also the POSTed filter of a bulk action, and the audit page's): at most
     max_chars, no control character; BadFilter naming it (`words`, or its name) otherwise."""
@@ -174,14 +162,10 @@ def text_filter(args, name, words=None, max_chars=TEXT_MAX_CHARS):
 
 
 def _error_text(args):
-    """The error text to search for; BadFilter when it holds what the pages mask (password=...,
-    a URL's password), which the list would otherwise confirm by showing the run."""
+    """The error text to search for; BadFilter when error_search refuses it."""
     text = text_filter(args, "q", "the error text to search for")
-    if MASK[0] in text:
-        raise BadFilter(f"the error text to search for holds the mask ({MASK}): search for the words around it")
-    if text and masked(text, current_app.config["JOBSWEB_MASK_KEYS"]) != text:
-        raise BadFilter("the error text to search for holds a masked value (key=value, a URL's password): "
-                        "search for the words around it")
+    if text and (why := error_search.refusal(text)):
+        raise BadFilter(why)
     return text
 
 
