@@ -34,8 +34,9 @@ OLDEST_PINS := examples/requirements-oldest.txt
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test test-model drills bench bench-quick
+# make run PORT=5001: another port than 5000 (taken by AirPlay Receiver on macOS, for one).
 run: $(RUN_STAMP)
-	$(BIN)/flask --app wsgi dev
+	$(BIN)/flask --app wsgi dev$(if $(PORT), --port $(PORT))
 
 # Six pytest processes at once, each starting its own server (tests/servers.py):
 # - stock-both and embedded-both: the tests marked both_servers (tests/conftest.py, ON_BOTH_SERVERS)
