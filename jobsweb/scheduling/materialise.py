@@ -180,8 +180,9 @@ def plan_unreported(d, schedule):
     within it (a report may still come for it)."""
     now, grace = d["now"], d["grace_seconds"]
     due, next_run_at, more = due_slots(d["next_run_at"], schedule, now - timedelta(seconds=grace))
-    slots = missed_rows(due, more, schedule, "not reported between {slot} and {now}", now,
-                        f"grace {grace} s; external: its crontab line or script reports each run")
+    # Not "between {slot} and {now}": a grace under a minute read "between 13:49 UTC and 13:49 UTC".
+    slots = missed_rows(due, more, schedule, f"not reported within its grace ({grace} s) of {{slot}}", now,
+                        "external: its crontab line or script reports each run")
     if d["active_status"] == "running" and d["overlap_policy"] == "skip":
         slots = [(slot, "skipped", f"previous run {d['active_id']} still running") for slot, _, _ in slots]
     return slots, next_run_at, len(due) + more
