@@ -95,6 +95,7 @@ class JobRun(Model):
     progress_note: Mapped[str | None] = mapped_column(Text)
     progress_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     progress_data: Mapped[dict | None] = mapped_column(JSONB)  # ctx.progress(data=...): a small JSON object
+    trace_context: Mapped[str | None] = mapped_column(Text)  # the enqueuer's W3C traceparent (integrations/otel.py)
     batch_id: Mapped[int | None] = mapped_column(BigInteger)  # a member of this batch, or its callback
     batch_callback: Mapped[str | None] = mapped_column(Text)  # 'on_finish' / 'on_success': a callback run
     waiting_for: Mapped[int | None]  # runs of after= not yet ended; None without after=

@@ -170,7 +170,8 @@ def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queu
               "max_attempts": max_attempts, "idempotency_key": idempotency_key,
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
-              "unique_key": check_unique_key(unique_key), "after_failure": after_failure, "batch_id": None}
+              "unique_key": check_unique_key(unique_key), "after_failure": after_failure, "batch_id": None,
+              "trace_context": trace_context()}
     after = dependencies.check_after(after, after_failure)
     if after and unique_key is not None:
         # A waiting run holds no key (job_runs_unique_key covers queued, running and failed runs):
@@ -214,7 +215,7 @@ def many_params(job_type, payloads, *, run_at, max_attempts, queue, priority, af
               "max_attempts": check_max_attempts(max_attempts, registered, config),
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
-              "after_failure": after_failure, "batch_id": None}
+              "after_failure": after_failure, "batch_id": None, "trace_context": trace_context()}
     return params, texts, dependencies.check_after(after, after_failure)
 
 
@@ -289,3 +290,13 @@ def enqueued(run_id, params, payload_text):
     """signals.run_enqueued for a run just inserted (a key that found an existing run sends none)."""
     signals.send(signals.run_enqueued, run_id=run_id, job_type=params["job_type"], queue=params["queue"],
                  payload=json.loads(payload_text))
+
+
+TRACE_CONTEXT = "jobsweb.trace_context"  # app.extensions key: () -> the caller's traceparent, or None
+
+
+def trace_context():
+    """The trace the caller is in, stored with the runs it enqueues (job_runs.trace_context), as
+    the app's tracing integration says it (integrations/otel.py sets TRACE_CONTEXT); else None."""
+    current = current_app.extensions.get(TRACE_CONTEXT)
+    return None if current is None else current()

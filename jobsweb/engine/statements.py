@@ -41,11 +41,11 @@ WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT 
 inserted AS (
     INSERT INTO job_runs (job_type, payload, run_at, max_attempts, idempotency_key, queue,
                           priority, unique_key, status, waiting_for, run_after_failure, reason,
-                          finished_at, batch_id)
+                          finished_at, batch_id, trace_context)
     VALUES (%(job_type)s, %(payload)s::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s,
             %(idempotency_key)s, %(queue)s, %(priority)s, %(unique_key)s, %(status)s,
             %(waiting_for)s, %(run_after_failure)s, %(reason)s,
-            CASE WHEN %(status)s = 'cancelled' THEN now() END, %(batch_id)s)
+            CASE WHEN %(status)s = 'cancelled' THEN now() END, %(batch_id)s, %(trace_context)s)
     ON CONFLICT DO NOTHING
     RETURNING id, run_at, status
 )
@@ -61,10 +61,10 @@ LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '')
 ENQUEUE_MANY = """
 WITH new_queue AS (INSERT INTO job_queues (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING)
 INSERT INTO job_runs (job_type, payload, run_at, max_attempts, queue, priority, status, waiting_for,
-                      run_after_failure, reason, finished_at, batch_id)
+                      run_after_failure, reason, finished_at, batch_id, trace_context)
 SELECT %(job_type)s, p.payload::jsonb, coalesce(%(run_at)s, now()), %(max_attempts)s,
        %(queue)s, %(priority)s, %(status)s, %(waiting_for)s, %(run_after_failure)s, %(reason)s,
-       CASE WHEN %(status)s = 'cancelled' THEN now() END, %(batch_id)s
+       CASE WHEN %(status)s = 'cancelled' THEN now() END, %(batch_id)s, %(trace_context)s
 FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, n)
 ORDER BY p.n
 RETURNING id

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from flask import current_app
 
 from .enqueuing import check_job_type, check_max_attempts, check_payload, insert, insert_many, many_params, \
-    run_params
+    run_params, trace_context
 from .flow import check_priority, check_queue
 from ..core.database import db, execute, require_postgresql
 from ..core.errors import InvalidInput
@@ -42,13 +42,13 @@ batch AS (
 ),
 callbacks AS (
     INSERT INTO job_runs (job_type, payload, status, finished_at, reason, max_attempts, queue, priority,
-                          batch_id, batch_callback)
+                          batch_id, batch_callback, trace_context)
     SELECT cb.job_type, b.payload, s.status, CASE WHEN s.status = 'cancelled' THEN now() END,
            CASE WHEN b.pending = 0 THEN 'batch ' || b.id || ' finished'
                 || CASE WHEN b.failures > 0 THEN ' with ' || b.failures || CASE WHEN b.failures = 1 THEN ' member'
                         ELSE ' members' END || ' dead or cancelled' ELSE '' END
            END,
-           cb.max_attempts, cb.queue, cb.priority, b.id, cb.role
+           cb.max_attempts, cb.queue, cb.priority, b.id, cb.role, %(trace_context)s
     FROM batch b
     CROSS JOIN unnest(%(roles)s::text[], %(job_types)s::text[], %(max_attempts)s::int[], %(queues)s::text[],
                       %(priorities)s::int[]) AS cb(role, job_type, max_attempts, queue, priority)
@@ -202,7 +202,8 @@ class Batch:
                 else ((), (), (), (), ())
             rows = conn.exec_driver_sql(CLOSE_BATCH, {
                 "batch_id": self.id, "roles": list(roles), "job_types": list(job_types),
-                "max_attempts": list(attempts), "queues": list(queues), "priorities": list(priorities)}).all()
+                "max_attempts": list(attempts), "queues": list(queues), "priorities": list(priorities),
+                "trace_context": trace_context()}).all()
             self.callbacks = dict(zip(roles, (row[0] for row in rows)))
 
     def _open(self):
