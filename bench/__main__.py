@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import claim_conditions, measures, process_measures, report, run_control, search_cost, seams, workflows
+from . import (claim_conditions, measures, process_measures, report, run_control, search_cost, seams, tick_start,
+               workflows)
 from .server import KINDS, Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +75,7 @@ ALONE = {
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
     "seams": seams.wide_graph, "control": run_control.run_control, "search": search_cost.search_cost,
+    "tick_start": tick_start.tick_start,
 }
 
 
@@ -130,6 +132,7 @@ def suite(bench):
     results["seams"] = seams.wide_graph(bench)
     results["run_control"] = run_control.run_control(bench)
     results["search_cost"] = search_cost.search_cost(bench)
+    results["tick_start"] = tick_start.tick_start(bench)
     # Last: it switches the server's JIT settings (and puts them back as shipped).
     results["jit"] = claim_conditions.jit(bench)
     results["seconds"] = time.monotonic() - bench.started

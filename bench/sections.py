@@ -5,6 +5,7 @@ from .run_control import run_control_section
 from .search_cost import search_cost_section
 from .seams import seams_section
 from .targets import fmt, ratio
+from .tick_start import tick_start_section
 
 
 def server_sections(r):
@@ -175,6 +176,7 @@ def server_sections(r):
         *seams_section(r),
         *run_control_section(r),
         *search_cost_section(r),
+        *tick_start_section(r),
     ]
     return lines
 
