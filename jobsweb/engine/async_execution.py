@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import output, signals
-from .execution import Finished, attempt_ended, check_result
+from .execution import Finished, check_result
 from .registry import Cancelled
 
 STOP_WAIT = 1.0  # seconds the loop gets to unwind cancelled handlers when the worker exits
@@ -163,9 +163,9 @@ async def _await_handler(app, held, slots):
                 try:
                     result = check_result(await held.job.func(ctx))
                 except Exception as exc:
-                    attempt_ended(held, exc=exc)
+                    signals.attempt_ended(held, exc=exc)
                     raise
-                attempt_ended(held, result=result)
+                signals.attempt_ended(held, result=result)
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except asyncio.CancelledError:
         return Finished(held, exc=Cancelled(f"run {ctx.run_id} was asked to stop"),

@@ -162,24 +162,14 @@ def _call(app, held, started):
             try:
                 result = check_result(held.job.func(held.ctx))
             except Exception as exc:
-                attempt_ended(held, exc=exc)
+                signals.attempt_ended(held, exc=exc)
                 raise
-            attempt_ended(held, result=result)
+            signals.attempt_ended(held, result=result)
         return Finished(held, result=result, seconds=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - any handler error is recorded, never fatal
         return Finished(held, exc=exc, seconds=time.monotonic() - started)
     finally:
         held.ctx.flush_progress()  # the last value said, before the outcome is written
-
-
-def attempt_ended(held, result=None, exc=None):
-    """attempt_succeeded or attempt_failed, on the handler's thread in its app context; nothing for
-    an operator's cancel (run_cancelled follows its write)."""
-    if exc is None:
-        signals.send(signals.attempt_succeeded, ctx=held.ctx, result=result)
-    elif signals.attempt_failed.receivers and not (was_cancelled(exc) and held.cancel_requested):
-        signals.send(signals.attempt_failed, ctx=held.ctx, exception=exc, permanent=held.job.is_permanent(exc),
-                     last_attempt=held.ctx.attempt >= held.ctx.max_attempts)
 
 
 class Pool:

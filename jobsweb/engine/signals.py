@@ -22,6 +22,8 @@ import logging
 from blinker import Namespace
 from flask import current_app, has_app_context
 
+from .registry import Cancelled
+
 log = logging.getLogger("jobsweb.signals")
 
 _signals = Namespace()
@@ -56,3 +58,14 @@ def send(signal, **details):
             receiver(sender, **details)
         except Exception:  # noqa: BLE001 - a host's receiver must not change a run's outcome
             log.exception("a receiver of signal %s raised (the run is not affected)", signal.name)
+
+
+def attempt_ended(held, result=None, exc=None):
+    """attempt_succeeded or attempt_failed for a held run (engine/execution.py's Held), on the
+    handler's thread in its app context; nothing for an operator's cancel (run_cancelled follows
+    its write)."""
+    if exc is None:
+        send(attempt_succeeded, ctx=held.ctx, result=result)
+    elif attempt_failed.receivers and not (isinstance(exc, Cancelled) and held.cancel_requested):
+        send(attempt_failed, ctx=held.ctx, exception=exc, permanent=held.job.is_permanent(exc),
+             last_attempt=held.ctx.attempt >= held.ctx.max_attempts)
