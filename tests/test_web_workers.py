@@ -1,3 +1,8 @@
+from tests import test_web_look
+
+server, open_context = test_web_look.server, test_web_look.open_context  # its fixtures
+
+
 def test_the_workers_page_tells_alive_from_gone_after_two_lease_periods(sign_in, sql):
     client = sign_in("viewer")
     # The default lease is 60 s: gone after 120 s without a heartbeat.
@@ -55,3 +60,60 @@ def test_the_workers_page_counts_the_runs_a_worker_did_before_its_next_heartbeat
     assert done == 5
     row = client.get("/workers").get_data(as_text=True).split(worker)[2].split("</tr>")[0]
     assert '<td data-label="runs done">5</td>' in row
+
+
+def test_an_operator_quiets_a_worker_which_finishes_its_run_claims_nothing_more_and_stays_up_until_resumed(
+        make_user, open_context, sql, spawn_worker, tmp_path, sign_in):
+    from playwright.sync_api import expect
+
+    from tests.conftest import csrf_token, wait_for
+    from tests.test_web_look import sign_in as sign_in_page
+
+    log = tmp_path / "worker.log"
+    with open(log, "w") as output:
+        # A 3 s lease: a heartbeat, which reads the quiet, every second.
+        proc = spawn_worker("--forever", "--poll-interval", "0.05", output=output, JOBSWEB_LEASE_SECONDS=3)
+    [(held,)] = sql("INSERT INTO job_runs (job_type, payload) VALUES ('jobsweb.sleep', '{\"seconds\": 3}') RETURNING id")
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [held]) == [("running",)], message="the run held")
+    [(worker,)] = sql("SELECT id FROM job_workers")
+
+    operator = make_user("operator")
+    page = open_context()
+    sign_in_page(page, operator)
+    page.goto("/workers")
+    row = page.locator("tr", has_text=worker)
+    row.get_by_role("button", name="Quiet").click()
+    expect(page.locator(".flash")).to_contain_text(f"Worker {worker} is quieted")
+    wait_for(lambda: "quieted from the admin screen" in log.read_text(), message="the worker to read its quiet")
+    [(later,)] = sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop') RETURNING id")
+    # It finishes what it holds...
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [held]) == [("succeeded",)],
+             message="the held run to finish")
+    # ...and, two heartbeats later, has claimed nothing and is still up.
+    [(seen,)] = sql("SELECT last_seen_at FROM job_workers")
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE last_seen_at > %s", [seen]) == [(1,)],
+             message="a heartbeat")
+    [(seen,)] = sql("SELECT last_seen_at FROM job_workers")
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE last_seen_at > %s", [seen]) == [(1,)],
+             message="another heartbeat")
+    assert sql("SELECT status FROM job_runs WHERE id = %s", [later]) == [("queued",)]
+    assert proc.poll() is None
+    page.goto("/workers")
+    expect(row).to_contain_text(f"quiet by {operator}")
+
+    row.get_by_role("button", name="Resume").click()
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [later]) == [("succeeded",)],
+             message="the resumed worker to run the queued run")
+    assert sql("SELECT action, user_email, detail->>'worker' FROM jobsweb_audit_log WHERE target_type = 'worker' "
+               "ORDER BY id") == [("quiet", operator, worker), ("resume", operator, worker)]
+
+    # A viewer sees no button and may not post one.
+    viewer = sign_in("viewer")
+    assert "Quiet</button>" not in viewer.get("/workers").get_data(as_text=True)
+    assert viewer.post("/workers/quiet", data={"worker": worker}).status_code in (400, 403)
+    # A stopped worker would never read it: refused, and nothing is written.
+    sql("INSERT INTO job_workers (id, host, pid, stopped_at) VALUES ('c:3:done', 'c', 3, now())")
+    client = sign_in("admin")
+    answer = client.post("/workers/quiet", data={"worker": "c:3:done", "csrf_token": csrf_token(client, "/workers")})
+    assert answer.status_code == 404 and "is not a running worker" in answer.get_data(as_text=True)
+    assert sql("SELECT quiet_at FROM job_workers WHERE id = 'c:3:done'") == [(None,)]

@@ -133,6 +133,8 @@ class JobWorker(Model):
     stopped_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)
     job_types: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: a worker from before 0008
     queues: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: every queue
+    quiet_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)  # quieted: finishes what it holds, claims nothing
+    quiet_by: Mapped[str | None] = mapped_column(Text)
 
 
 ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may

@@ -18,7 +18,7 @@ from sqlalchemy.exc import ProgrammingError
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
 
-HEAD = "0028_trace_context"  # the revision these lists describe
+HEAD = "0029_worker_quiet"  # the revision these lists describe
 
 TABLES = (
     "job_attempts", "job_batches", "job_definitions", "job_duration_totals", "job_effects", "job_metrics_state",

@@ -2,7 +2,7 @@
 broken connection may have committed unseen.
 
 A mixin of Worker (engine/worker.py), which holds the state these read: `held` (run id ->
-Held), `pending` outcomes, `link`, `progress_link`, `id`, `lease` and `done`.
+Held), `pending` outcomes, `link`, `progress_link`, `id`, `lease`, `done` and `quiet`.
 """
 
 import logging
@@ -36,8 +36,16 @@ class LeaseHolder:
                     h.stop(force=True)
                     log.warning("run %d %s: lease lost (another worker took it over or it was "
                                 "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
-        self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
+        rows = self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.id, "done": self.done})
         self.done = 0
+        quiet = bool(rows and rows[0][0])
+        if quiet != self.quiet:
+            self.quiet = quiet
+            if quiet:
+                log.info("worker %s quieted from the admin screen: finishing the %d run(s) it holds, "
+                         "claiming nothing more", self.id, len(self.held))
+            else:
+                log.info("worker %s resumed from the admin screen: claiming again", self.id)
 
     def extend_lease(self, ctx, seconds=None):
         """JobContext.extend_lease: called from a handler thread."""

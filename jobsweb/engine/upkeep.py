@@ -81,9 +81,11 @@ VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s, %(queues)s)
 ON CONFLICT (id) DO NOTHING
 """
 
+# Also the heartbeat's read of whether an operator quieted this worker (the Workers page).
 WORKER_SEEN = """
 UPDATE job_workers SET last_seen_at = now(), runs_done = runs_done + %(done)s
 WHERE id = %(worker)s
+RETURNING quiet_at IS NOT NULL AS quiet
 """
 
 WORKER_STOPPED = """

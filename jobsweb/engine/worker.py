@@ -76,6 +76,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         self.done = 0  # runs written since job_workers.runs_done was last updated
         self.stop_requested = 0  # SIGTERM/SIGINT received
         self.drain_until = None  # time.monotonic() by which running handlers must end (set by the signal)
+        self.quiet = False  # an operator quieted it (read at each heartbeat): it claims nothing
         self.stopper = HandlerStopper(self.held)
         self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
         self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
@@ -127,7 +128,11 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                     draining = True
                     self._stop_held()
                 out_of_time = self.max_runtime is not None and now - started >= self.max_runtime
-                claiming = drain_until is None and not out_of_time
+                claiming = drain_until is None and not out_of_time and not self.quiet
+                # Quiet, a --forever worker stays up with nothing to do, heartbeating (its row
+                # says it is quiet; resumed, it claims again): exiting, it would be restarted by
+                # its supervisor as a new worker that claims.
+                idling = self.quiet and self.forever and drain_until is None and not out_of_time
                 found = False
                 try:
                     self._expire_timeouts()
@@ -147,7 +152,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                 if drain_until is not None and (not self.held or now >= drain_until):
                     break
                 wait = self._wait_seconds(now, next_beat, drain_until, claiming)
-                if not self.held and (not claiming or (not found and not self.forever)):
+                if not self.held and not idling and (not claiming or (not found and not self.forever)):
                     try:
                         delay = self.limit_wait.seconds(self.link, registry.names()) if claiming else None
                     except DatabaseUnavailable as exc:

@@ -1,12 +1,15 @@
-"""Worker processes seen by the database."""
+"""Worker processes seen by the database; operators quiet a worker (it finishes what it holds and
+claims nothing more, as Sidekiq's quiet) and resume it. Every change is audited."""
 
-from flask import Blueprint, current_app
-from sqlalchemy import select
+from flask import Blueprint, abort, current_app, flash, request, url_for
+from sqlalchemy import select, update
 
+from . import audit
 from ..core.database import db
 from ..core.models import JobWorker
 from ..ops import fleet, run_history
-from .rendering import render
+from .access import role_required, viewer
+from .rendering import redirect_to, render
 
 bp = Blueprint("workers", __name__)
 
@@ -16,7 +19,7 @@ SHOWN = 200  # the newest worker processes; stopped ones pile up over deploys
 @bp.get("/workers")
 def index():
     """Every worker process recently started: id, host, pid, heartbeat, runs done, what it runs
-    now, alive or gone."""
+    now, alive, quiet or gone."""
     workers = db.session.scalars(select(JobWorker).order_by(JobWorker.started_at.desc()).limit(SHOWN)).all()
     now = db.session.scalar(select(db.func.now()))
     gone_after = fleet.gone_after(current_app.config)
@@ -24,3 +27,35 @@ def index():
     held = run_history.current_runs(w.id for w in workers)
     return render("workers.html", "partials/_workers.html", rows=rows, now=now, gone_after=gone_after, held=held)
 
+
+@bp.post("/workers/quiet")
+@role_required("operator")
+def quiet():
+    """Quiet a worker: at its next heartbeat (a third of its lease) it stops claiming, finishes the
+    runs it holds, and stays up doing nothing until resumed or stopped."""
+    return _set_quiet(True)
+
+
+@bp.post("/workers/resume")
+@role_required("operator")
+def resume():
+    """Let a quieted worker claim again, at its next heartbeat."""
+    return _set_quiet(False)
+
+
+def _set_quiet(quiet):
+    worker_id = request.form.get("worker", "")
+    # Only a worker still running: a stopped or gone one would never read it, and the page
+    # would say it is quiet.
+    changed = db.session.execute(
+        update(JobWorker)
+        .where(JobWorker.id == worker_id, JobWorker.stopped_at.is_(None))
+        .values(quiet_at=db.func.now() if quiet else None, quiet_by=viewer().identity if quiet else None)
+    ).rowcount
+    if not changed:
+        abort(404, f"worker {worker_id!r} is not a running worker")
+    audit.record("quiet" if quiet else "resume", "worker", worker=worker_id)
+    db.session.commit()
+    flash(f"Worker {worker_id} is {'quieted: it finishes what it holds and claims nothing more' if quiet else 'claiming again'}"
+          " from its next heartbeat.")
+    return redirect_to(url_for("jobsweb.workers.index"))
