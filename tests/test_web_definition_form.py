@@ -52,6 +52,12 @@ def test_an_admin_creates_a_definition(sign_in, sql):
     assert (schedule, tz, payload, due) == ("0 6 * * 1-5", "Europe/Madrid", {"batch": 5}, True)
     assert response.headers["Location"] == f"/definitions/{d}"
     assert sql("SELECT action, target_id FROM jobsweb_audit_log WHERE action <> 'sign_in'") == [("create", d)]
+    # Its next run as every time on the pages: UTC in a <time> the viewer's browser shows in its own
+    # zone (it read "next run 2026-11-30 06:00 CET" while the page it led to showed local time).
+    [(next_run,)] = sql("SELECT to_char(next_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') FROM job_definitions")
+    flash = client.get(f"/definitions/{d}").get_data(as_text=True).split('class="flash"')[1].split("</p>")[0]
+    assert "nightly invoices is defined; next run <time" in flash
+    assert f'datetime="{next_run}+00:00" data-local' in flash and "CET" not in flash
 
 
 @pytest.mark.parametrize("fields, message", [

@@ -6,6 +6,7 @@ Schedule.describe() and next_fire_times().
 
 import json
 import zoneinfo
+from datetime import UTC
 from functools import cache
 
 from flask import Blueprint, current_app, flash, request, url_for
@@ -143,7 +144,10 @@ def create():
         if (saved := _save(form)) is not None:
             audit.record("create", "definition", saved.id, schedule=saved.schedule)
             db.session.commit()
-            flash(f"{saved.name} is defined; next run {saved.next_run_at:%Y-%m-%d %H:%M %Z}.")
+            # In UTC to the second, which the page's flash shows in the viewer's zone (local_times),
+            # as the definition page it leads to shows the same time.
+            next_run = saved.next_run_at.astimezone(UTC)
+            flash(f"{saved.name} is defined; next run {next_run:%Y-%m-%d %H:%M:%S} UTC.")
             return redirect_to(url_for("jobsweb.definitions.detail", definition_id=saved.id))
     return _page(form, None)
 
