@@ -26,6 +26,11 @@ def test_the_incidents_page_shows_open_incidents_and_notification_errors_escaped
     sql("UPDATE jobsweb_alert_deliveries SET attempts = 1, last_error = 'HTTP 500: <script>x</script>'")
     html = sign_in("admin").get("/incidents").get_data(as_text=True)
     assert "&lt;b&gt;nightly&lt;/b&gt; is overdue" in html
+    # Each notification row says what it was about, not only "incident #8, opened".
+    [(subject,)] = sql("SELECT subject FROM jobsweb_alert_deliveries")
+    row = html.split("<h2>Notifications</h2>")[1].split("</tr>")[1]
+    assert "&lt;b&gt;nightly&lt;/b&gt;" in subject.replace("<", "&lt;").replace(">", "&gt;") and \
+        subject.replace("<", "&lt;").replace(">", "&gt;") in row
     assert "HTTP 500: &lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
     assert 'hx-trigger="every 3s"' in html  # polls while a notification is pending
     # The webhook URL is the secret: only its host is shown.
