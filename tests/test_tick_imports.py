@@ -55,3 +55,14 @@ def test_the_standalone_apps_flask_db_is_set_up_when_asked_for(app):
     assert result.exit_code == 0, result.output
     config = app.extensions["migrate"]
     assert isinstance(config, _MigrateConfig) and config.directory == str(resource("migrations"))
+
+
+def test_a_tick_on_a_database_never_migrated_says_to_migrate_it(scratch_database):
+    from jobsweb import create_app
+
+    url = scratch_database("jobsweb_tick_unmigrated", revision=None)
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "SECRET_KEY": SECRET_KEY})
+    result = app.test_cli_runner().invoke(args=["run-jobs"])
+    assert result.exit_code == 1
+    assert result.output == ("Error: the jobsweb tables do not exist in this database: "
+                             "run `flask jobs migrate` first.\n")

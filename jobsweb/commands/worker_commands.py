@@ -74,7 +74,8 @@ def _refuse_an_incomplete_schema():
     """Stop before the first claim when the schema at the head lacks a table, index, function or
     trigger (schema_objects.py; a restore of jobsweb's tables alone lacks the functions): one line
     naming them, exit 1, rather than a claim failing at every tick. A database that does not
-    answer is left to the worker, which waits for it (--forever) or reports it."""
+    answer is left to the worker, which waits for it (--forever) or reports it; one never migrated
+    is told to run `flask jobs migrate` (plain_errors, as the claim would have)."""
     try:
         lacking = schema_objects.missing_at_head()
     except OperationalError:

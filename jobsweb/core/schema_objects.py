@@ -12,9 +12,6 @@ both servers: a migration that adds, drops or replaces one of these says so here
 
 import re
 
-import psycopg
-from sqlalchemy.exc import ProgrammingError
-
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
 
@@ -84,14 +81,9 @@ def missing():
 
 
 def missing_at_head():
-    """missing() if the database's schema is at HEAD, else [] (also when nothing was migrated:
-    jobsweb's version table does not exist). In db.session's transaction (the caller ends it)."""
-    try:
-        return list(execute(MISSING_AT_HEAD, {**PARAMS, "head": HEAD}).scalars())
-    except ProgrammingError as exc:
-        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
-            return []
-        raise
+    """missing() if the database's schema is at HEAD, else []; UndefinedTable where nothing was
+    migrated (no jobsweb_alembic_version). In db.session's transaction (the caller ends it)."""
+    return list(execute(MISSING_AT_HEAD, {**PARAMS, "head": HEAD}).scalars())
 
 
 def describe(lacking):
