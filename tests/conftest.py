@@ -21,7 +21,7 @@ SECRET_KEY = "0123456789abcdef-test-secret-key-0123456789-test"  # the standalon
 TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, test_executions, jobsweb_audit_log, "
           "jobsweb_users, job_duration_totals, job_metrics_state, job_type_metrics, job_type_metrics_state, "
           "jobsweb_alert_deliveries, jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, "
-          "jobsweb_sign_in_failures, job_batches, job_run_deps")
+          "jobsweb_sign_in_failures, job_batches, job_run_deps, jobsweb_deploy_marks")
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.

@@ -9,8 +9,9 @@ from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
 from ..engine.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..engine.workflows import get_batch
-from ..ops import retention
-from .groups import jobs, plain_errors, when
+from ..ops import deploy_marks, retention
+from ..web import audit
+from .groups import committed, jobs, plain_errors, when
 
 
 @jobs.command("migrate")
@@ -87,3 +88,17 @@ def prune_command(dry_run):
     for p in pruned:
         click.echo(f"{p.status}: deleted {p.runs:,} runs and {p.attempts:,} attempts older than {p.days} days")
     click.echo(f"workers: deleted {workers:,} not seen for {retention.WORKER_RETAIN_DAYS} days")
+
+
+@jobs.command("mark-deploy")
+@click.argument("label")
+def mark_deploy_command(label):
+    """Mark a deploy, LABEL (a version or a commit), now: the dashboard's and the metrics page's
+    charts draw it as a line. In a release phase: flask jobs mark-deploy "$SOURCE_VERSION"."""
+    def change():
+        marked_id, marked_at = deploy_marks.mark(label, by=audit.command_identity())
+        audit.record_command("mark_deploy", "deploy", marked_id, label=label.strip())
+        return marked_at
+
+    marked_at = committed(change)
+    click.echo(f"deploy {label.strip()} marked at {when(marked_at, 'UTC')}")

@@ -15,13 +15,14 @@ import re
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
 
-HEAD = "0029_worker_quiet"  # the revision these lists describe
+HEAD = "0030_deploy_marks"  # the revision these lists describe
 
 TABLES = (
     "job_attempts", "job_batches", "job_definitions", "job_duration_totals", "job_effects", "job_metrics_state",
     "job_paused_types", "job_queues", "job_run_deps", "job_runs", "job_type_metrics", "job_type_metrics_state",
     "job_workers", "jobsweb_alembic_version", "jobsweb_alert_deliveries", "jobsweb_alert_incident_runs",
-    "jobsweb_alert_incidents", "jobsweb_audit_log", "jobsweb_sign_in_failures", "jobsweb_users",
+    "jobsweb_alert_incidents", "jobsweb_audit_log", "jobsweb_deploy_marks", "jobsweb_sign_in_failures",
+    "jobsweb_users",
 )
 # The indexes made by CREATE INDEX, each for a query (its migration says which); those of primary
 # keys and unique constraints come and go with their tables' constraints.
@@ -35,7 +36,7 @@ INDEXES = (
     "jobsweb_alert_incident_runs_incident", "jobsweb_alert_incidents_definition",
     "jobsweb_alert_incidents_open_definition", "jobsweb_alert_incidents_open_job_type",
     "jobsweb_alert_incidents_open_no_worker", "jobsweb_alert_incidents_opened", "jobsweb_audit_log_action",
-    "jobsweb_audit_log_target", "jobsweb_audit_log_user", "jobsweb_sign_in_failures_address",
+    "jobsweb_audit_log_target", "jobsweb_audit_log_user", "jobsweb_deploy_marks_at", "jobsweb_sign_in_failures_address",
     "jobsweb_sign_in_failures_at", "jobsweb_sign_in_failures_email", "jobsweb_users_email",
 )
 # Each function (as regprocedure writes it) and trigger: (the migration whose SQL creates it as

@@ -33,14 +33,19 @@ def record_for(user_id, identity, action, target_type, target_id=None, **detail)
                               target_type=target_type, target_id=target_id, detail=detail))
 
 
-def record_command(action, target_type, target_id=None, **detail):
-    """Add an entry for a `flask` command, by the operating-system user who ran it (the caller
-    commits): a change from a shell is as much an admin action as one from a page."""
+def command_identity():
+    """Who runs a `flask` command: cli:<the operating-system user>."""
     try:
         user = getpass.getuser()
     except (OSError, KeyError):  # no USER and no passwd entry (a container's numeric user)
         user = "unknown"
-    record_for(None, f"cli:{user}", action, target_type, target_id, **detail)
+    return f"cli:{user}"
+
+
+def record_command(action, target_type, target_id=None, **detail):
+    """Add an entry for a `flask` command, by the operating-system user who ran it (the caller
+    commits): a change from a shell is as much an admin action as one from a page."""
+    record_for(None, command_identity(), action, target_type, target_id, **detail)
 
 
 def settings_of(definition):

@@ -35,10 +35,11 @@ def _seconds(value):
     return f"{value:g} s" if value < 120 else f"{value / 60:g} min"
 
 
-def hour_chart(rows, label_every=6, dated=False):
+def hour_chart(rows, label_every=6, dated=False, marks=()):
     """rows of (start, succeeded, failed), oldest first: bars, y-axis ticks and a label every
     `label_every` bars: its UTC time, which static/local-times.js relabels in the viewer's zone,
-    or when `dated` its UTC day (bars of hours over a week)."""
+    or when `dated` its UTC day (bars of hours over a week); and `marks` ((time, label), deploys:
+    ops/deploy_marks.py) as vertical lines where they fall among the bars."""
     # At least 2, so the half-way tick is a whole number of attempts.
     top = nice_top(max([2] + [max(ok, bad) for _, ok, bad in rows]))
     slot = (WIDTH - LEFT) / max(len(rows), 1)
@@ -55,7 +56,20 @@ def hour_chart(rows, label_every=6, dated=False):
             labels.append({"x": round(x + 2, 1), "hour": None if dated else utc.isoformat(),
                            "utc": utc.strftime("%a %d" if dated else "%H:%M")})
     return {"bars": bars, "ticks": _ticks(top, _count), "labels": labels, "left": LEFT, "base": BASE,
-            "width": WIDTH, "top": top}
+            "width": WIDTH, "top": top, "marks": _deploy_lines(rows, slot, marks)}
+
+
+def _deploy_lines(rows, slot, marks):
+    """Each mark's x among the bars (a mark 40 min into an hour's bar is 2/3 across it)."""
+    if len(rows) < 2:
+        return []
+    start, step = rows[0][0], (rows[1][0] - rows[0][0]).total_seconds()
+    lines = []
+    for at, label in marks:
+        utc = at.astimezone(timezone.utc)
+        lines.append({"x": round(LEFT + (at - start).total_seconds() / step * slot, 1), "label": label,
+                      "short": label if len(label) <= 16 else label[:15] + "…", "utc": utc.strftime("%Y-%m-%d %H:%M")})
+    return lines
 
 
 def bar_marks(chart, relabel=True):

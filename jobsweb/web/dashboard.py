@@ -4,7 +4,7 @@ from flask import Blueprint, url_for
 
 from ..core.database import execute
 from ..engine.link import NO_JIT
-from ..ops import alerts, stats
+from ..ops import alerts, deploy_marks, stats
 from ..scheduling import definitions
 from .rendering import render, time_ago
 
@@ -47,6 +47,7 @@ def index():
     # less. This request's transaction only.
     execute(NO_JIT)
     incidents = alerts.open_incidents()
-    return render("dashboard.html", "partials/_dashboard.html", **stats.overview(),
-                  attention=attention(incidents), open_incidents=incidents,
+    overview = stats.overview()
+    return render("dashboard.html", "partials/_dashboard.html", **overview,
+                  marks=deploy_marks.for_chart(overview["chart"]), attention=attention(incidents), open_incidents=incidents,
                   externals=definitions.external_definitions(EXTERNAL_SHOWN))

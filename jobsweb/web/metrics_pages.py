@@ -7,7 +7,7 @@ from flask import Blueprint, abort, request
 
 from ..core.database import execute
 from ..engine.link import NO_JIT
-from ..ops import job_type_metrics
+from ..ops import deploy_marks, job_type_metrics
 from ..ops.job_type_metrics import WINDOWS
 from .rendering import render
 from .runlist import text_filter
@@ -73,4 +73,4 @@ def index():
     chart = job_type_metrics.chart(window, since, chosen, by)
     return render("job_metrics.html", "partials/_job_metrics.html", window=window, windows=WINDOWS,
                   figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen, by=by,
-                  chart=chart, seconds=short_seconds, behind=behind, counted_until=counted_until, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")
+                  chart=chart, marks=deploy_marks.for_chart(chart), seconds=short_seconds, behind=behind, counted_until=counted_until, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")
