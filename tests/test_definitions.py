@@ -183,3 +183,19 @@ def test_a_definitions_lease_is_what_the_claim_holds_its_runs_for(app, sql):
         definitions.run_now("nightly-report")
     sql(statements.CLAIM_RUNS, {"worker": "test", "lease": 60, "job_types": ["jobsweb.noop"], "limit": 1, "free": 1, "queues": None})
     assert sql("SELECT extract(epoch FROM locked_until - started_at)::int FROM job_runs") == [(600,)]
+
+
+def test_a_job_type_only_a_worker_imports_can_be_defined_and_an_unknown_one_cannot(app, sql):
+    # A standalone web process without JOBSWEB_HANDLERS: its worker registered reports.weekly.
+    with app.app_context(), pytest.raises(InvalidInput) as refused:
+        definitions.define("weekly", "reports.weekly", "0 6 * * 1")
+    assert "'reports.weekly' is not a registered job type" in str(refused.value)
+    sql("INSERT INTO job_workers (id, host, pid, job_types, last_seen_at) VALUES "
+        "('gone:1:a', 'h', 1, '{reports.weekly}', now() - interval '8 days')")
+    with app.app_context(), pytest.raises(InvalidInput):
+        definitions.define("weekly", "reports.weekly", "0 6 * * 1")  # a worker not seen for a week
+    sql("INSERT INTO job_workers (id, host, pid, job_types) VALUES ('w:2:b', 'h', 2, '{reports.weekly}')")
+    with committed(app):
+        definitions.define("weekly", "reports.weekly", "0 6 * * 1", queue="reports")
+    assert sql("SELECT job_type, queue, priority, max_attempts FROM job_definitions") == [
+        ("reports.weekly", "reports", 0, 5)]  # the default max_attempts: the handler's own is not known here

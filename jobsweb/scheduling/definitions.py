@@ -68,7 +68,7 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
     if external is True:
         registered, job_type, max_attempts = _external(name, job_type, max_attempts)
     elif external is False:
-        registered = check_job_type(job_type)
+        registered = _known_job_type(job_type)
     else:
         raise InvalidInput("external", f"must be true or false, got {external!r}")
     parsed = Schedule(schedule, timezone)
@@ -120,6 +120,28 @@ class _Unregistered:
 
 
 _EXTERNAL = _Unregistered()
+
+# A job type this process does not import but a worker registered when it started
+# (job_workers.job_types) within the last week: a standalone web process without
+# JOBSWEB_HANDLERS defines the jobs its workers run. job_workers holds a few rows (retention
+# deletes workers not seen for days): no index.
+WORKER_REGISTERED = """
+SELECT 1 FROM job_workers
+WHERE %(job_type)s = ANY (job_types) AND last_seen_at > now() - interval '7 days'
+LIMIT 1
+"""
+
+
+def _known_job_type(job_type):
+    """The registered JobType; or, for one only a worker imports, what is known of it here (its
+    own max_attempts, queue and priority are not: the defaults, unless the definition sets them);
+    or InvalidInput listing the known ones."""
+    try:
+        return check_job_type(job_type)
+    except InvalidInput:
+        if isinstance(job_type, str) and execute(WORKER_REGISTERED, {"job_type": job_type}).first():
+            return _Unregistered()
+        raise
 
 
 # What `input_errors` puts in place of a refused value to find the next error: a value that
