@@ -31,8 +31,10 @@ def test_a_deploy_marked_from_the_command_line_is_recorded_audited_and_drawn_on_
     html = sign_in("viewer").get("/").get_data(as_text=True)
     [(title, x, shown)] = deploy_lines(html)
     assert title.startswith("deploy v1.2 at ") and title.endswith(" UTC") and shown == "v1.2"
-    # This hour is the chart's last bar: from 56 + 23/24 of the bars' 464 units wide on.
+    # This hour is the chart's last bar: from 56 + 23/24 of the bars' 464 units wide on; its
+    # label left of the line, not cut off by the chart's right edge.
     assert 56 + 464 * 23 / 24 <= float(x) <= 520
+    assert re.search(r'<text x="[\d.]+" text-anchor="end"[^>]*>v1\.2</text>', html)
     assert "v1.1" not in html
 
 

@@ -67,8 +67,10 @@ def _deploy_lines(rows, slot, marks):
     lines = []
     for at, label in marks:
         utc = at.astimezone(timezone.utc)
-        lines.append({"x": round(LEFT + (at - start).total_seconds() / step * slot, 1), "label": label,
-                      "short": label if len(label) <= 16 else label[:15] + "…", "utc": utc.strftime("%Y-%m-%d %H:%M")})
+        x = round(LEFT + (at - start).total_seconds() / step * slot, 1)
+        # Near the right edge the label goes left of its line: it was cut off by the chart's edge.
+        lines.append({"x": x, "label": label, "short": label if len(label) <= 16 else label[:15] + "…",
+                      "utc": utc.strftime("%Y-%m-%d %H:%M"), "end": x > WIDTH - 80})
     return lines
 
 
