@@ -42,6 +42,10 @@ def test_the_metrics_page_counts_runs_apart_from_their_attempts(make_user, open_
     row = cells(page, "send_invoice")
     assert (row["runs"], row["attempts"], row["failed"], row["failure rate"]) == ("2", "4", "3", "75.0%")
     expect(page.get_by_role("columnheader", name="Attempts")).to_be_visible()
+    # Its chart fills its card (polish: it used half of it), its labels no larger than the dashboard's.
+    card, chart = page.locator("#throughput").bounding_box(), page.locator("#throughput svg.chart").bounding_box()
+    assert chart["width"] >= 0.9 * card["width"], (chart, card)
+    assert chart["height"] <= 0.3 * chart["width"]
 
 
 def test_external_definitions_are_named_by_their_own_names_on_the_metrics_page_and_their_runs_pages(

@@ -7,6 +7,7 @@ from datetime import timezone
 from markupsafe import Markup, escape
 
 WIDTH = 520  # the SVG's viewBox width
+WIDE = 1040  # a chart alone in a full-width card (the metrics page): its bars wider, its text the same size
 LEFT = 56  # room for the y-axis labels, at the phone size of their font too
 BASE = 124  # the x-axis's y
 TALL = 110  # the tallest bar, at the axis's top value
@@ -35,14 +36,15 @@ def _seconds(value):
     return f"{value:g} s" if value < 120 else f"{value / 60:g} min"
 
 
-def hour_chart(rows, label_every=6, dated=False, marks=()):
+def hour_chart(rows, label_every=6, dated=False, marks=(), width=WIDTH):
     """rows of (start, succeeded, failed), oldest first: bars, y-axis ticks and a label every
     `label_every` bars: its UTC time, which static/local-times.js relabels in the viewer's zone,
     or when `dated` its UTC day (bars of hours over a week); and `marks` ((time, label), deploys:
-    ops/deploy_marks.py) as vertical lines where they fall among the bars."""
+    ops/deploy_marks.py) as vertical lines where they fall among the bars. `width`: the viewBox's
+    (WIDE for a chart alone in a full-width card)."""
     # At least 2, so the half-way tick is a whole number of attempts.
     top = nice_top(max([2] + [max(ok, bad) for _, ok, bad in rows]))
-    slot = (WIDTH - LEFT) / max(len(rows), 1)
+    slot = (width - LEFT) / max(len(rows), 1)
     bars, labels = [], []
     for i, (hour, ok, bad) in enumerate(rows):
         x = LEFT + i * slot
@@ -56,10 +58,10 @@ def hour_chart(rows, label_every=6, dated=False, marks=()):
             labels.append({"x": round(x + 2, 1), "hour": None if dated else utc.isoformat(),
                            "utc": utc.strftime("%a %d" if dated else "%H:%M")})
     return {"bars": bars, "ticks": _ticks(top, _count), "labels": labels, "left": LEFT, "base": BASE,
-            "width": WIDTH, "top": top, "marks": _deploy_lines(rows, slot, marks)}
+            "width": width, "top": top, "marks": _deploy_lines(rows, slot, marks, width)}
 
 
-def _deploy_lines(rows, slot, marks):
+def _deploy_lines(rows, slot, marks, width):
     """Each mark's x among the bars (a mark 40 min into an hour's bar is 2/3 across it)."""
     if len(rows) < 2:
         return []
@@ -70,7 +72,7 @@ def _deploy_lines(rows, slot, marks):
         x = round(LEFT + (at - start).total_seconds() / step * slot, 1)
         # Near the right edge the label goes left of its line: it was cut off by the chart's edge.
         lines.append({"x": x, "label": label, "short": label if len(label) <= 16 else label[:15] + "…",
-                      "utc": utc.strftime("%Y-%m-%d %H:%M"), "end": x > WIDTH - 80})
+                      "utc": utc.strftime("%Y-%m-%d %H:%M"), "end": x > width - 80})
     return lines
 
 
