@@ -101,7 +101,7 @@ def test_the_chart_counts_attempts_per_bar_for_all_job_types_or_the_chosen_one(s
 
     def chart(query):
         html = client.get(f"/job-metrics?window=1h{query}").get_data(as_text=True)
-        svg = html[html.index('<svg class="chart"'):html.index("</svg>")]
+        svg = html[html.index('<svg class="chart wide"'):html.index("</svg>")]
         return svg, re.findall(r'<rect class="(ok|bad)"', svg)
 
     svg, bars = chart("")
