@@ -89,7 +89,7 @@ def test_make_run_says_how_to_sign_in_after_the_start_up_logs_on_every_start(dev
 def test_make_run_takes_another_port_when_told():
     # What `make run PORT=5001` runs (make -n prints it without running it): port 5000 is
     # taken by AirPlay Receiver on macOS.
-    told = subprocess.run(["make", "-n", "run", "PORT=5001"], cwd=ROOT, capture_output=True, text=True, check=True)
+    told = subprocess.run(["make", "--no-print-directory", "-n", "run", "PORT=5001"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert told.stdout.splitlines()[-1].endswith("/flask --app wsgi dev --port 5001")
-    plain = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True)
+    plain = subprocess.run(["make", "--no-print-directory", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert plain.stdout.splitlines()[-1].endswith("/flask --app wsgi dev")

@@ -63,12 +63,14 @@ class Held:
     def stop(self, force=False):
         """Ask the handler to stop (ctx.cancelled). force: the worker gave the run up or an operator
         cancelled it, so an async handler's task is cancelled too (CancelledError at its next
-        await); a thread cannot be, it only sees the flag."""
+        await); a thread cannot be, it only sees the flag. Whether this asked it first."""
+        first = not self.ctx.cancelled
         self.ctx.cancel()
         if force:
             self.forced = True
             if self.abort is not None:
                 self.abort()
+        return first
 
     def waited(self):
         """Seconds between its claim's return and its handler's start: time spent claimed ahead."""

@@ -68,11 +68,9 @@ class HandlerStopper:
             # dict.copy() is one step under the GIL: the loop may add or remove runs meanwhile,
             # and iterating the dict itself would then fail. A run it starts after this copy is
             # asked by the loop, which asks every held run again once it sees the stop.
-            running = [held for held in self.held.copy().values() if held.began is not None]
-            for held in running:
-                held.stop()
-            if running:
-                log.info("%s: asked %d running job(s) to stop", why, len(running))
+            asked = sum(held.stop() for held in self.held.copy().values() if held.began is not None)
+            if asked:
+                log.info("%s: asked %d running job(s) to stop", why, asked)
 
     def stop(self):
         if self.thread is not None:
@@ -85,11 +83,15 @@ class Stopping:
 
     def _stop_held(self):
         """When the loop sees the stop request: release the runs waiting for a thread; ask every
-        other held run to stop (the stopper thread asked the running ones already: again does no
-        harm, and catches one begun since)."""
+        other held run to stop. The stopper thread has usually asked the running ones already;
+        under load the loop may come first (its path did not hold it), and then it is the one
+        that says so."""
         self._release_waiting()
+        asked = sum(held.stop() for held in list(self.held.values()) if held.began is not None)
         for held in self.held.values():
             held.stop()
+        if asked:
+            log.info("worker is shutting down: asked %d running job(s) to stop", asked)
 
     def _release_waiting(self):
         """Take back from the pool the runs no thread has begun, to be released unstarted."""
