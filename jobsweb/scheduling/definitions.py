@@ -19,11 +19,11 @@ from sqlalchemy.orm import aliased
 from ..core.database import db, execute
 from ..core.errors import InvalidInput, check_emails, check_url, clean_name
 from ..core.models import JobDefinition, JobRun
-from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
+from ..engine.enqueuing import check_max_attempts, check_payload
 from ..engine.flow import check_priority, check_queue, ensure_queue
 from ..engine.retry import MAX_DELAY
-from ..engine.reported_runs import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
+from . import definition_job_types
 from .schedule import Schedule
 
 NAME_MAX_CHARS = 200
@@ -66,9 +66,9 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
     config = current_app.config
     name = _check_name(name)
     if external is True:
-        registered, job_type, max_attempts = _external(name, job_type, max_attempts)
+        registered, job_type, max_attempts = definition_job_types.external(name, job_type, max_attempts)
     elif external is False:
-        registered = _known_job_type(job_type)
+        registered = definition_job_types.known(job_type)
     else:
         raise InvalidInput("external", f"must be true or false, got {external!r}")
     parsed = Schedule(schedule, timezone)
@@ -93,55 +93,6 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
                 max_duration_seconds=max_duration, external=external,
                 ping_token=secrets.token_urlsafe(PING_TOKEN_BYTES) if external else None,
                 next_run_at=parsed.next_after(now))
-
-
-def _external(name, job_type, max_attempts):
-    """(a stand-in for the job type, EXTERNAL_JOB_TYPE, 1): what an external definition has
-    instead of a handler. A definition that has runs waiting for a worker cannot become one."""
-    if job_type not in (None, "", EXTERNAL_JOB_TYPE):
-        raise InvalidInput("job_type", "an external definition has no job type: jobsweb does not run it")
-    if max_attempts not in (None, 1):
-        raise InvalidInput("max_attempts", "an external definition's runs are reported once each; leave it empty")
-    waiting = select(JobRun.id).join(JobDefinition, JobDefinition.id == JobRun.definition_id).where(
-        JobDefinition.name == name, JobRun.status.in_(("queued", "failed")))
-    if db.session.scalar(waiting.limit(1)) is not None:
-        raise InvalidInput("external", "the definition has runs waiting for a worker (queued or failed): "
-                                       "cancel them before it becomes external")
-    return _EXTERNAL, EXTERNAL_JOB_TYPE, 1
-
-
-@dataclass(frozen=True)
-class _Unregistered:
-    """What check_max_attempts and the queue defaults read of a job type, for external definitions."""
-
-    max_attempts: int | None = None
-    queue: str = "default"
-    priority: int = 0
-
-
-_EXTERNAL = _Unregistered()
-
-# A job type this process does not import but a worker registered when it started
-# (job_workers.job_types) within the last week: a standalone web process without
-# JOBSWEB_HANDLERS defines the jobs its workers run. job_workers holds a few rows (retention
-# deletes workers not seen for days): no index.
-WORKER_REGISTERED = """
-SELECT 1 FROM job_workers
-WHERE %(job_type)s = ANY (job_types) AND last_seen_at > now() - interval '7 days'
-LIMIT 1
-"""
-
-
-def _known_job_type(job_type):
-    """The registered JobType; or, for one only a worker imports, what is known of it here (its
-    own max_attempts, queue and priority are not: the defaults, unless the definition sets them);
-    or InvalidInput listing the known ones."""
-    try:
-        return check_job_type(job_type)
-    except InvalidInput:
-        if isinstance(job_type, str) and execute(WORKER_REGISTERED, {"job_type": job_type}).first():
-            return _Unregistered()
-        raise
 
 
 # What `input_errors` puts in place of a refused value to find the next error: a value that
