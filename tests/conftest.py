@@ -108,7 +108,12 @@ def _admin_url():
 
     if os.environ.get("TEST_DATABASE_URL"):
         return os.environ["TEST_DATABASE_URL"], None
-    server = servers.start(TEST_SERVER)
+    # 300 connections, not the default 100: in-process workers that tests build and never run
+    # (test_worker.py's, about 20 a file) keep their lanes' threads, and with them their
+    # connections, until the process ends; with this session's new tests those of one pytest
+    # process reached 100 before test_worker_processes.py, whose workers then met "too many
+    # clients" (a fresh-clone make test, both servers). Closing them is the lasting fix.
+    server = servers.start(TEST_SERVER, {"max_connections": 300})
     return server.get_uri("postgres"), server
 
 
