@@ -87,9 +87,10 @@ class Stopping:
         under load the loop may come first (its path did not hold it), and then it is the one
         that says so."""
         self._release_waiting()
-        asked = sum(held.stop() for held in list(self.held.values()) if held.began is not None)
+        asked = 0
         for held in self.held.values():
-            held.stop()
+            if held.stop() and held.began is not None:
+                asked += 1
         if asked:
             log.info("worker is shutting down: asked %d running job(s) to stop", asked)
 
