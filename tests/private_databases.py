@@ -30,6 +30,15 @@ def migrated(kind, name, settings=None):
         server.cleanup()
 
 
+@contextmanager
+def migrated_with_executions(kind, name):
+    """migrated(), with the test_executions table the test handlers record their runs in."""
+    with migrated(kind, name) as (server, url):
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL)")
+        yield server, url
+
+
 def proxy_to(url):
     """A FaultProxy in front of the server of libpq URL `url` (its TCP port or its Unix socket)."""
     params = psycopg.conninfo.conninfo_to_dict(url)

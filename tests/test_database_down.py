@@ -18,7 +18,7 @@ from jobsweb.engine.outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
 from tests import servers
 from tests.conftest import SECRET_KEY, TEST_SETTINGS, wait_for
 from tests.forkserver import python_m
-from tests.private_databases import migrated
+from tests.private_databases import migrated_with_executions
 from tests.reliability.conftest import size
 from tests.test_deploy import free_port
 from tests.test_server_limits import attempts_after_a_success
@@ -31,9 +31,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 @pytest.fixture(params=servers.KINDS)
 def own_server(request):
-    with migrated(request.param, "down") as (server, url):
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL)")
+    with migrated_with_executions(request.param, "down") as (server, url):
         yield server, url
 
 

@@ -24,7 +24,7 @@ import pytest
 from tests import servers
 from tests.conftest import SECRET_KEY, TEST_SETTINGS, wait_for
 from tests.forkserver import python_m
-from tests.private_databases import migrated, proxy_to
+from tests.private_databases import migrated_with_executions, proxy_to
 
 BOUND = 12.0  # seconds from SIGTERM to exit: the default --shutdown-timeout (10) and 2 for the last writes
 INTO_THE_FAULT = 2.0  # seconds between the fault and SIGTERM
@@ -48,9 +48,7 @@ def asked_after(log, since):
 
 @pytest.fixture(params=servers.KINDS)
 def own_server(request):
-    with migrated(request.param, "deadline") as (server, url):
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE test_executions (run_id bigint NOT NULL, pid integer NOT NULL)")
+    with migrated_with_executions(request.param, "deadline") as (server, url):
         yield server, url
 
 
