@@ -34,6 +34,7 @@ def test_a_non_postgres_url_is_passed_on_for_the_host_and_refused_by_jobswebs_ow
     ("JOBSWEB_CONCURRENCY", "0", "JOBSWEB_CONCURRENCY must be greater than 0"),
     ("JOBSWEB_LEASE_SECONDS", "-1", "JOBSWEB_LEASE_SECONDS must be greater than 0"),
     ("JOBSWEB_POLL_INTERVAL", "soon", "JOBSWEB_POLL_INTERVAL must be a number of seconds"),
+    ("JOBSWEB_RETAIN_UNIT", "minutes", "JOBSWEB_RETAIN_UNIT must be one of days, seconds, got 'minutes'"),
 ])
 def test_a_bad_setting_stops_start_up_naming_the_variable(name, value, message):
     with pytest.raises(ConfigError, match=message):
@@ -93,6 +94,7 @@ DOCUMENTED_DEFAULTS = {
     "JOBSWEB_RETAIN_CANCELLED": 30,
     "JOBSWEB_RETAIN_SKIPPED": 14,
     "JOBSWEB_RETAIN_MISSED": 30,
+    "JOBSWEB_RETAIN_UNIT": "days",
     "JOBSWEB_PRUNE_BATCH": 500,
     "JOBSWEB_ALERT_WEBHOOK_URL": None,
     "JOBSWEB_ALERT_EMAIL_TO": [],

@@ -117,6 +117,19 @@ def test_prune_dry_run_says_what_it_would_delete_and_deletes_nothing(runner, sql
     assert len(remaining(sql)) == 1
 
 
+def test_with_retention_counted_in_seconds_runs_go_seconds_after_they_finish(app, runner, sql):
+    # JOBSWEB_RETAIN_UNIT=seconds: the benchmark's soak needs retention to delete while it runs.
+    app.config.update(JOBSWEB_RETAIN_UNIT="seconds", JOBSWEB_RETAIN_SUCCEEDED=120)
+    old, young = add_run(sql, "succeeded", 0), add_run(sql, "succeeded", 0)
+    sql("UPDATE job_runs SET finished_at = now() - make_interval(secs => %s) WHERE id = %s", [130, old])
+    sql("UPDATE job_runs SET finished_at = now() - make_interval(secs => %s) WHERE id = %s", [110, young])
+    result = runner.invoke(args=["jobs", "prune", "--dry-run"])
+    assert "succeeded: would delete 1 runs and 1 attempts older than 120 seconds, finished " in result.output
+    result = runner.invoke(args=["jobs", "prune"])
+    assert "succeeded: deleted 1 runs and 1 attempts older than 120 seconds\n" in result.output
+    assert remaining(sql) == {young}
+
+
 def test_the_prune_job_runs_on_a_worker_and_reports_what_it_deleted(app, sql, spawn_worker):
     from jobsweb import enqueue
 

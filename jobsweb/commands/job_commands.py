@@ -82,11 +82,11 @@ def prune_command(dry_run):
             for p in retention.dry_run():
                 span = f", finished {when(p.oldest, 'UTC')} to {when(p.newest, 'UTC')}" if p.runs else ""
                 click.echo(f"{p.status}: would delete {p.runs:,} runs and {p.attempts:,} attempts "
-                           f"older than {p.days} days{span}")
+                           f"older than {p.age}{span}")
             return
         pruned, workers = retention.prune()
     for p in pruned:
-        click.echo(f"{p.status}: deleted {p.runs:,} runs and {p.attempts:,} attempts older than {p.days} days")
+        click.echo(f"{p.status}: deleted {p.runs:,} runs and {p.attempts:,} attempts older than {p.age}")
     click.echo(f"workers: deleted {workers:,} not seen for {retention.WORKER_RETAIN_DAYS} days")
 
 

@@ -330,10 +330,11 @@ FROM finished LEFT JOIN ended_notice ON true
 # retried since it was read is not deleted. Uses index job_runs_prunable; job_runs_after_run
 # serves the ON DELETE SET NULL of runs queued behind a deleted one, and
 # job_attempts_run_attempt the attempts' delete.
+# %(days)s may be a fraction of a day (JOBSWEB_RETAIN_UNIT=seconds: ops/retention.py).
 PRUNE_RUNS = """
 WITH doomed AS (
     SELECT id FROM job_runs
-    WHERE status = %(status)s AND finished_at < now() - make_interval(days => %(days)s)
+    WHERE status = %(status)s AND finished_at < now() - %(days)s * interval '1 day'
     ORDER BY finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED

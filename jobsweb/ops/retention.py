@@ -4,6 +4,8 @@ Run daily by the built-in `jobsweb.prune` definition (migration 0007_retention),
 is defined here, and by `flask jobs prune [--dry-run]`. Deletes go in batches of JOBSWEB_PRUNE_BATCH runs, each its own
 short transaction, so that workers claiming and finishing runs never wait long behind it and
 autovacuum can reclaim the space as it goes. `failed` runs will be retried: never pruned.
+JOBSWEB_RETAIN_UNIT=seconds makes the same settings count seconds, for a benchmark or test that
+needs retention to delete while it runs (make bench's soak).
 
 Workflows (docs/WORKFLOWS.md) need nothing of pruning: it deletes only ended runs (RETENTION's
 statuses, past their days), and the end of each was counted when it happened, in its own
@@ -31,15 +33,17 @@ RETENTION = {
     "missed": "JOBSWEB_RETAIN_MISSED",
 }
 WORKER_RETAIN_DAYS = 30  # rows of worker processes not seen for this long are deleted too
+# JOBSWEB_RETAIN_UNIT: what the JOBSWEB_RETAIN_* numbers count, as a fraction of a day.
+UNIT_DAYS = {"days": 1, "seconds": 1 / 86400}
 
 # What PRUNE_RUNS (engine/statements.py) would delete, for --dry-run. Uses index job_runs_prunable.
 PRUNABLE = """
 SELECT count(*), min(finished_at), max(finished_at),
        (SELECT count(*) FROM job_attempts a WHERE a.run_id IN (
            SELECT id FROM job_runs WHERE status = %(status)s
-             AND finished_at < now() - make_interval(days => %(days)s)))
+             AND finished_at < now() - %(days)s * interval '1 day'))
 FROM job_runs
-WHERE status = %(status)s AND finished_at < now() - make_interval(days => %(days)s)
+WHERE status = %(status)s AND finished_at < now() - %(days)s * interval '1 day'
 """
 
 PRUNE_WORKERS = """
@@ -52,25 +56,36 @@ class Pruned:
     """What was (or, for a dry run, would be) deleted for one status."""
 
     status: str
-    days: int
+    kept: int  # how long its runs are kept, in JOBSWEB_RETAIN_UNIT
+    unit: str = "days"
     runs: int = 0
     attempts: int = 0
     oldest: object = None  # finished_at of the oldest such run (dry run only)
     newest: object = None
 
+    @property
+    def days(self):
+        """How long its runs are kept, in days (a fraction with JOBSWEB_RETAIN_UNIT=seconds)."""
+        return self.kept * UNIT_DAYS[self.unit]
+
+    @property
+    def age(self):
+        """"14 days": how long its runs are kept, in words."""
+        return f"{self.kept} {self.unit}"
+
 
 def policy(config=None):
-    """[(status, days)] for every status that is pruned at all."""
+    """[Pruned] with nothing deleted yet, for every status that is pruned at all."""
     config = config or current_app.config
-    return [(status, config[setting]) for status, setting in RETENTION.items() if config[setting] > 0]
+    return [Pruned(status, config[setting], config["JOBSWEB_RETAIN_UNIT"])
+            for status, setting in RETENTION.items() if config[setting] > 0]
 
 
 def dry_run():
     """[Pruned] for each pruned status: what a prune now would delete."""
-    out = []
-    for status, days in policy():
-        runs, oldest, newest, attempts = execute(PRUNABLE, {"status": status, "days": days}).one()
-        out.append(Pruned(status, days, runs, attempts, oldest, newest))
+    out = policy()
+    for p in out:
+        p.runs, p.oldest, p.newest, p.attempts = execute(PRUNABLE, {"status": p.status, "days": p.days}).one()
     db.session.rollback()
     return out
 
@@ -82,13 +97,11 @@ def prune(stop=lambda: None, batch=None):
     raise_if_cancelled): every batch already committed stays deleted.
     """
     batch = batch or current_app.config["JOBSWEB_PRUNE_BATCH"]
-    out = []
-    for status, days in policy():
-        done = Pruned(status, days)
-        out.append(done)
+    out = policy()
+    for done in out:
         while True:
             stop()
-            runs, attempts = execute(PRUNE_RUNS, {"status": status, "days": days, "batch": batch}).one()
+            runs, attempts = execute(PRUNE_RUNS, {"status": done.status, "days": done.days, "batch": batch}).one()
             db.session.commit()
             done.runs += runs
             done.attempts += attempts
