@@ -48,6 +48,15 @@
     root.querySelectorAll("[data-tz-name]").forEach(function (el) { el.textContent = zone; });
     // A date input's form reads it in this zone; without this script it stays UTC.
     root.querySelectorAll("input[data-tz]").forEach(function (el) { if (!el.value) el.value = zone; });
+    // A new definition's timezone starts at the viewer's zone, once: the server only marks a form
+    // not yet submitted, and a choice made since (or a form sent back with errors) stays.
+    root.querySelectorAll("select[data-browser-zone]").forEach(function (el) {
+      el.removeAttribute("data-browser-zone");
+      var known = Array.prototype.some.call(el.options, function (o) { return o.value === zone; });
+      var note = el.parentNode.querySelector("[data-browser-zone-note]");
+      if (known) el.value = zone;
+      if (note) note.textContent = known ? "Your browser's zone." : "UTC: your browser's zone, " + zone + ", is not one jobsweb knows.";
+    });
   }
 
   function all() { refresh(document); }

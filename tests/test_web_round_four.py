@@ -228,3 +228,45 @@ def test_the_queues_page_has_no_axe_finding_at_all_for_an_operator(make_user, op
     # Minor findings too (round four found empty-table-header: the buttons' column had no name).
     findings = page.evaluate("async () => (await axe.run(document)).violations.map(v => v.id)")
     assert findings == []
+
+
+def test_a_new_definitions_timezone_starts_at_the_browsers_zone_and_says_utc_without_javascript(
+        make_user, open_context, sql):
+    email = make_user("admin")
+    page = open_context(timezone_id="Asia/Kolkata")
+    sign_in_page(page, email)
+    page.goto("/definitions/new")
+    zone = page.locator("#definition-form select[name=timezone]")
+    expect(zone).to_have_value(re.compile(r"^Asia/(Kolkata|Calcutta)$"))  # ICU's older name is a zone too
+    kolkata = zone.input_value()
+    expect(page.locator("[data-browser-zone-note]")).to_have_text("Your browser's zone.")
+    # The issue's case: an external job, created in the viewer's zone without touching the field.
+    page.locator("input[name=name]").fill("nightly backup")
+    page.locator("input[name=external]").check()
+    page.locator("input[name=schedule]").fill("0 3 * * *")
+    page.get_by_role("button", name="Create definition").click()
+    expect(page.get_by_role("heading", name=re.compile("nightly backup"))).to_be_visible()
+    assert sql("SELECT timezone, external FROM job_definitions") == [(kolkata, True)]
+
+    # A zone chosen by hand stays when the form comes back with an error (the name is taken).
+    page.goto("/definitions/new")
+    expect(zone).to_have_value(kolkata)
+    zone.select_option("Europe/Madrid")
+    page.locator("input[name=name]").fill("nightly backup")
+    page.locator("input[name=schedule]").fill("0 3 * * *")
+    page.get_by_role("button", name="Create definition").click()
+    expect(page.locator("#definition-form")).to_contain_text("is taken")
+    expect(zone).to_have_value("Europe/Madrid")
+    # Editing keeps the definition's own zone, whatever the browser's.
+    sql("UPDATE job_definitions SET timezone = 'UTC'")
+    [(definition,)] = sql("SELECT id FROM job_definitions")
+    page.goto(f"/definitions/{definition}/edit")
+    expect(zone).to_have_value("UTC")
+
+    # Without JavaScript the zone is not known: UTC, and the form says so.
+    page = open_context(timezone_id="Asia/Kolkata", java_script_enabled=False)
+    sign_in_page(page, email)
+    page.goto("/definitions/new")
+    expect(page.locator("#definition-form select[name=timezone]")).to_have_value("UTC")
+    expect(page.locator("[data-browser-zone-note]")).to_have_text(
+        "UTC: without JavaScript the page cannot read your browser's zone.")
