@@ -11,6 +11,9 @@
                              # until some timeout of the client's own)
     proxy.blackhole = False  # the path is back; connections held in the hole are reset,
                              # as a peer that lost their state answers them
+    proxy.hold_new = True    # new connections are accepted and wait, unanswered (a server slow
+                             # to take them: a connect under way); proxy.held counts them
+    proxy.hold_new = False   # the held ones go through to the server, as if it answered now
     proxy.close()
 
 Only ever a loopback address: the tests start it in front of their own server.
@@ -32,6 +35,9 @@ class FaultProxy:
         self.latency = 0.0  # seconds added to each chunk, either way
         self.refuse = False
         self._blackhole = False
+        self._hold_new = False
+        self.held = 0  # connections held by hold_new so far
+        self._waiting = []  # client sockets held, to go through when hold_new ends
         # Times a client sent after it had been answered: its round trips (with some latency set,
         # so that no answer arrives while a client is still sending what it sends at once).
         self.round_trips = 0
@@ -61,6 +67,18 @@ class FaultProxy:
         if was and not on:
             self.reset()
 
+    @property
+    def hold_new(self):
+        return self._hold_new
+
+    @hold_new.setter
+    def hold_new(self, on):
+        with self.lock:
+            self._hold_new = on
+            waiting, self._waiting = (self._waiting, []) if not on else ([], self._waiting)
+        for client in waiting:
+            self._forward(client)
+
     def reset(self):
         """Reset every open connection (RST to the client, close to the server)."""
         with self.lock:
@@ -73,6 +91,7 @@ class FaultProxy:
         self.closed = True
         self.listener.close()
         self.reset()
+        self.hold_new = False  # the held ones: reset (closed)
 
     def _accept(self):
         while not self.closed:
@@ -87,16 +106,28 @@ class FaultProxy:
                 with self.lock:
                     self.pairs.add((client,))
                 continue
-            try:
-                server = _connect(self.target)
-            except OSError:
-                _reset(client)
-                continue
-            pair = (client, server)
             with self.lock:
-                self.pairs.add(pair)
-            threading.Thread(target=self._pump, args=(client, server, pair), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, pair), daemon=True).start()
+                if self._hold_new:  # accepted; goes through when hold_new ends
+                    self._waiting.append(client)
+                    self.held += 1
+                    continue
+            self._forward(client)
+
+    def _forward(self, client):
+        """Connect `client` to the target and pump both ways."""
+        if self.closed:
+            _reset(client)
+            return
+        try:
+            server = _connect(self.target)
+        except OSError:
+            _reset(client)
+            return
+        pair = (client, server)
+        with self.lock:
+            self.pairs.add(pair)
+        threading.Thread(target=self._pump, args=(client, server, pair), daemon=True).start()
+        threading.Thread(target=self._pump, args=(server, client, pair), daemon=True).start()
 
     def _pump(self, source, sink, pair):
         line = _DelayLine(sink, self)

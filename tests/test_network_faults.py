@@ -3,12 +3,13 @@ goes silent, as in a failover). Real `flask run-jobs` processes reach the databa
 tests/fault_proxy.py; each server kind has one of its own (tests/servers.py)."""
 
 import signal
+import threading
 import time
 
 import psycopg
 import pytest
 
-from jobsweb.engine.link import Link
+from jobsweb.engine.link import DatabaseUnavailable, Link
 from tests import servers
 from tests.conftest import wait_for
 from tests.private_databases import migrated, proxy_to
@@ -174,3 +175,75 @@ def test_a_worker_transaction_is_one_round_trip_whatever_its_statements(db, prox
         assert link.fetch("SELECT 5") == [(5,)]
     finally:
         link.close()
+
+
+def in_a_thread(call):
+    """Start call() in a thread; a function that joins it and gives (what it returned or raised,
+    seconds from the start to its end)."""
+    began, ended = time.monotonic(), {}
+
+    def serve():
+        try:
+            ended["result"] = call()
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            ended["result"] = exc
+        ended["took"] = time.monotonic() - began
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def join():
+        thread.join(timeout=30)
+        return ended.get("result"), ended.get("took")
+    return join
+
+
+def test_a_round_trip_whose_connect_was_under_way_at_the_cut_still_ends_by_it(proxy, server_url):
+    # A stopping worker cuts its links' round trips at its deadline; a connect under way then had
+    # no connection to cut, and the statement after it had the whole ROUND_TRIP_TIMEOUT (15 s):
+    # a worker exited 18.7 s after SIGTERM on a 500 ms link (issue 37).
+    link = Link(proxy.url(server_url))
+    try:
+        proxy.hold_new = True
+        join = in_a_thread(lambda: link.fetch("SELECT pg_sleep(20)"))
+        wait_for(lambda: proxy.held == 1, message="the connect under way")
+        link.cut_by(time.monotonic() + 2)
+        proxy.hold_new = False  # connected now, after the cut
+        result, took = join()
+        assert isinstance(result, DatabaseUnavailable), result
+        assert took <= 5, f"ended {took:.1f} s after it began, its cut was 2 s after"
+    finally:
+        link.close()
+
+
+def test_a_round_trip_waiting_for_a_link_held_by_a_connect_gives_up_at_the_cut(proxy, server_url):
+    # The link's lock is held by the thread inside the connect (up to CONNECT_TIMEOUT, 10 s): a
+    # stopping worker's own last writes on that link waited for it.
+    link = Link(proxy.url(server_url))
+    try:
+        proxy.hold_new = True
+        connecting = in_a_thread(lambda: link.fetch("SELECT 1"))
+        wait_for(lambda: proxy.held == 1, message="the connect under way")
+        link.cut_by(time.monotonic() + 1)
+        result, took = in_a_thread(lambda: link.fetch("SELECT 2"))()
+        assert isinstance(result, DatabaseUnavailable), result
+        assert took <= 3, f"gave up after {took:.1f} s, its cut was 1 s after"
+        proxy.hold_new = False
+        connecting()
+    finally:
+        link.close()
+
+
+def test_sigterm_while_a_worker_is_connecting_ends_it_by_its_deadline(db, proxy, workers, figures):
+    # Free slots, so it claims every poll: after the reset, its claims lane connects (and its
+    # listener: two connects held).
+    add(db, 4)
+    proc = workers("--forever", "--concurrency", "8", "--poll-interval", "0.05",
+                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
+    wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
+
+    proxy.hold_new = True
+    proxy.reset()  # every connection lost: the worker's next round trips connect, and wait
+    wait_for(lambda: proxy.held >= 2, message="the claims lane's and the listener's connects under way")
+    took, output = stop_in_time(proc)
+    figures(shutdown_timeout=SHUTDOWN_TIMEOUT, connects_held=proxy.held, sigterm_to_exit_seconds=round(took, 2))

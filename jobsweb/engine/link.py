@@ -1,6 +1,7 @@
 """The worker's database connections, reopened when the database goes away, and cut when it
 goes silent."""
 
+import concurrent.futures
 import logging
 import select
 import threading
@@ -13,6 +14,7 @@ from ..core.deadlines import BoundedConnection, bounded
 
 CONNECT_TIMEOUT = 10  # seconds
 MIN_CONNECT_TIMEOUT = 2  # libpq's connect_timeout: whole seconds, at least 2
+LOCK_STEP = 0.1  # seconds: how often a wait for a link's lock or a connect looks at a cut set meanwhile
 # psycopg prepares a statement on the server after it ran 5 times on a connection. Behind a
 # pooler in transaction mode (PgBouncer before 1.21, most PaaS poolers) the next transaction
 # may be on another server connection, where that statement does not exist: never prepare.
@@ -92,6 +94,11 @@ class Conflicted(DatabaseUnavailable):
     written again) but neither logs an outage nor backs off (engine/outages.py)."""
 
 
+def _close_if_opened(opening):
+    if opening.exception() is None:
+        opening.result().close()
+
+
 def describe(exc):
     """The first line of a driver error: enough for a log line or a CLI message."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -126,11 +133,33 @@ class Link:
             # deadline gives up by it (rounded up, it outlasted the deadline by 0.3 s).
             timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, int(seconds)))
             try:
-                self.conn = BoundedConnection.connect(self.conninfo, autocommit=True, connect_timeout=timeout,
-                                                      **NO_PREPARE)
+                self.conn = self._connect(timeout)
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailable(describe(exc)) from exc
         return self.conn
+
+    def _connect(self, timeout):
+        """A new connection, waited for no later than the cut. No cut reaches into libpq's
+        connect, so it runs in a thread of its own: a connect begun just before SIGTERM held a
+        stopping worker its whole connect_timeout (10 s) past a 2 s deadline. One given up on is
+        closed when it ends."""
+        opening = concurrent.futures.Future()
+
+        def connect():
+            try:
+                opening.set_result(BoundedConnection.connect(self.conninfo, autocommit=True,
+                                                             connect_timeout=timeout, **NO_PREPARE))
+            except BaseException as exc:  # noqa: BLE001 - raised in the waiting thread
+                opening.set_exception(exc)
+
+        threading.Thread(target=connect, name="jobsweb-connect", daemon=True).start()
+        while True:
+            try:
+                return opening.result(timeout=LOCK_STEP)
+            except concurrent.futures.TimeoutError:
+                if self.cut_at is not None and self.cut_at <= time.monotonic():
+                    opening.add_done_callback(_close_if_opened)
+                    raise DatabaseUnavailable("no answer by the stop deadline") from None
 
     def _lost(self, exc):
         if self.conn is not None:
@@ -140,13 +169,17 @@ class Link:
 
     def _round_trip(self, work):
         """work(conn) under the lock, cut past its time; a broken connection is DatabaseUnavailable."""
-        with self.lock:
+        self._take_lock()
+        try:
             seconds = ROUND_TRIP_TIMEOUT if self.cut_at is None else min(ROUND_TRIP_TIMEOUT,
                                                                           self.cut_at - time.monotonic())
             if seconds <= 0:
                 raise DatabaseUnavailable("no time left to reach the database")
             with bounded(seconds):
                 conn = self._connection(seconds)
+                if self.cut_at is not None:
+                    # A cut set while this connect was under way: cut_by saw no connection to cut.
+                    conn.end_by(self.cut_at)
                 try:
                     # `work` is one whole transaction of jobsweb's own statements (fetch,
                     # fetch_together, in_transaction): a conflict rolled it back whole, so it
@@ -159,6 +192,16 @@ class Link:
                     raise self._lost(exc) from exc
                 self.answered_at = time.monotonic()
                 return result
+        finally:
+            self.lock.release()
+
+    def _take_lock(self):
+        """The lock, waited for no later than the cut: the thread holding it may be inside a
+        connect, which no cut reaches (a connect begun just before SIGTERM lasts up to
+        CONNECT_TIMEOUT), so the wait looks at a cut set meanwhile every LOCK_STEP."""
+        while not self.lock.acquire(timeout=LOCK_STEP):
+            if self.cut_at is not None and self.cut_at <= time.monotonic():
+                raise DatabaseUnavailable("no answer by the stop deadline")
 
     def cut_by(self, deadline):
         """No round trip of this link lasts past `deadline` (time.monotonic()), not even the one

@@ -110,16 +110,12 @@ class Lane:
             self.run(trip)
             self.report(trip)
 
-    def stop(self, timeout=None):
-        """End the thread once the trip under way (if any) is done, waiting at most `timeout`
-        seconds (a daemon thread still inside a connect ends with the process). Whether it ended."""
+    def stop(self):
+        """End the thread once the trip under way (if any) is done."""
         if self.thread is not None:
             self.trips.put(None)
-            self.thread.join(timeout)
-            if self.thread.is_alive():
-                return False
+            self.thread.join()
             self.thread = None
-        return True
 
 
 class TripKeeper:
@@ -146,18 +142,11 @@ class TripKeeper:
         return sum(lane.trip is not None for lane in self.lanes)
 
     def _settle(self, start=True):
-        """Wait for the trips under way, if any, and take them back (start: their runs start). A
-        stopping worker waits no longer than its round trips' bound: a lane may be inside a
-        connect, which no cut reaches (a connect begun before SIGTERM on a slow link held a
-        worker 18 s past it); that trip's outcomes are left to lease recovery."""
+        """Wait for the trips under way, if any, and take them back (start: their runs start).
+        A stopping worker's trips end by its cut (engine/link.py: every wait of a link, for its
+        lock, a connect or an answer, looks at it)."""
         while len(self.returned) < self._under_way():
-            if self.drain_until is not None:
-                left = self.link.cut_at - time.monotonic()
-                if left <= 0:
-                    raise DatabaseUnavailable("no answer by the stop deadline")
-                self._collect(left)
-            else:
-                self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
+            self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
         for trip in self._take_back(start):
             self._land(trip, start)
 

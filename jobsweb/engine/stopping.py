@@ -133,8 +133,8 @@ class Stopping:
             self.pending.append(outcome)
         self._write_last()
         for lane in self.lanes:
-            if lane.stop(max(0.0, self.link.cut_at - time.monotonic())):
-                lane.link.close()  # else its thread holds the link's lock, inside a connect
+            lane.stop()
+            lane.link.close()
         self.progress_link.close()
         self.async_pool.stop()
         self.stopper.stop()
