@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import (claim_conditions, measures, process_measures, report, run_control, search_cost, seams, tick_start,
-               workflows)
+from . import (claim_conditions, measures, process_measures, report, run_control, search_cost, seams, soak,
+               tick_start, workflows)
 from .server import KINDS, Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +46,7 @@ FULL = {
     "seams_dependents": 100_000,
     "control_waits": 20, "control_finishes": 4000,
     "search_errors": 300_000, "search_seconds": 20,
+    "soak_seconds": 600, "soak_window": 30, "soak_retain": 120, "soak_prune_every": 30,
 }
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
@@ -63,6 +64,8 @@ QUICK = {
     "seams_dependents": 5000,
     "control_waits": 20, "control_finishes": 400,
     "search_errors": 20_000, "search_seconds": 2,
+    # A soak that only proves itself (its windows, retention's deletes): about 20 s a server.
+    "soak_seconds": 15, "soak_window": 3, "soak_retain": 8, "soak_prune_every": 2,
 }
 
 
@@ -75,7 +78,7 @@ ALONE = {
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
     "seams": seams.wide_graph, "control": run_control.run_control, "search": search_cost.search_cost,
-    "tick_start": tick_start.tick_start,
+    "tick_start": tick_start.tick_start, "soak": soak.soak,
 }
 
 
@@ -133,6 +136,7 @@ def suite(bench):
     results["run_control"] = run_control.run_control(bench)
     results["search_cost"] = search_cost.search_cost(bench)
     results["tick_start"] = tick_start.tick_start(bench)
+    results["soak"] = soak.soak(bench, results["throughput"])
     # Last: it switches the server's JIT settings (and puts them back as shipped).
     results["jit"] = claim_conditions.jit(bench)
     results["seconds"] = time.monotonic() - bench.started

@@ -4,6 +4,7 @@ every server's under each heading."""
 from .run_control import run_control_section
 from .search_cost import search_cost_section
 from .seams import seams_section
+from .soak import soak_section
 from .targets import fmt, ratio
 from .tick_start import tick_start_section
 
@@ -177,6 +178,7 @@ def server_sections(r):
         *run_control_section(r),
         *search_cost_section(r),
         *tick_start_section(r),
+        *soak_section(r),
     ]
     return lines
 

@@ -6,6 +6,8 @@ without JIT)."""
 
 import math
 
+from .soak import soak_target
+
 
 def fmt(value, digits=0):
     return "–" if value is None else f"{value:,.{digits}f}"
@@ -192,4 +194,5 @@ def server_targets(r):
                      f["median"] <= f["target"],
                      "Python, Flask, SQLAlchemy (with its ORM, for Flask-SQLAlchemy and the alerts' queries) and "
                      "psycopg take most of it before jobsweb's own code starts (§20)"))
+    rows.append(soak_target(r))
     return rows
