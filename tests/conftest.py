@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from jobsweb import create_app
-from jobsweb.core.database import database_url, libpq_url
+from jobsweb.core.database import database_url, db, libpq_url
 from tests.forkserver import python_m
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,6 +161,10 @@ def app(database_url_for_tests, monkeypatch):
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True,
                       "SECRET_KEY": SECRET_KEY})
     yield app
+    with app.app_context():
+        # Its pooled connections: else each test's app kept one until the process ended, and one
+        # pytest process reached the server's 100 connections.
+        db.engine.dispose()
 
 
 @pytest.fixture
