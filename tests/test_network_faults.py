@@ -74,7 +74,7 @@ def stop_in_time(proc):
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=STOP_BOUND)
     assert proc.returncode == 0, output
-    assert "Traceback" not in output
+    assert "Traceback" not in output, output
     return time.monotonic() - began, output
 
 
