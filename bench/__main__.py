@@ -8,6 +8,8 @@ it proves the suite still runs (CI); only full mode's numbers mean anything.
 
 `python -m bench --only tick` runs one measure that stands alone and prints its figures as
 JSON, writing no report: for measuring a change to one hot path without the whole suite.
+`--only peers,whole` runs several, in that order, on each server before the next server starts
+(whole then races PgQueuer's best setting of peers, as the suite does).
 `--servers stock` (or embedded) runs on that server only. `--quick --side-by-side` runs each
 server's suite at once in a process of its own: they share the machine, so only for checking that
 the suite runs and writes its report (tests/test_bench_quick.py), in about half the time.
@@ -33,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FULL = {
     "warmup": 2000, "drain": 20_000, "processes": [1, 2], "concurrency": [1, 4, 8, 16, 64],
     "steady_seconds": 20, "steady_backlog": 2000,
-    "pgqueuer_drain": 20_000, "procrastinate_drain": 1000, "pgqueuer_batch": [10, 100], "procrastinate_concurrency": [16],
+    "pgqueuer_drain": 20_000, "procrastinate_drain": 1000, "pgqueuer_batch": [10, 100, 500, "4x50"],
+    "pgqueuer_whole": 100, "procrastinate_concurrency": [16],
     "async_runs": 2000, "async_concurrency": 1000, "whole_runs": 40_000, "whole_concurrency": [4, 64],
     "history": [0, 100_000, 1_000_000], "claims": 10_000,
     "enqueue_seconds": 8, "bulk": 100_000,
@@ -51,7 +54,8 @@ FULL = {
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
     "steady_seconds": 1, "steady_backlog": 500,
-    "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10], "procrastinate_concurrency": [16],
+    "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10, "2x10"], "pgqueuer_whole": 10,
+    "procrastinate_concurrency": [16],
     "async_runs": 200, "async_concurrency": 100, "whole_runs": 1000, "whole_concurrency": [4],
     "history": [0, 20_000], "claims": 300,
     "enqueue_seconds": 1, "bulk": 5000,
@@ -128,7 +132,7 @@ def suite(bench):
     results["tick"] = measures.scheduler_tick(bench)
     results["queues"] = measures.flow_control(bench)
     results["async"] = process_measures.async_handlers(bench)
-    results["whole"] = process_measures.whole_process(bench)
+    results["whole"] = process_measures.whole_process(bench, results["peers"]["pgqueuer"]["setting"])
     results["alerts"] = process_measures.alerts_without_workers(bench)
     results["backlog"] = claim_conditions.backlog(bench)
     results["workflows"] = workflows.workflows(bench)
@@ -147,7 +151,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat (CI)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where BENCHMARKS.md and plots go")
-    parser.add_argument("--only", choices=sorted(ALONE), help="run this measure alone and print its figures")
+    parser.add_argument("--only", type=_measures, metavar="MEASURE[,MEASURE...]",
+                        help=f"run these measures alone and print their figures: {', '.join(sorted(ALONE))}")
     parser.add_argument("--servers", default=",".join(KINDS),
                         help=f"comma-separated, of {', '.join(KINDS)} (default: both, in that order)")
     parser.add_argument("--side-by-side", action="store_true",
@@ -176,7 +181,14 @@ def main(argv=None):
         try:
             if args.only:
                 bench.log(f"PostgreSQL {server.version()}")
-                print(json.dumps(_printable(ALONE[args.only](bench)), indent=2, default=str), flush=True)
+                figures = {}
+                for name in args.only:
+                    if name == "whole" and "peers" in figures:
+                        figures[name] = ALONE[name](bench, figures["peers"]["pgqueuer"]["setting"])
+                    else:
+                        figures[name] = ALONE[name](bench)
+                print(json.dumps(_printable(figures if len(figures) > 1 else figures[args.only[0]]), indent=2,
+                                 default=str), flush=True)
             else:
                 results["servers"][kind] = suite(bench)
         finally:
@@ -194,6 +206,14 @@ def main(argv=None):
         path = report.write(results, args.out)
         print(f"wrote {path} in {results['seconds']:.0f} s", flush=True)
     return 0
+
+
+def _measures(text):
+    """--only's value: measures of ALONE, comma-separated."""
+    names = text.split(",")
+    if unknown := [name for name in names if name not in ALONE]:
+        raise argparse.ArgumentTypeError(f"not a measure: {', '.join(unknown)} (choose from {', '.join(sorted(ALONE))})")
+    return names
 
 
 def side_by_side(kinds):

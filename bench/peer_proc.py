@@ -1,23 +1,37 @@
 """One peer queue draining no-op jobs: `python -m bench.peer_proc pgqueuer|procrastinate URL N SETTING`.
 
 Installs the peer's schema and enqueues N no-op jobs with its own batch API (not timed), then
-drains them with one worker process and prints {"seconds", "maxrss_kb"} as JSON, seconds being
+drains them with one worker process and prints {"seconds", "maxrss_kb"} as JSON (its own peak
+RSS: bench/peak_rss.py), seconds being
 the span from the first job started to the last finished in the peer's own event table.
-SETTING is PgQueuer's batch_size or Procrastinate's concurrency. A fifth argument, `enqueue`
-or `drain`, does only that half (PgQueuer): the whole-process measure times a drain alone.
+SETTING is Procrastinate's concurrency, or PgQueuer's batch_size, alone (one QueueManager) or
+as MANAGERSxBATCH: that many QueueManagers in the one process, each on a connection of its own,
+draining together (4x50: four of batch_size 50). A fifth argument, `enqueue` or `drain`, does
+only that half (PgQueuer): the whole-process measure times a drain alone, and then also gets
+"first" and "last", the database's epoch of the first job picked and the last one done, to
+tell the process's start-up and its shutdown from its drain (the database runs on this host,
+so its clock is the caller's).
 """
 
 import asyncio
 import json
 import logging
-import resource
 import sys
+
+from .peak_rss import own_peak_kb
 
 CHUNK = 5000  # jobs per batch enqueue call
 
 
-async def pgqueuer(url, n, batch_size, enqueue=True, drain=True):
-    """enqueue / drain False: only the other half (the whole-process measure times a drain alone)."""
+def pgqueuer_setting(setting):
+    """(managers, batch_size) of a PgQueuer SETTING: "100" or "4x50"."""
+    managers, _, batch = str(setting).rpartition("x")
+    return int(managers or 1), int(batch)
+
+
+async def pgqueuer(url, n, setting, enqueue=True, drain=True):
+    """enqueue / drain False: only the other half (the whole-process measure times a drain alone).
+    The drain's {"seconds", "first", "last"} (see the module's docstring), or None without one."""
     import psycopg
     from pgqueuer import PsycopgDriver, QueueManager
     from pgqueuer.domain.types import QueueExecutionMode
@@ -32,28 +46,35 @@ async def pgqueuer(url, n, batch_size, enqueue=True, drain=True):
             await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
         await conn.close()
     if not drain:
-        return 0.0
-
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    manager = QueueManager(Queries(PsycopgDriver(conn)))
-
-    @manager.entrypoint("noop")
-    async def noop(job):
         return None
 
-    await manager.run(batch_size=batch_size, mode=QueueExecutionMode.drain)
-    await conn.close()
+    managers, batch_size = pgqueuer_setting(setting)
+
+    async def one_manager():
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        manager = QueueManager(Queries(PsycopgDriver(conn)))
+
+        @manager.entrypoint("noop")
+        async def noop(job):
+            return None
+
+        await manager.run(batch_size=batch_size, mode=QueueExecutionMode.drain)
+        await conn.close()
+
+    await asyncio.gather(*(one_manager() for _ in range(managers)))
     # Its own log, as jobsweb's throughput is read from job_runs: first pick to last success.
-    # (The drain call itself also waits ~4 s for its buffers to time out on shutdown.)
-    return database_span(url, "SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
-                              "- min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log")
+    # (run() returns ~4 s after the last success: its shutdown waits for its buffers to time out.)
+    first, last = database_row(url, "SELECT extract(epoch FROM min(created) FILTER (WHERE status = 'picked')), "
+                                    "extract(epoch FROM max(created) FILTER (WHERE status = 'successful')) "
+                                    "FROM pgqueuer_log")
+    return {"seconds": last - first, "first": first, "last": last}
 
 
-def database_span(url, sql):
+def database_row(url, sql):
     import psycopg
 
     with psycopg.connect(url) as conn:
-        return float(conn.execute(sql).fetchone()[0])
+        return [float(value) for value in conn.execute(sql).fetchone()]
 
 
 def procrastinate(url, n, concurrency):
@@ -71,19 +92,19 @@ def procrastinate(url, n, concurrency):
             noop.batch_defer(*({} for _ in range(min(CHUNK, n - start))))
     app.run_worker(wait=False, concurrency=concurrency, install_signal_handlers=False,
                    fetch_job_polling_interval=0.1)
-    return database_span(url, "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
-                              "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events")
+    return {"seconds": database_row(url, "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
+                                         "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events")[0]}
 
 
 def main():
     logging.basicConfig(level=logging.WARNING)
-    peer, url, n, setting = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    peer, url, n, setting = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     only = sys.argv[5] if len(sys.argv) > 5 else None  # enqueue | drain: one half (PgQueuer only)
     if peer == "pgqueuer":
-        seconds = asyncio.run(pgqueuer(url, n, setting, enqueue=only != "drain", drain=only != "enqueue"))
+        figures = asyncio.run(pgqueuer(url, n, setting, enqueue=only != "drain", drain=only != "enqueue"))
     else:
-        seconds = procrastinate(url, n, setting)
-    print(json.dumps({"seconds": seconds, "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+        figures = procrastinate(url, n, int(setting))
+    print(json.dumps({**(figures or {}), "maxrss_kb": own_peak_kb()}))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def server_sections(r):
         f"| jobsweb | concurrency {t['best_one_process'][1]} | {fmt(one)} | 1 |",
     ]
     for name, peer in r["peers"].items():
-        what = "batch_size" if name == "pgqueuer" else "concurrency"
+        what = "batch_size (MxB: M managers of B)" if name == "pgqueuer" else "concurrency"
         tried = ", ".join(f"{k}: {fmt(v[0])}/s" for k, v in peer["all"].items())
         lines.append(f"| {name} | {what} {peer['setting']} (tried {tried}) | {fmt(peer['rate'])} | "
                      f"{fmt(ratio(one, peer['rate']), 2)}× |")
@@ -58,7 +58,9 @@ def server_sections(r):
         f"PgQueuer drains {s['pgqueuer_drain']:,} and Procrastinate {s['procrastinate_drain']:,} no-op jobs "
         "(fewer: it is slower) enqueued with their own batch APIs, in one worker process; runs/s from "
         "the first job started to the last finished in their own event tables (pgqueuer_log, "
-        "procrastinate_events), as jobsweb's from job_runs.",
+        "procrastinate_events), as jobsweb's from job_runs. PgQueuer's settings: batch_size B with one "
+        "QueueManager, or MxB, M QueueManagers of batch_size B in the one process, each on its own "
+        "connection.",
         "",
         "## 3. Ceiling: pgbench replaying our own SQL",
         "",
@@ -160,7 +162,8 @@ def server_sections(r):
         "## 9. Memory",
         "",
         f"Peak RSS of a worker process during the throughput runs: **{fmt(t['rss_mb'])} MB** "
-        f"(steady state: {fmt(st['rss_mb'])} MB).",
+        f"(steady state: {fmt(st['rss_mb'])} MB). Each worker's own peak (VmHWM): getrusage's ru_maxrss "
+        "in a process the bench started counts the bench process's own peak too (bench/peak_rss.py).",
         "",
         "## 10. Queues",
         "",
@@ -294,17 +297,28 @@ def extra_sections(r):
         "",
         f"## 12. Whole processes: {w['runs']:,} no-op runs, start-up included",
         "",
-        "One invocation each, timed from its start to its exit, the runs already due:",
+        "One invocation each, timed from its start to its exit, the runs already due. PgQueuer's "
+        "`run()` in drain mode returns only once its buffers have timed out, seconds after its last job "
+        "is done: its row is timed to that last job (its start-up included), and the wait after it is "
+        "its own row. Drain span: first start to last finish in each one's own tables (job_runs, "
+        "pgqueuer_log).",
         "",
-        "| command | wall s |",
-        "| --- | --- |",
+        "| command | wall s | drain span s |",
+        "| --- | --- | --- |",
     ]
     for conc, wall in w["jobsweb"].items():
-        lines.append(f"| `flask run-jobs --concurrency {conc}` (INFO log line per run) | {wall:.1f} |")
+        lines.append(f"| `flask run-jobs --concurrency {conc}` (INFO log line per run) | {wall:.1f} | – |")
+    pq = w["pgqueuer"]
     lines += [
         f"| two `flask run-jobs --concurrency {w['two_processes']['concurrency']}` started together, to the last "
-        f"one's exit | {w['two_processes']['wall']:.1f} |",
-        f"| PgQueuer, one process, batch_size {w['pgqueuer_batch']} (drain mode) | {fmt(w['pgqueuer'], 1)} |",
+        f"one's exit | {w['two_processes']['wall']:.1f} | {w['two_processes']['span']:.2f} |",
+        f"| PgQueuer, one process, {w['pgqueuer_setting']} (drain mode), to its last job done | "
+        f"{fmt(pq['done'], 1)} | {pq['span']:.2f} |",
+        f"| PgQueuer: then its shutdown, waiting for its buffers, to its exit | {fmt(pq['shutdown'], 1)} | – |",
+        "",
+        "Ratios measured side by side in each repeat, two of ours vs PgQueuer's: whole processes "
+        + ", ".join(f"{x:.2f}×" for x in w["whole_ratios"]) + "; drain spans "
+        + ", ".join(f"{x:.2f}×" for x in w["span_ratios"]) + ".",
         "",
         "## 13. Scale on paper",
         "",

@@ -1,7 +1,7 @@
 """One jobsweb worker process for the benchmarks: `python -m bench.worker_proc URL CONCURRENCY`.
 
 The same Worker that `flask run-jobs` runs, with the CLI's logging (unless --quiet); prints
-its peak RSS (kB) and CPU seconds as JSON when it exits.
+its own peak RSS (kB, bench/peak_rss.py) and CPU seconds as JSON when it exits.
 """
 
 import argparse
@@ -13,6 +13,8 @@ from jobsweb import create_app
 from jobsweb.commands import setup_logging
 from jobsweb.core.database import database_url
 from jobsweb.commands import build_worker
+
+from .peak_rss import own_peak_kb
 
 
 def main():
@@ -35,7 +37,7 @@ def main():
                     shutdown_timeout=5, max_runtime=args.max_runtime, forever=args.forever)
     worker.run()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"maxrss_kb": usage.ru_maxrss, "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
+    print(json.dumps({"maxrss_kb": own_peak_kb(), "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
 
 
 if __name__ == "__main__":
