@@ -91,10 +91,13 @@ def whole_process(bench, pgqueuer_setting=None):
     url, _ = migrated(bench, "bench_whole")
     setting = pgqueuer_setting or bench.sizes["pgqueuer_whole"]
     ours = {c: [] for c in bench.sizes["whole_concurrency"]}
+    one_spans = {c: [] for c in ours}
     two, two_spans, theirs = [], [], []
     for _ in range(bench.repeats):
         for c in ours:
-            ours[c].append(run_jobs_wall(url, n, c)[0])
+            wall, span = run_jobs_wall(url, n, c)
+            ours[c].append(wall)
+            one_spans[c].append(span)
         wall, span = run_jobs_wall(url, n, TWO_PROCESSES_CONCURRENCY, processes=2)
         two.append(wall)
         two_spans.append(span)
@@ -105,11 +108,13 @@ def whole_process(bench, pgqueuer_setting=None):
               "two_processes": {"concurrency": TWO_PROCESSES_CONCURRENCY, "wall": median(two),
                                 "span": median(two_spans)},
               "pgqueuer": pgq, "pgqueuer_setting": setting,
+              "one_spans": {c: median(v) for c, v in one_spans.items()},
               "whole_ratios": [t["done"] / w for t, w in zip(theirs, two)],
-              "span_ratios": [t["span"] / s for t, s in zip(theirs, two_spans)]}
+              "span_ratios": [t["span"] / s for t, s in zip(theirs, two_spans)],
+              "one_span_ratios": {c: [t["span"] / s for t, s in zip(theirs, v)] for c, v in one_spans.items()}}
     bench.log(f"whole process, {n} runs: jobsweb {result['jobsweb']}, two processes {result['two_processes']}, "
               f"pgqueuer {pgq} (setting {setting}); two ours / theirs, whole {result['whole_ratios']}, "
-              f"spans {result['span_ratios']}")
+              f"spans {result['span_ratios']}, one process's spans {result['one_span_ratios']}")
     return result
 
 

@@ -307,7 +307,8 @@ def extra_sections(r):
         "| --- | --- | --- |",
     ]
     for conc, wall in w["jobsweb"].items():
-        lines.append(f"| `flask run-jobs --concurrency {conc}` (INFO log line per run) | {wall:.1f} | – |")
+        lines.append(f"| `flask run-jobs --concurrency {conc}` (INFO log line per run) | {wall:.1f} | "
+                     f"{w['one_spans'][conc]:.2f} |")
     pq = w["pgqueuer"]
     lines += [
         f"| two `flask run-jobs --concurrency {w['two_processes']['concurrency']}` started together, to the last "
@@ -318,7 +319,9 @@ def extra_sections(r):
         "",
         "Ratios measured side by side in each repeat, two of ours vs PgQueuer's: whole processes "
         + ", ".join(f"{x:.2f}×" for x in w["whole_ratios"]) + "; drain spans "
-        + ", ".join(f"{x:.2f}×" for x in w["span_ratios"]) + ".",
+        + ", ".join(f"{x:.2f}×" for x in w["span_ratios"]) + ". One of ours vs PgQueuer's, drain spans: "
+        + "; ".join(f"--concurrency {c}: " + ", ".join(f"{x:.2f}×" for x in v)
+                    for c, v in w["one_span_ratios"].items()) + ".",
         "",
         "## 13. Scale on paper",
         "",
