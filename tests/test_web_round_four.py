@@ -43,7 +43,7 @@ def test_the_metrics_page_counts_runs_apart_from_their_attempts(make_user, open_
     assert (row["runs"], row["attempts"], row["failed"], row["failure rate"]) == ("2", "4", "3", "75.0%")
     expect(page.get_by_role("columnheader", name="Attempts")).to_be_visible()
     # Its chart fills its card (polish: it used half of it), its labels no larger than the dashboard's.
-    card, chart = page.locator("#throughput").bounding_box(), page.locator("#throughput svg.chart").bounding_box()
+    card, chart = page.locator("#throughput").bounding_box(), page.locator("#throughput svg.chart.wide").bounding_box()
     assert chart["width"] >= 0.9 * card["width"], (chart, card)
     assert chart["height"] <= 0.3 * chart["width"]
 
@@ -213,7 +213,7 @@ def test_the_metrics_page_groups_by_queue_as_well_as_by_job_type(make_user, open
     expect(row.get_by_role("link", name="mail", exact=True)).to_have_attribute("href", "/runs?queue=mail")
     row.get_by_role("link", name="Chart").click()
     expect(page.locator("#throughput h2")).to_contain_text("mail")
-    expect(page.locator("#throughput svg")).to_have_attribute("aria-label", re.compile(r"of mail: 2 succeeded, 0 failed"))
+    expect(page.locator("#throughput svg.wide")).to_have_attribute("aria-label", re.compile(r"of mail: 2 succeeded, 0 failed"))
     page.goto("/job-metrics?by=worker")
     expect(page.get_by_text("by: 'worker' is not one of job_type, queue")).to_be_visible()
 
@@ -270,3 +270,29 @@ def test_a_new_definitions_timezone_starts_at_the_browsers_zone_and_says_utc_wit
     expect(page.locator("#definition-form select[name=timezone]")).to_have_value("UTC")
     expect(page.locator("[data-browser-zone-note]")).to_have_text(
         "UTC: without JavaScript the page cannot read your browser's zone.")
+
+
+def test_on_a_phone_the_charts_hour_labels_and_deploy_marks_stay_legible(make_user, open_context, sql):
+    sql("""INSERT INTO job_runs (job_type, status, attempts, run_at, started_at, finished_at)
+           SELECT 'billing.charge', 'succeeded', 1, t, t, t
+           FROM generate_series(now() - interval '20 hours', now() - interval '10 minutes', interval '1 hour') AS t""")
+    sql("INSERT INTO job_attempts (run_id, attempt, started_at, finished_at, outcome) "
+        "SELECT id, 1, started_at, finished_at, 'succeeded' FROM job_runs")
+    sql("INSERT INTO jobsweb_deploy_marks (label, marked_by, marked_at) VALUES ('v1.3', 'cli:ada', now() - interval '9 hours')")
+    page = open_context(viewport={"width": 390, "height": 844})
+    sign_in_page(page, make_user("viewer"))
+    heights = {}
+    for url, card in (("/job-metrics", "#throughput"), ("/", "section.card:has(> h2:text-is('Last 24 hours'))")):
+        page.goto(url)
+        chart = page.locator(f"{card} svg.chart:visible")
+        expect(chart).to_have_count(1)  # the metrics page draws its chart twice and shows one
+        expect(chart.locator("g.deploy text")).to_have_text("v1.3")
+        heights[url] = [round(chart.locator(f"{what}").first.bounding_box()["height"])
+                        for what in ("text[data-hour]", "g.deploy text")]
+    # The metrics chart, drawn twice as wide for a laptop's card, had 6 px hour labels and a 3 px
+    # deploy label here; the dashboard's deploy label was 6 px.
+    assert all(hour >= 12 and deploy >= 10 for hour, deploy in heights.values()), heights
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto("/job-metrics")
+    expect(page.locator("#throughput svg.chart:visible")).to_have_count(1)
+    expect(page.locator("#throughput svg.chart.wide")).to_be_visible()
