@@ -49,7 +49,7 @@ FULL = {
     "seams_dependents": 100_000,
     "control_waits": 20, "control_finishes": 4000,
     "search_errors": 300_000, "search_seconds": 20,
-    "soak_seconds": 600, "soak_window": 30, "soak_retain": 120, "soak_prune_every": 30,
+    "soak_seconds": 600, "soak_window": 30, "soak_retain": 120, "soak_prune_every": 10,
 }
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
@@ -69,7 +69,7 @@ QUICK = {
     "control_waits": 20, "control_finishes": 400,
     "search_errors": 20_000, "search_seconds": 2,
     # A soak that only proves itself (its windows, retention's deletes): about 20 s a server.
-    "soak_seconds": 15, "soak_window": 3, "soak_retain": 8, "soak_prune_every": 2,
+    "soak_seconds": 15, "soak_window": 3, "soak_retain": 8, "soak_prune_every": 1,
 }
 
 
