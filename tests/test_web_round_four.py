@@ -1,7 +1,8 @@
 """The admin screen, round four's smaller points (issue 39), read in a real Chromium: the metrics
 page counts runs apart from attempts, names external definitions and groups by queue too, "Retry
 all matching" says what it will retry, the runs list sorts by finish time, the Queues page links
-its Due figure and names every column, a run's progress reads as its state, and the Batches page."""
+its Due figure and names every column, a run's progress reads as its state, the Batches page, a
+new definition's timezone starts at the browser's, and the charts stay legible on a phone."""
 
 import re
 
