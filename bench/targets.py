@@ -46,14 +46,17 @@ def targets(r):
     spans = "drain spans, start-up left out on both sides (first start to last finish in each one's own tables)"
     rows = [
         (f"1 process ≥ 2× PgQueuer's best ({spans})",
-         f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}×",
+         f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}× (side by side in §12, each repeat: "
+         + "; ".join(f"--concurrency {c} " + ", ".join(f"{fmt(x, 2)}×" for x in v)
+                     for c, v in w["one_span_ratios"].items()) + ")",
          one >= 2 * pgq,
          "the machine's 2 cores: a process claims on one connection and writes outcomes on a second, "
          "so two PostgreSQL backends (two non-HOT updates of job_runs, status being in most of its indexes, "
          "plus an attempt row, §3 and §13) and the worker's Python share them; PgQueuer deletes its job row "
          "and keeps no attempt history"),
         (f"2 processes ≥ 2× PgQueuer's best ({spans})",
-         f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}×",
+         f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}× (side by side in §12, each repeat: "
+         + ", ".join(f"{fmt(x, 2)}×" for x in w["span_ratios"]) + ")",
          None if two is None else two >= 2 * pgq,
          "2 cores shared by four PostgreSQL backends (two lanes a process), both workers' Python and "
          "the machine's other load"),
