@@ -43,7 +43,7 @@ def targets(r):
     # Like for like (§12): PgQueuer's whole process on the same runs, its start-up included, to its
     # last job done: the ~4 s its run() then waits for its buffers is left out (reported apart).
     pgq_whole = w["runs"] / w["pgqueuer"]["done"]
-    spans = "drain spans, start-up left out on both sides (first start to last finish in each one's own tables)"
+    spans = "drain spans, start-up left out on both sides: first start to last finish in each one's own tables"
     rows = [
         (f"1 process ≥ 2× PgQueuer's best ({spans})",
          f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}× (side by side in §12, each repeat: "
