@@ -237,3 +237,19 @@ def test_the_incidents_page_and_dashboard_name_the_new_kinds_and_link_what_they_
         assert '<span class="badge s-dead">no worker</span>' in html and '<a href="/workers">workers</a>' in html
         assert '<span class="badge s-dead">slow</span>' in html
         assert f'<a href="/runs/{run_id}">Run {run_id}</a>' in html
+
+
+def test_the_thread_has_stopped_when_weakrefs_exit_hook_runs(database_url_for_tests):
+    # SQLAlchemy's pool makes a weakref.finalize per connection it hands out, and weakref's exit
+    # hook failed ("dictionary changed size during iteration") when the thread checked one out
+    # during it: a traceback at a gunicorn worker's exit.
+    script = f"""
+import weakref
+from jobsweb import create_app
+app = create_app({{"SQLALCHEMY_DATABASE_URI": {database_url_for_tests!r}, "SECRET_KEY": {SECRET_KEY!r},
+                  "JOBSWEB_WEB_ALERTS": True}})
+thread = app.extensions["jobsweb_web_alerts"].thread
+weakref.finalize(thread, lambda: print("at weakref's exit hook the thread is", "alive" if thread.is_alive() else "stopped"))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "at weakref's exit hook the thread is stopped" in done.stdout, done.stdout + done.stderr

@@ -10,6 +10,7 @@ in apps with TESTING set, and not with JOBSWEB_WEB_ALERTS=false. Every web proce
 the advisory lock and the unique indexes of alerts.evaluate() keep it exactly once.
 """
 
+import atexit
 import logging
 import os
 import threading
@@ -22,8 +23,10 @@ from .alerts import Alerter
 log = logging.getLogger("jobsweb.alerts")
 
 BACKOFF_CAP = 60.0  # seconds: the longest wait between tries during an outage
-_started = []  # the WebAlerts running in this process, for _after_fork
+EXIT_JOIN = 2.0  # seconds an exiting process waits for a pass under way (its round trips are bounded)
+_started = []  # the WebAlerts running in this process, for _after_fork and _stop_at_exit
 _fork_hook = []  # one registration per process tree: a child inherits its parent's
+_exit_hook = []  # one registration per process
 
 
 class WebAlerts:
@@ -39,6 +42,12 @@ class WebAlerts:
         if not _fork_hook:
             os.register_at_fork(after_in_child=_after_fork)
             _fork_hook.append(True)
+        if not _exit_hook:
+            # atexit runs the last registered first: weakref's own exit hook was registered with
+            # the first finalizer, made while jobsweb's imports were (the test of this hook
+            # fails should that change), so _stop_at_exit runs before it.
+            atexit.register(_stop_at_exit)
+            _exit_hook.append(True)
         _started.append(self)
         self.thread.start()
         log.info("alerts: evaluated in this web process (pid %d) every %gs", os.getpid(), self.alerter.every)
@@ -66,7 +75,8 @@ class WebAlerts:
         return wait
 
     def stop(self):
-        """Stop evaluating, and let a send in progress finish (tests; a process exit needs none)."""
+        """Stop evaluating, and let a send in progress finish (tests; a process exit stops the
+        thread only: _stop_at_exit)."""
         self.stopping.set()
         self.thread.join()
         self.alerter.stop()
@@ -80,6 +90,17 @@ def start_if_serving(app):
     if not app.config["JOBSWEB_WEB_ALERTS"] or app.testing or click.get_current_context(silent=True):
         return None
     return WebAlerts(app).start()
+
+
+def _stop_at_exit():
+    """At the process's exit, before weakref's exit hook: the threads stop. SQLAlchemy's pool
+    makes a weakref.finalize for each connection it hands out, and that hook's walk over them
+    (CPython 3.11) fails with "dictionary changed size during iteration" when a thread checks
+    one out meanwhile: a traceback in a gunicorn worker's exit, during an outage."""
+    for watch in _started:
+        watch.stopping.set()
+    for watch in _started:
+        watch.thread.join(EXIT_JOIN)
 
 
 def _after_fork():
