@@ -193,6 +193,26 @@ def test_the_unique_slot_refuses_a_second_run_for_one_slot(app, sql, materialise
     assert sql("SELECT count(*) FROM job_runs") == [(1,)]
 
 
+def test_a_slot_is_still_created_once_when_its_guard_is_a_unique_index_on_the_runs_of_definitions_only(
+        app, sql, materialise):
+    """As a later release may make job_runs_definition_slot (statements.INSERT_SLOTS says why): this
+    release's ticks must go on creating each slot once during that release's rolling deploy."""
+    sql("ALTER TABLE job_runs DROP CONSTRAINT job_runs_definition_slot")
+    sql("CREATE UNIQUE INDEX job_runs_definition_slot ON job_runs (definition_id, scheduled_for) "
+        "WHERE definition_id IS NOT NULL")
+    try:
+        define(app)
+        outage(sql, 0)
+        [(slot,)] = sql("SELECT next_run_at FROM job_definitions")
+        assert materialise() == 1
+        sql("UPDATE job_definitions SET next_run_at = %s", [slot])  # as if the advance was lost
+        materialise()
+        assert sql("SELECT count(*) FROM job_runs") == [(1,)]
+    finally:
+        sql("DROP INDEX job_runs_definition_slot")
+        sql("ALTER TABLE job_runs ADD CONSTRAINT job_runs_definition_slot UNIQUE (definition_id, scheduled_for)")
+
+
 def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(app, sql, spawn_worker):
     """Every second, ten definitions fall due while four real workers race for them."""
     workers = [spawn_worker("--forever", "--poll-interval", "0.01", "--max-runtime", "8")

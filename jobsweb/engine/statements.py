@@ -105,7 +105,11 @@ LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '')) wake ON true
 # slots created; a slot missing from RETURNING existed already and is not created again.
 #
 # Exactly once: slots that exist already are left out (NOT EXISTS), and the unique
-# (definition_id, scheduled_for) stays the last guard (ON CONFLICT). Leaving them out first
+# (definition_id, scheduled_for) stays the last guard (ON CONFLICT). The conflict target names
+# the runs of definitions: it infers today's constraint, and also the unique index on those runs
+# alone that a later release may put in its place (an index entry fewer for each version of every
+# other run: docs/BENCHMARKS.md, issue 41), which a bare (definition_id, scheduled_for) cannot
+# infer: this release's ticks then go on during that release's rolling deploy. Leaving them out first
 # matters for `chain`, which needs the ids of runs created by this same statement: ids are
 # drawn from the sequence up front (ascending in slot order), so that
 # - chain 'queue' (overlap 'queue', catching up): the run waits for the previous queued slot
@@ -157,7 +161,7 @@ SELECT s.id, s.definition_id, d.job_type, d.payload, now(), s.status, d.max_atte
        d.timeout_seconds, d.lease_seconds, d.backoff_base, d.backoff_cap, d.queue, d.priority
 FROM decided s JOIN job_definitions d ON d.id = s.definition_id
 ORDER BY s.n
-ON CONFLICT (definition_id, scheduled_for) DO NOTHING
+ON CONFLICT (definition_id, scheduled_for) WHERE definition_id IS NOT NULL DO NOTHING
 RETURNING id, definition_id, scheduled_for, status, reason
 """
 
