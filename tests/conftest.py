@@ -34,6 +34,10 @@ TEST_SETTINGS = {
     # Tests leave runs due with no worker around all the time; a 'no_worker' incident opens
     # only in the tests about it, which set a window of seconds (the longest one allowed here).
     "JOBSWEB_NO_WORKER_MINUTES": "10080",
+    # `flask jobs exec` against a database that is up: its start recorded (or refused) before the
+    # command starts, however loaded the machine (half a second was not at a load of 20). The
+    # tests of a silent or slow database set the default, 0.5 s, themselves.
+    "JOBSWEB_EXEC_START_WAIT": "30",
 }
 
 # Apps the tests build without TESTING (host apps, bad-config apps, gunicorn children) would

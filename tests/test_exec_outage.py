@@ -54,7 +54,8 @@ def proxy(server_url):
 
 def start_exec(url, marker, script="echo hi; exit 3"):
     """`flask jobs exec backup -- sh -c ...`: the command first creates `marker`."""
-    env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY}
+    env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY,
+           "JOBSWEB_EXEC_START_WAIT": "0.5"}  # the default: these tests' database is away, silent or slow
     return python_m("flask", ["--app", "wsgi", "jobs", "exec", "backup", "--", "sh", "-c", f"touch {marker}; {script}"],
                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

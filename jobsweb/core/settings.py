@@ -235,6 +235,10 @@ SETTINGS = {
     # Characters of an attempt's output kept (its tail): a handler's log records, a command's
     # stdout and stderr under `flask jobs exec`, a ping's body.
     "JOBSWEB_OUTPUT_MAX_CHARS": (10_000, _positive_int),
+    # Seconds `flask jobs exec` waits for its run's start to be recorded before it starts the
+    # command anyway (without the overlap check): short, as cron's command must not wait on a
+    # silent database; longer for a database far away (each connection's TLS and sign-in).
+    "JOBSWEB_EXEC_START_WAIT": (0.5, _positive_float),
     # Links in notifications point here (e.g. https://jobs.example.com); none without it.
     "JOBSWEB_BASE_URL": (None, _url),
     # Inside a team's app with `authorize`: where a person who is not signed in is sent (with

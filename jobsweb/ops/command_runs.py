@@ -8,7 +8,7 @@ every process it started. Its stdout and stderr go through to ours as they come,
 combined tail (JOBSWEB_OUTPUT_MAX_CHARS) is stored with the attempt.
 
 The database never delays nor prevents the command: a crontab's backup must run whether or not
-the database behind the admin screen is up. exec waits START_WAIT for the start to be recorded;
+the database behind the admin screen is up. exec waits JOBSWEB_EXEC_START_WAIT (0.5 s) for the start to be recorded;
 a database down, silent or slow gets a warning on stderr and the command starts anyway (with no
 check for an overlapping run), while the start is still tried behind it. Once the command has
 ended, its report is tried once, for at most REPORT_WAIT; then exec exits all the same, saying
@@ -41,10 +41,6 @@ from ..scheduling import reports
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 READ_BYTES = 65536
-# Seconds the command waits for its start to be recorded: a healthy database records it and
-# checks for an overlapping run in milliseconds; a down one fails at once; only a silent or
-# slow one costs this much, once.
-START_WAIT = 0.5
 # Seconds exec waits to record the command's end once it exited, before it exits all the same:
 # the start's try (a connection, CONNECT_TIMEOUT) and the end's, with room.
 REPORT_WAIT = 10.0
@@ -284,11 +280,14 @@ def _why(error):
 def run(app, name, argv, timeout=None, kill_after=10.0):
     """Record a run of definition `name`, run `argv` and record its outcome; the exit code to
     pass on. InvalidInput (unknown definition) before anything starts, when the database
-    answers within START_WAIT."""
+    answers within JOBSWEB_EXEC_START_WAIT: a healthy database records the start and checks
+    for an overlapping run in milliseconds; a down one fails at once; only a silent or slow one
+    (or one far away) costs this much, once."""
     holder = f"exec:{worker_id()}"
     lease = app.config["JOBSWEB_LEASE_SECONDS"]
+    start_wait = app.config["JOBSWEB_EXEC_START_WAIT"]
     start = InBackground(_record_start, app, name, holder, lease)
-    if start.done.wait(START_WAIT) and not isinstance(start.error, UNAVAILABLE):
+    if start.done.wait(start_wait) and not isinstance(start.error, UNAVAILABLE):
         if start.error is not None:
             raise start.error  # an unknown definition, a database never migrated
         if start.value.status == "skipped":
@@ -296,7 +295,7 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
                   f"{start.value.reason}", file=sys.stderr)
             return 0
     else:
-        why = _why(start.error) if start.done.is_set() else f"database did not answer within {START_WAIT:g} s"
+        why = _why(start.error) if start.done.is_set() else f"database did not answer within {start_wait:g} s"
         print(f"jobsweb: {name}: its start is not recorded ({why}); the command runs now, without the "
               f"check for an overlapping run, and its run is recorded if the database answers by its end",
               file=sys.stderr)
