@@ -149,21 +149,23 @@ def test_a_worker_whose_connections_end_while_every_slot_is_taken_backs_off_and_
 
 @pytest.fixture(params=servers.KINDS)
 def idle_limited(request):
-    with migrated(request.param, "idle", {"idle_session_timeout": "1s"}) as (_, url):
+    # 2 s: the listener's keepalive (at 0.4 of it) then has 1.2 s to spare; with 1 s, a loaded
+    # machine (load 20) delayed its thread past the timeout once.
+    with migrated(request.param, "idle", {"idle_session_timeout": "2s"}) as (_, url):
         yield url
 
 
 def test_sessions_ended_as_idle_cost_a_polling_and_listening_worker_no_outage_and_no_lost_listen(idle_limited):
     # Polls further apart than the idle timeout: each finds its claim connection ended by the
     # server, and must reopen it quietly; the LISTEN connection must never be ended at all.
-    proc = worker(idle_limited, "--forever", "--poll-interval", "1.5", JOBSWEB_LOG_LEVEL="debug")
+    proc = worker(idle_limited, "--forever", "--poll-interval", "3", JOBSWEB_LOG_LEVEL="debug")
     read_until(proc, "started: concurrency")
-    time.sleep(4)  # four idle timeouts: every idle session of the worker would have been ended
+    time.sleep(8)  # four idle timeouts: every idle session of the worker would have been ended
     with psycopg.connect(idle_limited, autocommit=True) as conn:
         add(conn, 1, 0)
         conn.execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
     wait_for(lambda: statuses(idle_limited) == {"succeeded": 1}, message="the run succeeded")
-    time.sleep(2)  # more polls on connections the server ended meanwhile
+    time.sleep(4)  # more polls on connections the server ended meanwhile
     output = stop(proc)
     assert "database unavailable" not in output, output
     assert "LISTEN connection lost" not in output and "cannot LISTEN" not in output, output
