@@ -31,6 +31,20 @@ def record(ctx):
     return {"pid": os.getpid()}
 
 
+@job("test.span")
+def span(ctx):
+    """Record in test_executions (its `at`: clock_timestamp(), the database clock) the start and
+    the end of this handler's execution: two rows for the run.
+
+    payload["seconds"]: work that long in between."""
+    for moment in ("start", "end"):
+        if moment == "end":
+            time.sleep(float(ctx.payload.get("seconds", 0)))
+        db.session.execute(text("INSERT INTO test_executions (run_id, pid) VALUES (:r, :p)"),
+                           {"r": ctx.run_id, "p": os.getpid()})
+        db.session.commit()
+
+
 @job("test.slow_first")
 def slow_first(ctx):
     """Outlive any lease on the first attempt (ignoring cancellation); succeed after that."""

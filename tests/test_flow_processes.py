@@ -21,15 +21,18 @@ def stop(workers):
 
 
 def most_at_once(sql, queue):
-    """The most attempts of `queue` that were running at one instant, by the database's clock.
+    """The most handlers of `queue` that were executing at one instant, by the database's clock
+    (test.span's rows: its start and its end).
 
-    An attempt runs from its claim (started_at) to the write of its outcome (finished_at):
-    the span in which the claim counts it as running.
-    """
-    events = sql("SELECT a.started_at, 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id "
-                 "WHERE r.queue = %(q)s UNION ALL "
-                 "SELECT a.finished_at, -1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id "
-                 "WHERE r.queue = %(q)s", {"q": queue})
+    A handler executes within the span in which the claim counts its run as running, so this is
+    never more than the queue's limit. (The attempts' own stamps are not that span to the
+    millisecond: started_at is taken as the claim function begins, before it waits for the
+    queue's row, and finished_at as the finishing transaction begins: at load 20 a claim that
+    waited seemed to start before the run it followed had finished.)"""
+    events = sql("SELECT min(e.at), 1 FROM test_executions e JOIN job_runs r ON r.id = e.run_id "
+                 "WHERE r.queue = %(q)s GROUP BY e.run_id UNION ALL "
+                 "SELECT max(e.at), -1 FROM test_executions e JOIN job_runs r ON r.id = e.run_id "
+                 "WHERE r.queue = %(q)s GROUP BY e.run_id", {"q": queue})
     running = peak = 0
     for _, change in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at one instant
         running += change
@@ -52,8 +55,8 @@ def test_a_worker_runs_smaller_priorities_first_then_oldest_first(app, sql, spaw
 
 def test_a_concurrency_limit_of_two_holds_across_three_workers_with_four_slots_each(app, sql, spawn_worker, runner):
     assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "2"]).exit_code == 0
-    add_many(app, "test.record", 16, {"seconds": 0.2}, queue="narrow")
-    add_many(app, "test.record", 16, {"seconds": 0.2})  # the default queue is not limited
+    add_many(app, "test.span", 16, {"seconds": 0.2}, queue="narrow")
+    add_many(app, "test.span", 16, {"seconds": 0.2})  # the default queue is not limited
     workers = [spawn_worker("--forever", "--poll-interval", "0.02", "--concurrency", "4") for _ in range(3)]
     wait_for(all_succeeded(sql, 32), timeout=60, message="every run succeeded")
     stop(workers)
@@ -93,7 +96,7 @@ def test_cron_ticks_wait_for_a_rate_window_and_finish_every_due_run_before_they_
 
 def test_a_cron_tick_waits_for_a_concurrency_slot_of_a_limited_queue(app, sql, spawn_worker, runner):
     assert runner.invoke(args=["jobs", "queue", "narrow", "--limit", "1"]).exit_code == 0
-    add_many(app, "test.record", 3, {"seconds": 0.3}, queue="narrow")
+    add_many(app, "test.span", 3, {"seconds": 0.3}, queue="narrow")
     tick = spawn_worker("--concurrency", "4", "--poll-interval", "0.05", "--max-runtime", "60")
 
     assert finish(tick)[0] == 0
