@@ -61,14 +61,14 @@ def search_cost(bench):
         viewer.open(base + "/sign-in", urllib.parse.urlencode(
             {"csrf_token": token, "email": "bench-viewer@example.org", "password": PASSWORD}).encode())
         alone = [_timed(viewer, base + NO_MATCH)[1] for _ in range(4)][1:]  # the first warms caches
-        idle = _healthz(base, 20)
+        idle, idle_failed = _healthz(base, 20)
         stop = threading.Event()
         answers = Counter()
         loops = [threading.Thread(target=_search_loop, args=(jar, base, stop, answers)) for _ in range(LOOPS)]
         for loop in loops:
             loop.start()
         try:
-            busy = _healthz(base, round(bench.sizes["search_seconds"] / HEALTHZ_EVERY))
+            busy, busy_failed = _healthz(base, round(bench.sizes["search_seconds"] / HEALTHZ_EVERY))
         finally:
             stop.set()
             for loop in loops:
@@ -79,7 +79,8 @@ def search_cost(bench):
     out = {"errored_runs": n, "loops": LOOPS, "seconds": bench.sizes["search_seconds"],
            "search_alone_ms": sorted(alone)[len(alone) // 2], "searches": dict(answers),
            "healthz_idle_p50_ms": percentile(idle, 50),
-           "healthz_p50_ms": percentile(busy, 50), "healthz_p95_ms": percentile(busy, 95), "healthz_max_ms": max(busy)}
+           "healthz_p50_ms": percentile(busy, 50), "healthz_p95_ms": percentile(busy, 95), "healthz_max_ms": max(busy),
+           "healthz_not_ok": idle_failed + busy_failed}
     bench.log(f"error search, no match, {n:,} errored runs: {out['search_alone_ms']:.0f} ms alone; {LOOPS} loops of "
               f"one viewer for {out['seconds']} s answered {out['searches']}; /healthz p50 "
               f"{out['healthz_p50_ms']:.1f} ms, max {out['healthz_max_ms']:.1f} ms (idle {out['healthz_idle_p50_ms']:.1f})")
@@ -107,23 +108,24 @@ def _search_loop(jar, base, stop, answers):
 
 
 def _healthz(base, samples):
-    """Milliseconds of `samples` GET /healthz, one every HEALTHZ_EVERY s, each from a new connection
-    (a load balancer's probe); any answer but 200 stops the bench."""
+    """(milliseconds of each, how many answered other than 200) of `samples` GET /healthz, one
+    every HEALTHZ_EVERY s, each from a new connection (a load balancer's probe). An answer other
+    than 200 is a figure of the report, not the bench's end: a loaded machine (make test's quick
+    run at load 20) gets a 503 when the database does not answer within the check's bound."""
     opener = urllib.request.build_opener()
-    times = []
+    times, not_ok = [], 0
     for _ in range(samples):
         status, ms = _timed(opener, base + "/healthz")
-        if status != 200:
-            raise RuntimeError(f"/healthz answered {status}")
+        not_ok += status != 200
         times.append(ms)
         time.sleep(max(0.0, HEALTHZ_EVERY - ms / 1000))
-    return times
+    return times, not_ok
 
 
 def search_cost_section(r):
     """§19: one viewer's error searches against /healthz."""
     c = r["search_cost"]
-    met = "met" if c["healthz_max_ms"] < HEALTHZ_TARGET_MS else "**not met**"
+    met = "met" if c["healthz_max_ms"] < HEALTHZ_TARGET_MS and not c["healthz_not_ok"] else "**not met**"
     answers = ", ".join(f"{count:,} × {status}" for status, count in sorted(c["searches"].items()))
     return [
         "## 19. One viewer's error searches against everyone else",
@@ -134,6 +136,7 @@ def search_cost_section(r):
         "search per person at a time, web/search_limits.py; 503: stopped by the server at its 3 s limit), "
         f"while /healthz is asked every {HEALTHZ_EVERY:g} s: p50 {c['healthz_p50_ms']:.1f} ms, p95 "
         f"{c['healthz_p95_ms']:.1f} ms, **max {c['healthz_max_ms']:.1f} ms** (idle: {c['healthz_idle_p50_ms']:.1f} "
-        f"ms; target: under {HEALTHZ_TARGET_MS} ms, {met}).",
+        f"ms; {c['healthz_not_ok']} answer(s) other than 200; target: under {HEALTHZ_TARGET_MS} ms, all 200, "
+        f"{met}).",
         "",
     ]
