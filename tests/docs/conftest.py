@@ -29,7 +29,7 @@ from tests.docs import snippets
 from tests.docs.snippets import ROOT, Block
 
 SECRET_KEY = "docs-scratch-host-secret-key-0123456789"  # 32+ characters, as the standalone app wants
-COMMAND_TIMEOUT = 180  # seconds for one command of an sh block (a pip install on a loaded machine)
+COMMAND_TIMEOUT = 360  # seconds for one command of an sh block (a pip install took over 180 at load 20)
 SERVE_TIMEOUT = 60  # seconds for a serving command to answer, at a load of 15
 STOP_TIMEOUT = 30  # seconds a serving command has to exit after SIGTERM (a PaaS's kill timeout)
 # Commands that serve until stopped: started, checked (`serve=` in the block's info string), stopped.
