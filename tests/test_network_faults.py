@@ -198,15 +198,21 @@ def in_a_thread(call):
     return join
 
 
+def connect_held(proxy, link, sql):
+    """link.fetch(sql) begun in a thread, inside a connect the proxy holds; in_a_thread's join."""
+    proxy.hold_new = True
+    join = in_a_thread(lambda: link.fetch(sql))
+    wait_for(lambda: proxy.held == 1, message="the connect under way")
+    return join
+
+
 def test_a_round_trip_whose_connect_was_under_way_at_the_cut_still_ends_by_it(proxy, server_url):
     # A stopping worker cuts its links' round trips at its deadline; a connect under way then had
     # no connection to cut, and the statement after it had the whole ROUND_TRIP_TIMEOUT (15 s):
     # a worker exited 18.7 s after SIGTERM on a 500 ms link (issue 37).
     link = Link(proxy.url(server_url))
     try:
-        proxy.hold_new = True
-        join = in_a_thread(lambda: link.fetch("SELECT pg_sleep(20)"))
-        wait_for(lambda: proxy.held == 1, message="the connect under way")
+        join = connect_held(proxy, link, "SELECT pg_sleep(20)")
         link.cut_by(time.monotonic() + 2)
         proxy.hold_new = False  # connected now, after the cut
         result, took = join()
@@ -221,9 +227,7 @@ def test_a_round_trip_waiting_for_a_link_held_by_a_connect_gives_up_at_the_cut(p
     # stopping worker's own last writes on that link waited for it.
     link = Link(proxy.url(server_url))
     try:
-        proxy.hold_new = True
-        connecting = in_a_thread(lambda: link.fetch("SELECT 1"))
-        wait_for(lambda: proxy.held == 1, message="the connect under way")
+        connecting = connect_held(proxy, link, "SELECT 1")
         link.cut_by(time.monotonic() + 1)
         result, took = in_a_thread(lambda: link.fetch("SELECT 2"))()
         assert isinstance(result, DatabaseUnavailable), result
