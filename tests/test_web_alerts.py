@@ -70,7 +70,9 @@ def test_with_only_gunicorn_running_an_overdue_definition_opens_its_incident_and
     wait_for(lambda: len(receiver.posts) == 2, timeout=60, message="the resolution's webhook")
     assert events(receiver) == [("opened", "overdue"), ("resolved", "overdue")]
     assert sql("SELECT count(*), count(resolved_at) FROM jobsweb_alert_incidents") == [(1, 1)]
-    assert sql("SELECT count(*) FROM jobsweb_alert_deliveries WHERE status = 'sent'") == [(2,)]
+    # Marked sent once the receiver's answer is read, a moment after the receiver has the post.
+    wait_for(lambda: sql("SELECT count(*) FROM jobsweb_alert_deliveries WHERE status = 'sent'") == [(2,)],
+             message="both deliveries marked sent")
 
 
 def test_a_team_app_under_gunicorn_preload_opens_and_resolves_the_no_worker_incident(
