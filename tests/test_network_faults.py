@@ -78,11 +78,18 @@ def stop_in_time(proc):
     return time.monotonic() - began, output
 
 
-def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, workers, figures):
-    add(db, 8)
-    proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.05",
+def four_running(db, workers, runs, concurrency):
+    """A --forever worker stopped with --shutdown-timeout SHUTDOWN_TIMEOUT, once four of `runs`
+    one-second runs are running."""
+    add(db, runs)
+    proc = workers("--forever", "--concurrency", str(concurrency), "--poll-interval", "0.05",
                    "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
     wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
+    return proc
+
+
+def test_sigterm_during_a_blackhole_ends_the_worker_by_its_deadline(db, proxy, workers, figures):
+    proc = four_running(db, workers, runs=8, concurrency=4)
 
     proxy.blackhole = True
     took, output = stop_in_time(proc)
@@ -241,10 +248,7 @@ def test_a_round_trip_waiting_for_a_link_held_by_a_connect_gives_up_at_the_cut(p
 def test_sigterm_while_a_worker_is_connecting_ends_it_by_its_deadline(db, proxy, workers, figures):
     # Free slots, so it claims every poll: after the reset, its claims lane connects (and its
     # listener: two connects held).
-    add(db, 4)
-    proc = workers("--forever", "--concurrency", "8", "--poll-interval", "0.05",
-                   "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
-    wait_for(lambda: statuses(db).get("running") == 4, message="four runs running")
+    proc = four_running(db, workers, runs=4, concurrency=8)
 
     proxy.hold_new = True
     proxy.reset()  # every connection lost: the worker's next round trips connect, and wait
