@@ -14,7 +14,7 @@ from ..core.deadlines import BoundedConnection, bounded
 
 CONNECT_TIMEOUT = 10  # seconds
 MIN_CONNECT_TIMEOUT = 2  # libpq's connect_timeout: whole seconds, at least 2
-LOCK_STEP = 0.1  # seconds: how often a wait for a link's lock or a connect looks at a cut set meanwhile
+CONNECT_STEP = 0.1  # seconds: how often a wait for a connect looks at a cut set meanwhile
 # psycopg prepares a statement on the server after it ran 5 times on a connection. Behind a
 # pooler in transaction mode (PgBouncer before 1.21, most PaaS poolers) the next transaction
 # may be on another server connection, where that statement does not exist: never prepare.
@@ -127,7 +127,7 @@ class Link:
             self.conn.close()  # reopened below, quietly: the database is there, this session is not
         if self.conn is None or self.conn.closed:
             if self.cut_at is not None and seconds < MIN_CONNECT_TIMEOUT:
-                # A stopping worker: a connect it began now would outlast its deadline.
+                # A stopping worker: less than libpq's shortest connect_timeout is left.
                 raise DatabaseUnavailable("no time left to reach the database")
             # Whole seconds rounded down: a connect begun 2.7 s before a stopping worker's
             # deadline gives up by it (rounded up, it outlasted the deadline by 0.3 s).
@@ -136,6 +136,9 @@ class Link:
                 self.conn = self._connect(timeout)
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailable(describe(exc)) from exc
+            if self.cut_at is not None:
+                # A cut set while this connect was under way: cut_by saw no connection to cut.
+                self.conn.end_by(self.cut_at)
         return self.conn
 
     def _connect(self, timeout):
@@ -155,7 +158,7 @@ class Link:
         threading.Thread(target=connect, name="jobsweb-connect", daemon=True).start()
         while True:
             try:
-                return opening.result(timeout=LOCK_STEP)
+                return opening.result(timeout=CONNECT_STEP)
             except concurrent.futures.TimeoutError:
                 if self.cut_at is not None and self.cut_at <= time.monotonic():
                     opening.add_done_callback(_close_if_opened)
@@ -169,17 +172,13 @@ class Link:
 
     def _round_trip(self, work):
         """work(conn) under the lock, cut past its time; a broken connection is DatabaseUnavailable."""
-        self._take_lock()
-        try:
+        with self.lock:
             seconds = ROUND_TRIP_TIMEOUT if self.cut_at is None else min(ROUND_TRIP_TIMEOUT,
                                                                           self.cut_at - time.monotonic())
             if seconds <= 0:
                 raise DatabaseUnavailable("no time left to reach the database")
             with bounded(seconds):
                 conn = self._connection(seconds)
-                if self.cut_at is not None:
-                    # A cut set while this connect was under way: cut_by saw no connection to cut.
-                    conn.end_by(self.cut_at)
                 try:
                     # `work` is one whole transaction of jobsweb's own statements (fetch,
                     # fetch_together, in_transaction): a conflict rolled it back whole, so it
@@ -192,16 +191,6 @@ class Link:
                     raise self._lost(exc) from exc
                 self.answered_at = time.monotonic()
                 return result
-        finally:
-            self.lock.release()
-
-    def _take_lock(self):
-        """The lock, waited for no later than the cut: the thread holding it may be inside a
-        connect, which no cut reaches (a connect begun just before SIGTERM lasts up to
-        CONNECT_TIMEOUT), so the wait looks at a cut set meanwhile every LOCK_STEP."""
-        while not self.lock.acquire(timeout=LOCK_STEP):
-            if self.cut_at is not None and self.cut_at <= time.monotonic():
-                raise DatabaseUnavailable("no answer by the stop deadline")
 
     def cut_by(self, deadline):
         """No round trip of this link lasts past `deadline` (time.monotonic()), not even the one

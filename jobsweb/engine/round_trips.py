@@ -143,8 +143,8 @@ class TripKeeper:
 
     def _settle(self, start=True):
         """Wait for the trips under way, if any, and take them back (start: their runs start).
-        A stopping worker's trips end by its cut (engine/link.py: every wait of a link, for its
-        lock, a connect or an answer, looks at it)."""
+        A stopping worker's trips end by its cut (engine/link.py: its connects and answers are
+        waited for no later than that, so no lane holds a link's lock past it)."""
         while len(self.returned) < self._under_way():
             self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
         for trip in self._take_back(start):

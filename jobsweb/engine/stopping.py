@@ -87,10 +87,8 @@ class Stopping:
         under load the loop may come first (its path did not hold it), and then it is the one
         that says so."""
         self._release_waiting()
-        asked = 0
-        for held in self.held.values():
-            if held.stop() and held.began is not None:
-                asked += 1
+        # Every held run is asked; those whose handler began, and that it asked first, are counted.
+        asked = sum(held.stop() and held.began is not None for held in self.held.values())
         if asked:
             log.info("worker is shutting down: asked %d running job(s) to stop", asked)
 
