@@ -40,6 +40,17 @@ def percentile(values, p):
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def wait_for(conn, sql, params, timeout=1800):
+    """The first row of `sql` once it has one whose first value is not NULL."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(sql, params).fetchone()
+        if row and row[0] is not None:
+            return row
+        time.sleep(0.02)
+    raise RuntimeError(f"nothing from {sql!r} within {timeout}s")
+
+
 def migrated(bench, name):
     """A fresh database `name` migrated to head; (libpq URL, app)."""
     from flask_migrate import upgrade

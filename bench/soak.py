@@ -98,6 +98,8 @@ def soak(bench, throughput=None, rate=None, measured_in="§1 of this run"):
 
 def run_soak(url, *, rate, seconds, window, retain, prune_every, concurrency, log=print, processes=2):
     """Producer, `processes` workers and retention for `seconds`; the figures of each window."""
+    from .measures import wait_for
+
     load_before = os.getloadavg()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASK_", "JOBSWEB_"))}
     env.update(DATABASE_URL=url, SECRET_KEY=SECRET, JOBSWEB_RETAIN_UNIT="seconds",
@@ -112,7 +114,7 @@ def run_soak(url, *, rate, seconds, window, retain, prune_every, concurrency, lo
                    for _ in range(processes)]
         producer = None
         try:
-            wait_for(conn, "SELECT count(*) FROM job_workers", lambda n: n == processes, 120)
+            wait_for(conn, "SELECT 1 FROM job_workers HAVING count(*) = %s", [processes], 120)
             size0, indexes0 = conn.execute(SIZES).fetchone()
             deleted0 = conn.execute(DELETED).fetchone()[0]
             producer = subprocess.Popen([sys.executable, "-m", "bench.soak", "produce", url, str(rate), str(seconds)],
@@ -215,14 +217,6 @@ def summary(windows, produced, left, size0, indexes0, deleted0, load_before, loa
             "index_growth_kept_mb_per_million": free and growth(indexes0 / 2**20, free["indexes_mb"], 0,
                                                                 cumulative[len(before) - 1]),
             "load_before": load_before, "load_after": load_after}
-
-
-def wait_for(conn, sql, check, timeout):
-    deadline = time.monotonic() + timeout
-    while not check(value := conn.execute(sql).fetchone()[0]):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting: {sql} = {value}")
-        time.sleep(0.1)
 
 
 def produce(url, rate, seconds):

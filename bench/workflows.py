@@ -5,7 +5,7 @@ import time
 
 import psycopg
 
-from .measures import claims, median, migrated, percentile, spawn_worker
+from .measures import claims, median, migrated, percentile, spawn_worker, wait_for
 
 BATCH_WORKERS, BATCH_CONCURRENCY = 4, 16
 # The two databases' claims alternate in this many slices per repeat: the machine's other load
@@ -22,17 +22,6 @@ INSERT INTO job_runs (job_type, priority, run_at, status, waiting_for)
 SELECT 'jobsweb.noop', 0, now() - interval '2 hours' + g * interval '1 ms', 'waiting', 1
 FROM generate_series(1, %(n)s) g
 """
-
-
-def wait_for(conn, sql, params, timeout=1800):
-    """The first row of `sql` once it has one whose first value is not NULL."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = conn.execute(sql, params).fetchone()
-        if row and row[0] is not None:
-            return row
-        time.sleep(0.02)
-    raise RuntimeError(f"nothing from {sql!r} within {timeout}s")
 
 
 def claim_with_waiting(bench):
