@@ -2,8 +2,11 @@
 on loopback and a real SMTP server (aiosmtpd), failed sends are retried, and concurrent
 worker processes open one incident and send one notification."""
 
+import signal
 import socket
+import time
 
+import psycopg
 import pytest
 from aiosmtpd.controller import Controller
 
@@ -13,8 +16,10 @@ from jobsweb.core.errors import ConfigError
 from jobsweb.core.settings import check, from_environment
 from jobsweb.commands import build_worker
 from tests.alert_receivers import Mailbox, Receiver
+from jobsweb.core.database import libpq_url
 from tests.conftest import committed
 from tests.conftest import define as define_committed, wait_for
+from tests.processes import finish
 
 
 @pytest.fixture
@@ -430,3 +435,24 @@ def test_pausing_a_definition_closes_its_overdue_incident_with_one_notification(
     assert sql("SELECT resolved_at IS NOT NULL FROM jobsweb_alert_incidents") == [(True,)]
     deliver(alerting)
     assert receiver.texts()[1].startswith("Resolved: nightly is overdue") and "the definition was paused" in receiver.texts()[1]
+
+
+def test_a_worker_told_to_stop_while_its_alert_pass_waits_exits_by_its_deadline(app, sql, spawn_worker,
+                                                                                 database_url_for_tests):
+    # The alert pass runs on the worker's loop thread, on a connection of its own: a lock (or a
+    # slow link) that held it held the stop too, past the deadline, for its round trips' own 10 s
+    # bounds each (24 s after SIGTERM on a link 500 ms slow each way). SIGTERM cuts it at once.
+    with psycopg.connect(libpq_url(database_url_for_tests)) as locker:
+        locker.execute("LOCK TABLE jobsweb_alert_incidents IN ACCESS EXCLUSIVE MODE")
+        proc = spawn_worker("--forever", "--shutdown-timeout", "2")
+        wait_for(lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND query LIKE '%%jobsweb_alert_incidents%%'")[0][0] == 1,
+                 message="the worker's alert pass to wait for the lock")
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, output = finish(proc)
+        took = time.monotonic() - began
+        locker.rollback()
+    assert code == 0, output
+    assert took <= 4.0, f"{took:.1f} s\n{output}"  # the shutdown timeout and 2 s (docs/REFERENCE.md)
+    assert "alerts: database unavailable" not in output and "Traceback" not in output, output

@@ -187,7 +187,8 @@ def test_a_worker_told_to_stop_in_any_fault_exits_within_twelve_seconds_and_ever
             sigterm_to_handlers_asked_seconds=asked, attempts_not_succeeded=left)
 
     for fault, seconds in took.items():
-        output = logs[fault].read_text()
+        # The log's end: what the worker did after SIGTERM (a CI report keeps a message's start only).
+        output = logs[fault].read_text()[-6000:]
         assert seconds is not None and seconds <= BOUND, f"{fault}: {seconds} s\n{output}"
         assert procs[fault].returncode == 0, f"{fault}\n{output}"
         assert "Traceback" not in output, f"{fault}\n{output}"

@@ -41,21 +41,32 @@ _bound = contextvars.ContextVar("jobsweb_round_trip_bound", default=None)
 
 
 class Bound:
-    """The bound of one `bounded` block: its seconds, and whether a round trip was cut in it."""
+    """The bound of one `bounded` block: its seconds, whether a round trip was cut in it, and
+    the moment (time.monotonic()) past which none of its round trips lasts, set from another
+    thread by end_by."""
 
     def __init__(self, seconds):
         self.seconds = seconds
         self.cut = False
+        self.ends_by = float("inf")
+
+    def end_by(self, deadline):
+        """The block's round trip under way, if any, and every later one end by `deadline`: a
+        worker's alert pass when the worker is told to stop (ops/alerts.py). Only assignments,
+        so a signal handler may call it."""
+        self.ends_by = min(self.ends_by, deadline)
 
 
 @contextmanager
 def bounded(seconds):
     """Within the block, in this thread, a round trip of jobsweb's engine lasts at most `seconds`;
     once one was cut, the block opens no other connection (SQLAlchemy reconnects at once after
-    a failed pool pre-ping, and would wait CONNECT_TIMEOUT more on the same silent path)."""
-    token = _bound.set(Bound(seconds))
+    a failed pool pre-ping, and would wait CONNECT_TIMEOUT more on the same silent path). Yields
+    the block's Bound."""
+    bound = Bound(seconds)
+    token = _bound.set(bound)
     try:
-        yield
+        yield bound
     finally:
         _bound.reset(token)
 
@@ -69,6 +80,7 @@ class BoundedConnection(psycopg.Connection):
     """
 
     _deadline = None  # time.monotonic() past which the round trip under way is cut; None: none is
+    _bound = None  # the Bound of the thread waiting on that round trip: its end_by may come sooner
     _ends_by = float("inf")  # no round trip lasts past this (end_by), however many it takes
     _was_cut = False  # the watchdog shut the socket down: say why in the error
 
@@ -76,14 +88,16 @@ class BoundedConnection(psycopg.Connection):
         bound = _bound.get()
         if bound is None:
             return super().wait(*args, **kwargs)
-        self._deadline = min(time.monotonic() + bound.seconds, self._ends_by)
+        self._bound = bound
+        self._deadline = min(time.monotonic() + bound.seconds, self._ends_by, bound.ends_by)
         _watchdog.watch(self)
         try:
             return super().wait(*args, **kwargs)
         except psycopg.OperationalError as exc:
             if self._was_cut:
                 bound.cut = True
-                why = "no answer by the stop deadline" if self._deadline == self._ends_by else silent(bound)
+                ended = min(self._ends_by, bound.ends_by) <= time.monotonic()
+                why = "no answer by the stop deadline" if ended else silent(bound)
                 raise psycopg.OperationalError(why) from exc
             raise
         finally:
@@ -145,9 +159,10 @@ class Watchdog:
             time.sleep(WATCH_EVERY)
             now = time.monotonic()
             with self.lock:
-                waiting = [(conn, conn._deadline) for conn in self.connections if conn._deadline is not None]
-            for conn, deadline in waiting:
-                if now > deadline:
+                waiting = [(conn, conn._deadline, conn._bound) for conn in self.connections
+                           if conn._deadline is not None]
+            for conn, deadline, bound in waiting:
+                if now > min(deadline, bound.ends_by):
                     conn.cut(deadline)
 
 
@@ -161,6 +176,8 @@ def init_engine(engine):
     @event.listens_for(engine, "do_connect")
     def connect(dialect, record, cargs, cparams):
         bound = _bound.get()
+        if bound is not None and bound.ends_by <= time.monotonic():
+            raise psycopg.OperationalError("no answer by the stop deadline")
         if bound is not None and bound.cut:
             raise psycopg.OperationalError(silent(bound))
         cparams.setdefault("connect_timeout", CONNECT_TIMEOUT)

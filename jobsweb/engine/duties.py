@@ -23,4 +23,7 @@ class Duty:
     every: float  # seconds from a pass that found nothing to the next
     after_work: float | None = None  # seconds from a pass that found work to the next (None: every)
     stop: Callable = lambda until: None  # called once when the worker stops; returns by `until` (time.monotonic())
+    # Called from the signal handler when the worker is told to stop: a pass under way on a
+    # connection of the duty's own (not the worker's link, which the stop cuts) ends by then.
+    cut: Callable = lambda deadline: None
     next_at: float = 0.0  # time.monotonic() of the next pass

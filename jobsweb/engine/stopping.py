@@ -4,7 +4,8 @@ The signal handler only sets flags and puts on queues. From that moment: the run
 are asked to stop at once (by a thread of this module's, whatever the loop thread is doing: a
 round trip on a silent path may hold it until the cut), every wait of the loop ends by the
 drain deadline (the shutdown timeout after the signal), and every round trip, the one under
-way included, is cut at that deadline plus LAST_WRITES_SECONDS. The loop releases the runs it
+way included, is cut at that deadline plus LAST_WRITES_SECONDS; a duty's pass on a connection
+of its own (the alert evaluation) is cut at once. The loop releases the runs it
 holds that no handler began; at the drain deadline it gives up the handlers still running; then
 it writes what it can, trying again while the database is away and time is left. So the exit
 comes within the shutdown timeout and 2 s more on every path to the database: a blackhole, a
@@ -194,5 +195,7 @@ class Stopping:
         now = time.monotonic()
         self.drain_until = now + self.shutdown_timeout if self.stop_requested == 1 else now
         self._last_writes_until(self.drain_until + LAST_WRITES_SECONDS)
+        for duty in self.duties:
+            duty.cut(now)  # a duty's pass is given up at once: the loop is wanted for the drain
         self.stopper.request("worker is shutting down")
         self.finished.put(WAKE)

@@ -328,17 +328,30 @@ class Alerter:
         self.every = app.config["JOBSWEB_ALERT_INTERVAL"]
         self.sender = None
         self.stopping = threading.Event()
+        self.cut_at = None  # time.monotonic() by which an evaluation under way ends (a worker told to stop)
+        self.evaluating = None  # the deadlines.Bound of the evaluation under way, if any
 
     def duty(self):
         """Alerting as a worker duty: it never finds work that keeps a cron tick going."""
-        return Duty("alerts", self.evaluate_and_send, every=self.every, stop=self.stop)
+        return Duty("alerts", self.evaluate_and_send, every=self.every, stop=self.stop, cut=self.cut_by)
+
+    def cut_by(self, deadline):
+        """The evaluation under way, on the worker's loop thread, ends by `deadline`: a worker told
+        to stop. Its round trips are not the worker's link's, which the stop cuts, and an
+        evaluation is a dozen of them: on a link 500 ms slow each way one held the loop, and so
+        the exit, 24 s past SIGTERM. It is one transaction, so a cut one leaves nothing half
+        written, and the next worker evaluates again. Only assignments: called from the signal
+        handler."""
+        self.cut_at = deadline if self.cut_at is None else min(self.cut_at, deadline)
+        if (bound := self.evaluating) is not None:
+            bound.end_by(self.cut_at)
 
     def evaluate_and_send(self, link=None):
         """Evaluate, then start the sender if something is waiting to be sent; never raises.
 
         Runs in its own app context and session, not on the worker's connection (`link`)."""
         unavailable = self.attempt()
-        if unavailable:
+        if unavailable and self.cut_at is None:
             log.warning("alerts: database unavailable (%s); next try in %gs", unavailable, self.every)
         return False
 
@@ -347,7 +360,10 @@ class Alerter:
         used (down, silent, not migrated yet), or None. Logs only its own bugs."""
         try:
             # Bounded: a silent database must not hold the web thread or the worker's duty.
-            with deadlines.bounded(ROUND_TRIP_LIMIT), self.app.app_context():
+            with deadlines.bounded(ROUND_TRIP_LIMIT) as bound, self.app.app_context():
+                self.evaluating = bound
+                if self.cut_at is not None:  # set before this evaluation's Bound was there to cut
+                    bound.end_by(self.cut_at)
                 # evaluate() is one transaction of jobsweb's own (sending is apart, below): run
                 # again whole on a conflict (core/conflicts.py).
                 conflicts.retried(evaluate)
