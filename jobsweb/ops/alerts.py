@@ -336,12 +336,9 @@ class Alerter:
         return Duty("alerts", self.evaluate_and_send, every=self.every, stop=self.stop, cut=self.cut_by)
 
     def cut_by(self, deadline):
-        """The evaluation under way, on the worker's loop thread, ends by `deadline`: a worker told
-        to stop. Its round trips are not the worker's link's, which the stop cuts, and an
-        evaluation is a dozen of them: on a link 500 ms slow each way one held the loop, and so
-        the exit, 24 s past SIGTERM. It is one transaction, so a cut one leaves nothing half
-        written, and the next worker evaluates again. Only assignments: called from the signal
-        handler."""
+        """The evaluation under way on the worker's loop ends by `deadline` (a worker told to stop):
+        a dozen round trips of its own, not on the link the stop cuts, held an exit 24 s on a slow
+        link. One transaction: nothing is half written. Only assignments (a signal handler's)."""
         self.cut_at = deadline if self.cut_at is None else min(self.cut_at, deadline)
         if (bound := self.evaluating) is not None:
             bound.end_by(self.cut_at)
