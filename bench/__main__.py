@@ -54,22 +54,22 @@ FULL = {
 QUICK = {
     "warmup": 100, "drain": 1000, "processes": [1, 2], "concurrency": [8],
     "steady_seconds": 1, "steady_backlog": 500,
-    "pgqueuer_drain": 1000, "procrastinate_drain": 500, "pgqueuer_batch": [10, "2x10"], "pgqueuer_whole": 10,
+    "pgqueuer_drain": 500, "procrastinate_drain": 200, "pgqueuer_batch": [10, "2x10"], "pgqueuer_whole": 10,
     "procrastinate_concurrency": [16],
-    "async_runs": 200, "async_concurrency": 100, "whole_runs": 1000, "whole_concurrency": [4],
-    "history": [0, 20_000], "claims": 300,
-    "enqueue_seconds": 1, "bulk": 5000,
+    "async_runs": 200, "async_concurrency": 100, "whole_runs": 500, "whole_concurrency": [4],
+    "history": [0, 5000], "claims": 100,
+    "enqueue_seconds": 1, "bulk": 2000,
     "wake_samples": 5, "poll_interval": 0.1,
-    "page_requests": 5, "definitions": 500,
+    "page_requests": 3, "definitions": 200,
     "queues_workers": (1, 16), "queues_rate": 500,
-    "claim_seconds": 3, "jit_drain": 1000,
-    "backlog_due": 1000, "backlog_future": 20_000, "backlog_paused": 2000, "backlog_claim": 100,
-    "workflow_waiting": 20_000, "workflow_batch": 2000, "workflow_chain": 50,
-    "seams_dependents": 5000,
-    "control_waits": 20, "control_finishes": 400,
-    "search_errors": 20_000, "search_seconds": 2,
-    # A soak that only proves itself (its windows, retention's deletes): about 20 s a server.
-    "soak_seconds": 15, "soak_window": 3, "soak_retain": 8, "soak_prune_every": 1,
+    "claim_seconds": 1, "jit_drain": 300,
+    "backlog_due": 300, "backlog_future": 5000, "backlog_paused": 500, "backlog_claim": 100,
+    "workflow_waiting": 5000, "workflow_batch": 500, "workflow_chain": 20,
+    "seams_dependents": 1000,
+    "control_waits": 5, "control_finishes": 100,
+    "search_errors": 5000, "search_seconds": 1,
+    # A soak that only proves itself (its windows, retention's deletes): about 10 s a server.
+    "soak_seconds": 8, "soak_window": 2, "soak_retain": 3, "soak_prune_every": 1,
 }
 
 

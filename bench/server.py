@@ -36,6 +36,7 @@ class Server:
         self.kind = handle.kind
         self.admin_url = handle.get_uri("postgres")
         self.url = handle.get_uri(DATABASE)
+        self.migrated_template = None  # a database at jobsweb's head that measures copy (bench/measures.py)
 
     @classmethod
     def start(cls, kind):
@@ -59,6 +60,13 @@ class Server:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
         return url
+
+    def copy_database(self, template, name):
+        """A database `name` copied from `template` (dropped first if it exists); its URL."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+        return self.handle.get_uri(name)
 
     def version(self):
         with psycopg.connect(self.url) as conn:

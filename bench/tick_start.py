@@ -33,7 +33,7 @@ def tick_start(bench, root=ROOT):
     from .measures import migrated
 
     url, _ = migrated(bench, "bench_tick_start")
-    runs = 3 if bench.quick else 10
+    runs = 2 if bench.quick else 10
     out = time_ticks(url, runs, root)
     for kind, figures in out.items():
         bench.log(f"tick start-up, {kind}: min {figures['min']:.2f} s, median {figures['median']:.2f} s, "
