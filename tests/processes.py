@@ -38,6 +38,15 @@ def finish(proc, timeout=EVENT_TIMEOUT):
     return proc.returncode, output
 
 
+def stopped(proc, timeout=EVENT_TIMEOUT):
+    """SIGTERM to a worker process, then finish(): (exit code, output, seconds from the signal to
+    its exit)."""
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, output = finish(proc, timeout)
+    return code, output, time.monotonic() - signalled
+
+
 def kill_at_random(alive, start, kill_every, done, before_kill=None):
     """SIGKILL a random worker of `alive`, replaced by start(), every `kill_every` seconds on
     average (0.5x to 1.5x) until done(); before_kill(victim) first, to note or give up."""

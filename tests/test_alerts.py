@@ -2,9 +2,7 @@
 on loopback and a real SMTP server (aiosmtpd), failed sends are retried, and concurrent
 worker processes open one incident and send one notification."""
 
-import signal
 import socket
-import time
 
 import psycopg
 import pytest
@@ -19,7 +17,7 @@ from tests.alert_receivers import Mailbox, Receiver
 from jobsweb.core.database import libpq_url
 from tests.conftest import committed
 from tests.conftest import define as define_committed, wait_for
-from tests.processes import finish
+from tests.processes import stopped
 
 
 @pytest.fixture
@@ -448,10 +446,7 @@ def test_a_worker_told_to_stop_while_its_alert_pass_waits_exits_by_its_deadline(
         wait_for(lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                              "AND query LIKE '%%jobsweb_alert_incidents%%'")[0][0] == 1,
                  message="the worker's alert pass to wait for the lock")
-        began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code, output = finish(proc)
-        took = time.monotonic() - began
+        code, output, took = stopped(proc)
         locker.rollback()
     assert code == 0, output
     assert took <= 4.0, f"{took:.1f} s\n{output}"  # the shutdown timeout and 2 s (docs/REFERENCE.md)

@@ -1,11 +1,9 @@
 """Drill 6, deploy: a busy `--forever` worker gets SIGTERM; nothing is left `running`, and the
 next version of the worker finishes everything."""
 
-import signal
-import time
 
 from tests.conftest import wait_for
-from tests.processes import finish, insert_many
+from tests.processes import finish, insert_many, stopped
 from tests.reliability.conftest import size
 
 SHUTDOWN_TIMEOUT = 1.0  # seconds
@@ -25,10 +23,7 @@ def test_sigterm_to_a_busy_worker_leaves_nothing_running_and_the_next_one_finish
     wait_for(lambda: sql("SELECT count(*) FROM test_executions e JOIN job_runs r ON r.id = e.run_id "
                          "WHERE r.job_type IN ('test.polite', 'test.started')")[0][0] == 8,
              message="the long runs' handlers to begin")
-    signalled = time.monotonic()
-    old.send_signal(signal.SIGTERM)
-    code, output = finish(old)
-    stopped_in = time.monotonic() - signalled
+    code, output, stopped_in = stopped(old)
 
     assert code == 0 and "Traceback" not in output, output
     [(left_running,)] = sql("SELECT count(*) FROM job_runs WHERE status = 'running'")

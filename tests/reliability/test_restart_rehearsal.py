@@ -3,11 +3,10 @@ SIGTERM mid-run and a restart."""
 
 import json
 import signal
-import time
 from collections import Counter
 
 from tests.conftest import wait_for
-from tests.processes import finish
+from tests.processes import finish, stopped
 from tests.reliability.conftest import size
 
 BACKOFF_BASE = 0.5  # seconds
@@ -35,10 +34,7 @@ def test_a_restart_mid_run_sends_every_receipt_once_and_retries_with_backoff(app
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")[0][0] >= jobs // 3
              and sql("SELECT status FROM job_runs WHERE payload->>'order' = '1'")[0][0] == "running",
              message="a third of the receipts sent, the slow one in flight")
-    stopping = time.monotonic()
-    first.send_signal(signal.SIGTERM)
-    code, output = finish(first)
-    stop_seconds = time.monotonic() - stopping
+    code, output, stop_seconds = stopped(first)
     assert code == 0 and "Traceback" not in output, output
     assert sql("SELECT count(*) FROM job_runs WHERE status = 'running'") == [(0,)]
     interrupted = {r for (r,) in sql("SELECT run_id FROM job_attempts WHERE outcome = 'interrupted'")}
