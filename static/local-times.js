@@ -49,11 +49,17 @@
     // A date input's form reads it in this zone; without this script it stays UTC.
     root.querySelectorAll("input[data-tz]").forEach(function (el) { if (!el.value) el.value = zone; });
     // A new definition's timezone starts at the viewer's zone, once: the server only marks a form
-    // not yet submitted, and a choice made since (or a form sent back with errors) stays.
+    // not yet submitted (one sent back with errors keeps its choice), and a zone picked before this
+    // script ran (it is deferred; a quick hand or a slow link) is no longer the server's default.
     root.querySelectorAll("select[data-browser-zone]").forEach(function (el) {
       el.removeAttribute("data-browser-zone");
-      var known = Array.prototype.some.call(el.options, function (o) { return o.value === zone; });
       var note = el.parentNode.querySelector("[data-browser-zone-note]");
+      var picked = el.selectedIndex >= 0 && !el.options[el.selectedIndex].defaultSelected;
+      if (picked) {
+        if (note) note.textContent = "";
+        return;
+      }
+      var known = Array.prototype.some.call(el.options, function (o) { return o.value === zone; });
       if (known) el.value = zone;
       if (note) note.textContent = known ? "Your browser's zone." : "UTC: your browser's zone, " + zone + ", is not one jobsweb knows.";
     });
