@@ -11,7 +11,6 @@ import traceback
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from . import output, retry, signals, statements
 from ..core.errors import has_nul
@@ -316,21 +315,12 @@ def released(run_id, job_type, attempt, worker):
 
 
 def finish_params(outcomes):
-    """FINISH_RUNS parameters: one array per column, one element per outcome."""
-    return {
-        "ids": [o.run_id for o in outcomes],
-        "attempts": [o.attempt for o in outcomes],
-        "workers": [o.worker for o in outcomes],
-        "outcomes": [o.outcome for o in outcomes],
-        "results": [None if o.result is None else Jsonb(o.result) for o in outcomes],
-        "error_types": [o.error_type for o in outcomes],
-        "errors": [o.error for o in outcomes],
-        "stacks": [o.stack for o in outcomes],
-        "delays": [o.delay for o in outcomes],
-        "give_up": [o.give_up for o in outcomes],
-        "outputs": [o.output for o in outcomes],
-        "waits": [o.waited for o in outcomes],
-    }
+    """FINISH_RUNS parameters: the outcomes as one JSON array, an object each."""
+    return {"outcomes": json.dumps([
+        {"id": o.run_id, "attempt": o.attempt, "worker": o.worker, "outcome": o.outcome, "result": o.result,
+         "error_type": o.error_type, "error": o.error, "stack": o.stack, "delay": o.delay, "give_up": o.give_up,
+         "output": o.output, "waited": o.waited}
+        for o in outcomes])}
 
 
 def log_finished(outcomes, rows):
