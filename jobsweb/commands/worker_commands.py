@@ -1,6 +1,7 @@
 """Running jobs: `flask run-jobs` (the worker, built here with its duties), and for the
 standalone app `flask dev` (web + worker) and `flask jobs demo`."""
 
+import gc
 import json
 import os
 import signal
@@ -66,6 +67,10 @@ def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout,
         forever=forever,
         queues=queues,
     )
+    # What the imports and the app built lives as long as the worker: frozen, it is left out of
+    # every collection, the interpreter's own at exit among them, which walked it all and took
+    # longer than an empty tick's work (issue 41: a tick's exit, 0.1 s after its last line, not 1.2).
+    gc.freeze()
     with plain_errors():
         worker.run()
 
