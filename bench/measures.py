@@ -231,17 +231,12 @@ def replay_script(batch):
                         "job_types": "ARRAY" + repr(BUILTIN_TYPES), "limit": str(batch), "free": str(batch),
                         "queues": "NULL"}.items():
         claim = claim.replace(f"%({name})s", value)
-    finish_sql = strip_comments(statements.FINISH_RUNS)
-    n = "ARRAY[:n::int]"
-    for name, value in {"ids": ":ids", "attempts": ":attempts",
-                        "workers": f"array_fill('pgbench-' || :client_id::text, {n})",
-                        "outcomes": f"array_fill('succeeded'::text, {n})",
-                        "results": f"array_fill(NULL::jsonb, {n})", "error_types": f"array_fill(NULL::text, {n})",
-                        "errors": f"array_fill(NULL::text, {n})", "stacks": f"array_fill(NULL::text, {n})",
-                        "delays": f"array_fill(0::float8, {n})", "waits": f"array_fill(0::float8, {n})",
-                        "give_up": f"array_fill(false, {n})",
-                        "outputs": f"array_fill(NULL::text, {n})"}.items():
-        finish_sql = finish_sql.replace(f"%({name})s", value)
+    # The outcomes, one JSON object a claimed run (execution.finish_params), built from the ids and
+    # attempts the claim handed over.
+    outcomes = ("(SELECT coalesce(json_agg(json_build_object('id', u.id, 'attempt', u.attempt, "
+                "'worker', 'pgbench-' || :client_id::text, 'outcome', 'succeeded', 'delay', 0, 'give_up', false, "
+                "'waited', 0)), '[]') FROM unnest(:ids::bigint[], :attempts::int[]) AS u(id, attempt))")
+    finish_sql = strip_comments(statements.FINISH_RUNS).replace("%(outcomes)s", outcomes)
     return (f"WITH claimed AS ({claim.strip()})\n"
             "SELECT coalesce(array_agg(id)::text, '{}') AS ids,\n"
             "       coalesce(array_agg(attempts)::text, '{}') AS attempts,\n"
