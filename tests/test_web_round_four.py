@@ -264,8 +264,11 @@ def test_a_new_definitions_timezone_starts_at_the_browsers_zone_and_says_utc_wit
     page.route("**/local-times.js", lambda route: held.append(route))
     page.goto("/definitions/new", wait_until="commit")
     zone.select_option("Europe/Madrid")
-    while not held:  # the browser asks for the script while it reads the page's head
+    for _ in range(500):  # the browser asks for the script while it reads the page's head
+        if held:
+            break
         page.wait_for_timeout(20)
+    assert held, "the page never asked for local-times.js"
     held[0].continue_()
     expect(page.locator("[data-browser-zone-note]")).to_have_text("")  # the script has run
     expect(zone).to_have_value("Europe/Madrid")
