@@ -13,57 +13,53 @@ from jobsweb.core.database import libpq_url
 from tests.conftest import SECRET_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
-# `flask --app wsgi run-jobs` run in one process, as crontab runs it, then the names of every
-# module that process imported.
+# `flask --app APP run-jobs` run in one process, as crontab runs it, then REPORT (a Python
+# expression, read in that process once the tick is over) printed as JSON.
 TICK = """
-import json, sys
+import gc, json, sys
 from flask.cli import main
-sys.argv = ["flask", "--app", "wsgi", "run-jobs"]
+sys.argv = ["flask", "--app", APP, "run-jobs"]
 try:
     main()
 except SystemExit as exc:
     if exc.code:
         raise
-print(json.dumps(sorted(sys.modules)))
+print(json.dumps(REPORT))
 """
 NOT_FOR_A_TICK = ("alembic", "flask_migrate", "mako", "pygments", "jobsweb.ops.command_runs",
                   "jobsweb.commands.exec_commands", "jobsweb.commands.job_commands", "jobsweb.commands.run_commands",
                   "jobsweb.commands.schedule_commands", "jobsweb.commands.user_commands")
 
 
+def tick(database_url, app_path, report):
+    """One cron tick of `app_path` with the stock settings (none of the tests' own handler
+    modules) in a process of its own: what `report` came to there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSWEB_", "FLASK_"))}
+    env.update(DATABASE_URL=libpq_url(database_url), SECRET_KEY=SECRET_KEY)
+    script = TICK.replace("APP", repr(app_path)).replace("REPORT", report)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def test_a_cron_tick_runs_its_due_run_without_importing_migrations_or_other_commands(app, sql,
                                                                                        database_url_for_tests):
     [(run_id,)] = sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop') RETURNING id")
-    # The stock settings: none of the tests' own handler modules.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSWEB_", "FLASK_"))}
-    env.update(DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY=SECRET_KEY)
-    tick = subprocess.run([sys.executable, "-c", TICK], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert tick.returncode == 0, tick.stderr
-    modules = json.loads(tick.stdout.splitlines()[-1])
+    modules = tick(database_url_for_tests, "wsgi", "sorted(sys.modules)")
     assert sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("succeeded",)]
     assert "jobsweb.engine.worker" in modules  # it did import what it ran
     assert [m for m in modules if m.split(".")[0] in NOT_FOR_A_TICK or m in NOT_FOR_A_TICK] == []
 
 
-# The same tick, then what its collections did: objects frozen, objects left for the
-# interpreter's last collection at exit, and full collections.
-TICK_GC = TICK.replace('sys.argv = ["flask", "--app", "wsgi", "run-jobs"]', 'sys.argv = ["flask", "--app", APP, "run-jobs"]')
-TICK_GC = TICK_GC.replace("print(json.dumps(sorted(sys.modules)))",
-                          "import gc; print(json.dumps([gc.get_freeze_count(), len(gc.get_objects()), gc.get_stats()[2]['collections']]))")
-
-
 def test_a_cron_ticks_imports_and_app_are_left_out_of_its_collections_and_its_exit(app, database_url_for_tests):
     # Before: ~100,000 objects walked again by the collection at exit, which took longer than an
-    # empty tick's own work, and a full collection while importing.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBSWEB_", "FLASK_"))}
-    env.update(DATABASE_URL=libpq_url(database_url_for_tests), SECRET_KEY=SECRET_KEY)
+    # empty tick's own work, and a full collection while importing. Read: objects frozen, objects
+    # left for the interpreter's last collection at exit, and full collections.
+    report = "[gc.get_freeze_count(), len(gc.get_objects()), gc.get_stats()[2]['collections']]"
     # The standalone app (wsgi.py), and a host's own app, which builds it its own way.
     for app_path, full_collections in (("wsgi", [0]), ("jobsweb:create_app()", [0, 1])):
-        tick = subprocess.run([sys.executable, "-c", f"APP = {app_path!r}\n{TICK_GC}"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert tick.returncode == 0, tick.stderr
-        frozen, left, full = json.loads(tick.stdout.splitlines()[-1])
+        frozen, left, full = tick(database_url_for_tests, app_path, report)
         assert frozen > 50_000 and left < 20_000, (app_path, frozen, left)
         assert full in full_collections, app_path
 
