@@ -1,13 +1,16 @@
 """`flask jobs exec NAME -- COMMAND`, as a crontab line runs it: a real `flask` process runs a
 real command, passes its output and exit code on, and records the run."""
 
+import ctypes
 import os
+import platform
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -254,26 +257,74 @@ def catches(pid, number):
     return bool(mask & (1 << (number - 1)))
 
 
+def catching_command(got, ready):
+    """A command (python -c) that writes the name of the first SIGTERM, SIGINT or SIGHUP it gets
+    to `got` and exits 3; it writes its pid to `ready` once its handlers are set."""
+    return ("import os, pathlib, signal, sys\n"
+            "def on(number, frame):\n"
+            f"    pathlib.Path({str(got)!r}).write_text(signal.Signals(number).name)\n"
+            "    sys.exit(3)\n"
+            "for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+            "    signal.signal(number, on)\n"
+            f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
+            "while True:\n"
+            "    signal.pause()")
+
+
+@contextmanager
+def catching_command_killed_if_never_signalled(got, ready):
+    """Kill the catching command at the end if no signal reached it: in a process group of its
+    own, it would outlive the exec that the fixture kills. (Not once `got` exists: it has
+    exited then, and its pid may be another process's.)"""
+    try:
+        yield
+    finally:
+        if ready.exists() and ready.read_text() and not got.exists():
+            os.kill(int(ready.read_text()), signal.SIGKILL)
+
+
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_sigterm_sigint_and_sighup_sent_to_exec_are_passed_on_to_the_command(backup, jobs_exec, sql, tmp_path, number):
     got, ready = tmp_path / "got", tmp_path / "ready"
-    command = ("import pathlib, signal, sys\n"
-               "def on(number, frame):\n"
-               f"    pathlib.Path({str(got)!r}).write_text(signal.Signals(number).name)\n"
-               "    sys.exit(3)\n"
-               "for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
-               "    signal.signal(number, on)\n"
-               f"pathlib.Path({str(ready)!r}).touch()\n"
-               "while True:\n"
-               "    signal.pause()")
-    proc = jobs_exec(backup, "--", PY, "-c", command, wait=False)
-    # The command has its handlers and exec its own (SIGHUP is caught only once exec passes
-    # signals on; a Python process catches SIGINT from its start).
-    wait_for(lambda: ready.exists() and catches(proc.pid, signal.SIGHUP), message="the command and exec's handlers")
-    proc.send_signal(number)
-    proc.communicate(timeout=60)
+    proc = jobs_exec(backup, "--", PY, "-c", catching_command(got, ready), wait=False)
+    with catching_command_killed_if_never_signalled(got, ready):
+        # The command has its handlers and exec its own (SIGHUP is caught only once exec passes
+        # signals on; a Python process catches SIGINT from its start).
+        wait_for(lambda: ready.exists() and ready.read_text() and catches(proc.pid, signal.SIGHUP),
+                 message="the command and exec's handlers")
+        proc.send_signal(number)
+        proc.communicate(timeout=60)
     assert got.read_text() == signal.Signals(number).name
     assert proc.returncode == 3  # the command's exit code: exec itself was not stopped by the signal
+    assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
+
+
+SYS_TGKILL = {"x86_64": 234, "aarch64": 131}  # its syscall number: Python has no tgkill()
+
+
+def test_a_signal_the_kernel_hands_to_another_thread_of_exec_is_passed_on_too(backup, jobs_exec, sql, tmp_path):
+    # A signal sent to a process goes to whichever of its threads the kernel picks, and Python
+    # runs the handler in the main thread only, once that runs bytecode: exec's main thread,
+    # waiting for the command, must still notice a signal that another thread took. tgkill
+    # gives it to one of them, as the kernel may.
+    got, ready = tmp_path / "got", tmp_path / "ready"
+    proc = jobs_exec(backup, "--", PY, "-c", catching_command(got, ready), wait=False)
+    with catching_command_killed_if_never_signalled(got, ready):
+        wait_for(lambda: ready.exists() and ready.read_text() and catches(proc.pid, signal.SIGHUP),
+                 message="the command and exec's handlers")
+        # The first thread exec started after the command (ids are handed out in order): the
+        # heartbeat's, which runs as long as the command does. Not the thread that recorded the
+        # start, which ends any moment, taking with it a signal given to it on its way out.
+        command_pid = int(ready.read_text())
+        threads = sorted(int(tid) for tid in os.listdir(f"/proc/{proc.pid}/task"))
+        after = [tid for tid in threads if tid > command_pid]
+        assert after, f"no thread of exec ({threads}) came after the command ({command_pid}): ids wrapped round?"
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(SYS_TGKILL[platform.machine()], proc.pid, after[0], signal.SIGTERM) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        proc.communicate(timeout=60)
+    assert got.read_text() == "SIGTERM"
+    assert proc.returncode == 3
     assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
 
 

@@ -47,6 +47,8 @@ REPORT_WAIT = 10.0
 # Seconds one round trip of exec's may take: its statements take milliseconds.
 ROUND_TRIP_LIMIT = 5.0
 UNAVAILABLE = (OperationalError, PoolTimeout, psycopg.OperationalError)
+# Seconds of one Popen.wait while a command without a timeout runs: any bound makes it poll.
+WAIT_SLICE = 60.0
 
 
 @dataclass(frozen=True)
@@ -201,12 +203,19 @@ class Command:
 
     def wait(self, timeout):
         """Wait for the command; past `timeout` seconds (None: none), stop it. Whether it timed out."""
-        try:
-            self.proc.wait(timeout)
-            return False
-        except subprocess.TimeoutExpired:
-            self.stop()
-            return True
+        # Always with a timeout, so that Popen.wait polls (sleeps of 50 ms at most) instead of
+        # blocking in waitpid: Python runs a signal handler only in the main thread, between
+        # bytecodes, so a signal to pass on that the kernel hands to another thread (a pump's,
+        # the heartbeat's), or that comes just before the waitpid, would otherwise wait for
+        # the command to end on its own.
+        while True:
+            try:
+                self.proc.wait(WAIT_SLICE if timeout is None else timeout)
+                return False
+            except subprocess.TimeoutExpired:
+                if timeout is not None:
+                    self.stop()
+                    return True
 
 
 def ended(returncode, timeout=None, stopped_with=None, why=None):
