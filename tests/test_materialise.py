@@ -193,24 +193,25 @@ def test_the_unique_slot_refuses_a_second_run_for_one_slot(app, sql, materialise
     assert sql("SELECT count(*) FROM job_runs") == [(1,)]
 
 
-def test_a_slot_is_still_created_once_when_its_guard_is_a_unique_index_on_the_runs_of_definitions_only(
+def test_the_slot_guard_holds_the_runs_of_definitions_only_and_still_creates_a_lost_slot_once(
         app, sql, materialise):
-    """As a later release may make job_runs_definition_slot (statements.INSERT_SLOTS says why): this
-    release's ticks must go on creating each slot once during that release's rolling deploy."""
-    sql("ALTER TABLE job_runs DROP CONSTRAINT job_runs_definition_slot")
-    sql("CREATE UNIQUE INDEX job_runs_definition_slot ON job_runs (definition_id, scheduled_for) "
-        "WHERE definition_id IS NOT NULL")
-    try:
-        define(app)
-        outage(sql, 0)
-        [(slot,)] = sql("SELECT next_run_at FROM job_definitions")
-        assert materialise() == 1
-        sql("UPDATE job_definitions SET next_run_at = %s", [slot])  # as if the advance was lost
-        materialise()
-        assert sql("SELECT count(*) FROM job_runs") == [(1,)]
-    finally:
-        sql("DROP INDEX job_runs_definition_slot")
-        sql("ALTER TABLE job_runs ADD CONSTRAINT job_runs_definition_slot UNIQUE (definition_id, scheduled_for)")
+    """Migration 0031: job_runs_definition_slot is a unique index on the runs of definitions alone,
+    so an enqueued run writes no entry into it (three fewer a run); a slot whose definition's advance
+    was lost is still created once (INSERT_SLOTS' conflict target infers that index)."""
+    define(app)
+    outage(sql, 0)
+    [(slot,)] = sql("SELECT next_run_at FROM job_definitions")
+    assert materialise() == 1
+    sql("UPDATE job_definitions SET next_run_at = %s", [slot])  # as if the advance was lost
+    materialise()
+    assert sql("SELECT count(*) FROM job_runs") == [(1,)]
+    sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 20)")  # enqueued
+    # A rebuilt index's pg_class.reltuples is the count of entries it was built with.
+    sql("REINDEX INDEX job_runs_definition_slot")
+    sql("REINDEX INDEX job_runs_pkey")
+    assert sql("SELECT count(*) FROM job_runs") == [(21,)]
+    assert sql("SELECT reltuples::int FROM pg_class WHERE relname IN ('job_runs_definition_slot', 'job_runs_pkey') "
+               "ORDER BY relname") == [(1,), (21,)]
 
 
 def test_four_worker_processes_ticking_together_create_each_slot_exactly_once(app, sql, spawn_worker):

@@ -43,6 +43,36 @@ def test_0015_goes_down_to_the_schema_of_0014_and_up_again_to_the_schema_of_a_ne
     assert shape(head) == after and has_claim_function(head)
 
 
+def test_0031_goes_down_to_the_slot_constraint_of_0030_and_up_again_and_both_refuse_a_second_run_of_a_slot(
+        scratch_database):
+    before = shape(scratch_database("jobsweb_at_0030", revision="0030_deploy_marks"))
+    url = scratch_database("jobsweb_at_0031", revision="0031_definition_slot_partial")
+    after = shape(url)
+    assert after != before
+
+    at(url, downgrade, "0030_deploy_marks")
+    assert shape(url) == before
+    assert second_run_of_a_slot(url) == "UniqueViolation"
+    at(url, upgrade, "0031_definition_slot_partial")
+    assert shape(url) == after
+    assert second_run_of_a_slot(url) == "UniqueViolation"
+
+
+def second_run_of_a_slot(url):
+    """The error class of inserting a run for a definition's slot that has one already."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("TRUNCATE job_definitions, job_runs CASCADE")
+        conn.execute("INSERT INTO job_definitions (name, job_type, schedule) VALUES ('d', 'jobsweb.noop', '@hourly')")
+        slot = "INSERT INTO job_runs (definition_id, job_type, scheduled_for) SELECT id, 'jobsweb.noop', " \
+               "'2026-11-28 10:00+00' FROM job_definitions"
+        conn.execute(slot)
+        try:
+            conn.execute(slot)
+        except psycopg.Error as exc:
+            return type(exc).__name__
+        return None
+
+
 def claim_function(url, function=CLAIM_FUNCTION):
     with psycopg.connect(libpq_url(url)) as conn:
         return conn.execute("SELECT pg_get_functiondef(to_regprocedure(%s))", [function]).fetchone()[0]
@@ -132,7 +162,7 @@ def test_the_schema_lists_are_what_a_fresh_migrate_makes_at_the_head(scratch_dat
     assert made == sorted([("table", name) for name in listed.TABLES] + [("index", name) for name in listed.INDEXES]
                           + [("function", name) for name in listed.FUNCTIONS]
                           + [("trigger", name) for name in listed.TRIGGERS])
-    assert (len(listed.TABLES), len(listed.INDEXES), len(listed.FUNCTIONS), len(listed.TRIGGERS)) == (21, 39, 7, 1)
+    assert (len(listed.TABLES), len(listed.INDEXES), len(listed.FUNCTIONS), len(listed.TRIGGERS)) == (21, 40, 7, 1)
 
 
 def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_made_them_and_a_run_succeeds(
@@ -148,7 +178,7 @@ def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_m
     refused = cli(url, "run-jobs")
     assert refused.exit_code == 1
     [line] = refused.output.splitlines()
-    assert line.startswith("Error: jobsweb's schema at 0030_deploy_marks is incomplete, missing function "
+    assert line.startswith("Error: jobsweb's schema at 0031_definition_slot_partial is incomplete, missing function "
                            f"{CLAIM_IN_ORDER}, function jobsweb_claim_runs(")
     assert "trigger job_runs_workflow ON job_runs: run `flask jobs migrate`" in line
 
@@ -160,9 +190,9 @@ def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_m
         "function jobsweb_count_down(bigint[],boolean), function jobsweb_batch_ended(bigint,integer,integer), "
         "function jobsweb_cancel_below(bigint,text), function jobsweb_revive_below(bigint,text), "
         "function jobsweb_workflow_step(), trigger job_runs_workflow ON job_runs",
-        "jobsweb's schema is up to date (0030_deploy_marks)"]
+        "jobsweb's schema is up to date (0031_definition_slot_partial)"]
     assert catalog(url, DEFINITIONS) == before
-    assert cli(url, "jobs", "migrate").output == "jobsweb's schema is up to date (0030_deploy_marks)\n"
+    assert cli(url, "jobs", "migrate").output == "jobsweb's schema is up to date (0031_definition_slot_partial)\n"
 
     assert cli(url, "jobs", "enqueue", "jobsweb.noop").exit_code == 0
     ticked = cli(url, "run-jobs")
@@ -177,7 +207,7 @@ def test_migrate_stops_naming_a_missing_index_it_cannot_recreate(scratch_databas
     migrated = cli(url, "jobs", "migrate")
     assert migrated.exit_code == 1
     assert migrated.output.splitlines() == [
-        "Error: jobsweb's schema at 0030_deploy_marks is incomplete, missing index job_runs_claimable: run "
+        "Error: jobsweb's schema at 0031_definition_slot_partial is incomplete, missing index job_runs_claimable: run "
         "`flask jobs migrate` (it recreates functions and triggers; tables and indexes come back with a "
         "restore of jobsweb's tables)"]
 
@@ -214,7 +244,7 @@ def test_deploy_md_backup_of_jobsweb_tables_restored_into_an_empty_database_runs
     said = [line for line in restored.splitlines() if line.startswith("jobsweb's schema")]  # not Alembic's log
     assert said[0].startswith(f"jobsweb's schema: recreated function {CLAIM_IN_ORDER}, ")
     assert said[0].endswith(", trigger job_runs_workflow ON job_runs")
-    assert said[1:] == ["jobsweb's schema is up to date (0030_deploy_marks)"]
+    assert said[1:] == ["jobsweb's schema is up to date (0031_definition_slot_partial)"]
     assert catalog(empty) == catalog(source)
 
     assert cli(empty, "jobs", "enqueue", "jobsweb.sleep", "--payload", '{"seconds": 0}').exit_code == 0

@@ -15,7 +15,7 @@ import re
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
 
-HEAD = "0030_deploy_marks"  # the revision these lists describe
+HEAD = "0031_definition_slot_partial"  # the revision these lists describe
 
 TABLES = (
     "job_attempts", "job_batches", "job_definitions", "job_duration_totals", "job_effects", "job_metrics_state",
@@ -30,7 +30,7 @@ INDEXES = (
     "job_attempts_finished_outcome", "job_attempts_worker", "job_batches_open", "job_definitions_due",
     "job_definitions_ping_token", "job_run_deps_after", "job_runs_after_run", "job_runs_batch",
     "job_runs_batch_callbacks", "job_runs_claimable", "job_runs_created_at", "job_runs_dead_finished",
-    "job_runs_definition", "job_runs_definition_active", "job_runs_errored", "job_runs_idempotency_key",
+    "job_runs_definition", "job_runs_definition_active", "job_runs_definition_slot", "job_runs_errored", "job_runs_idempotency_key",
     "job_runs_job_type_id", "job_runs_payload", "job_runs_prunable", "job_runs_queue_claimable", "job_runs_running",
     "job_runs_status_id", "job_runs_unique_key", "jobsweb_alert_deliveries_due", "jobsweb_alert_deliveries_incident",
     "jobsweb_alert_incident_runs_incident", "jobsweb_alert_incidents_definition",

@@ -105,11 +105,11 @@ LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '')) wake ON true
 # slots created; a slot missing from RETURNING existed already and is not created again.
 #
 # Exactly once: slots that exist already are left out (NOT EXISTS), and the unique
-# (definition_id, scheduled_for) stays the last guard (ON CONFLICT). The conflict target names
-# the runs of definitions: it infers today's constraint, and also the unique index on those runs
-# alone that a later release may put in its place (an index entry fewer for each version of every
-# other run: docs/BENCHMARKS.md, issue 41), which a bare (definition_id, scheduled_for) cannot
-# infer: this release's ticks then go on during that release's rolling deploy. Leaving them out first
+# (definition_id, scheduled_for) stays the last guard (ON CONFLICT). That guard is a unique index
+# on the runs of definitions alone (migration 0031: an index entry fewer for each version of every
+# other run), which only a conflict target naming its predicate infers; the constraint over every
+# run that it replaced is inferred by the same target, so this statement works on either schema
+# (a rolling deploy, a roll-back to the release before 0031). Leaving them out first
 # matters for `chain`, which needs the ids of runs created by this same statement: ids are
 # drawn from the sequence up front (ascending in slot order), so that
 # - chain 'queue' (overlap 'queue', catching up): the run waits for the previous queued slot
