@@ -334,7 +334,10 @@ FROM finished LEFT JOIN ended_notice ON true
 # retrying right now is left for the next pass. The lock also re-checks status, so a run
 # retried since it was read is not deleted. Uses index job_runs_prunable; job_runs_after_run
 # serves the ON DELETE SET NULL of runs queued behind a deleted one, and
-# job_attempts_run_attempt the attempts' delete.
+# job_attempts_run_attempt the attempts' delete: the batch's ids go to it as one array, looked
+# up one by one. Joined to the batch instead, the planner hashed it and read job_attempts whole
+# for every batch (100,000 attempts: 18 of a batch's 30 ms), and a busy retention, a batch after
+# another, doubled the workers' p95 wait (docs/BENCHMARKS.md, "Sustained load").
 # %(days)s may be a fraction of a day (JOBSWEB_RETAIN_UNIT=seconds: ops/retention.py).
 PRUNE_RUNS = """
 WITH doomed AS (
@@ -345,10 +348,10 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ),
 attempts AS (
-    DELETE FROM job_attempts a USING doomed d WHERE a.run_id = d.id RETURNING a.id
+    DELETE FROM job_attempts WHERE run_id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 ),
 runs AS (
-    DELETE FROM job_runs r USING doomed d WHERE r.id = d.id RETURNING r.id
+    DELETE FROM job_runs WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
 )
 SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM attempts)
 """
