@@ -1,6 +1,7 @@
 import pytest
 
 from jobsweb.engine import statements
+from jobsweb.engine.registry import JobContext
 from jobsweb.ops import retention
 from tests.conftest import committed
 
@@ -92,6 +93,24 @@ def test_a_batch_looks_up_its_own_runs_attempts_and_never_reads_job_attempts_who
     assert sql(statements.PRUNE_RUNS, {"status": "succeeded", "days": 14, "batch": 500}) == [(500, 500)]
     assert sql("SELECT count(*) FROM job_attempts a LEFT JOIN job_runs r ON r.id = a.run_id "
                "WHERE r.id IS NULL") == [(0,)]
+
+
+def test_the_prune_job_waits_after_each_full_batch_as_long_as_it_took_and_the_command_does_not(app, runner, sql):
+    for _ in range(5):
+        add_run(sql, "succeeded", 15)
+    app.config["JOBSWEB_PRUNE_BATCH"] = 2
+    ctx = JobContext(1, "jobsweb.prune", {}, 1, 3, None)
+    waited = []
+    ctx.sleep = waited.append
+    with committed(app):
+        assert retention.prune_job(ctx)["deleted"]["succeeded"] == 5
+    # Batches of 2, 2 and 1: a wait after each full one, none after the last.
+    assert len(waited) == 2 and all(0 < seconds < 5 for seconds in waited), waited
+
+    for _ in range(5):
+        add_run(sql, "succeeded", 15)
+    with committed(app):
+        assert retention.prune(batch=2)[0][0].runs == 5  # as `flask jobs prune` calls it: no pause
 
 
 def test_a_retention_of_zero_days_keeps_runs_forever(app, sql):

@@ -16,6 +16,7 @@ rows of a pruned run go with it (ON DELETE CASCADE), and a retried dependent rec
 rows left (tests/test_prune.py). A run deleted before it ended is another matter: run_actions.delete.
 """
 
+import time
 from dataclasses import dataclass
 
 from flask import current_app
@@ -90,23 +91,27 @@ def dry_run():
     return out
 
 
-def prune(stop=lambda: None, batch=None):
+def prune(stop=lambda: None, batch=None, pause=None):
     """Delete what retention says, a batch per transaction; returns ([Pruned], workers deleted).
 
     `stop` is called between batches and may raise to end early (a handler's
-    raise_if_cancelled): every batch already committed stays deleted.
+    raise_if_cancelled): every batch already committed stays deleted. `pause(seconds)`, when
+    given, is called after each full batch with the seconds it took (the prune job's ctx.sleep).
     """
     batch = batch or current_app.config["JOBSWEB_PRUNE_BATCH"]
     out = policy()
     for done in out:
         while True:
             stop()
+            began = time.monotonic()
             runs, attempts = execute(PRUNE_RUNS, {"status": done.status, "days": done.days, "batch": batch}).one()
             db.session.commit()
             done.runs += runs
             done.attempts += attempts
             if runs < batch:
                 break
+            if pause is not None:
+                pause(time.monotonic() - began)
     workers = execute(PRUNE_WORKERS, {"days": WORKER_RETAIN_DAYS}).rowcount
     db.session.commit()
     return out, workers
@@ -115,6 +120,10 @@ def prune(stop=lambda: None, batch=None):
 @job("jobsweb.prune", max_attempts=3)
 def prune_job(ctx):
     """Delete finished runs past their retention (JOBSWEB_RETAIN_*), a small batch at a time."""
-    pruned, workers = prune(stop=ctx.raise_if_cancelled)
+    # Between batches it waits as long as the last one took: batch after batch, a day's runs kept
+    # PostgreSQL and the worker busy for minutes beside the other runs, and their wait rose 1.6x
+    # (docs/BENCHMARKS.md, "Sustained load"); at half a core it still deletes thousands a second.
+    # `flask jobs prune`, run by hand to be done with, does not wait.
+    pruned, workers = prune(stop=ctx.raise_if_cancelled, pause=ctx.sleep)
     return {"deleted": {p.status: p.runs for p in pruned},
             "attempts": sum(p.attempts for p in pruned), "workers": workers}
