@@ -9,7 +9,7 @@ it proves the suite still runs (CI); only full mode's numbers mean anything.
 `python -m bench --only tick` runs one measure that stands alone and prints its figures as
 JSON, writing no report: for measuring a change to one hot path without the whole suite.
 `--only peers,whole` runs several, in that order, on each server before the next server starts
-(whole then races PgQueuer's best setting of peers, as the suite does).
+(whole and cpu then race PgQueuer's best setting of peers, as the suite does).
 `--servers stock` (or embedded) runs on that server only. `--quick --side-by-side` runs each
 server's suite at once in a process of its own: they share the machine, so only for checking that
 the suite runs and writes its report (tests/test_bench_quick.py), in about half the time.
@@ -79,6 +79,7 @@ ALONE = {
     "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
     "queues": measures.flow_control, "pages": measures.admin_pages_alone,
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
+    "cpu": process_measures.cpu_per_run,
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
     "seams": seams.wide_graph, "control": run_control.run_control, "search": search_cost.search_cost,
@@ -133,6 +134,7 @@ def suite(bench):
     results["queues"] = measures.flow_control(bench)
     results["async"] = process_measures.async_handlers(bench)
     results["whole"] = process_measures.whole_process(bench, results["peers"]["pgqueuer"]["setting"])
+    results["cpu"] = process_measures.cpu_per_run(bench, results["peers"]["pgqueuer"]["setting"])
     results["alerts"] = process_measures.alerts_without_workers(bench)
     results["backlog"] = claim_conditions.backlog(bench)
     results["workflows"] = workflows.workflows(bench)
@@ -183,7 +185,7 @@ def main(argv=None):
                 bench.log(f"PostgreSQL {server.version()}")
                 figures = {}
                 for name in args.only:
-                    if name == "whole" and "peers" in figures:
+                    if name in ("whole", "cpu") and "peers" in figures:
                         figures[name] = ALONE[name](bench, figures["peers"]["pgqueuer"]["setting"])
                     else:
                         figures[name] = ALONE[name](bench)

@@ -67,14 +67,15 @@ async def pgqueuer(url, n, setting, enqueue=True, drain=True):
     first, last = database_row(url, "SELECT extract(epoch FROM min(created) FILTER (WHERE status = 'picked')), "
                                     "extract(epoch FROM max(created) FILTER (WHERE status = 'successful')) "
                                     "FROM pgqueuer_log")
-    return {"seconds": last - first, "first": first, "last": last}
+    # No jobs (the CPU measure's empty drain, bench/process_measures.py): nothing in the log.
+    return {"seconds": None if first is None else last - first, "first": first, "last": last}
 
 
 def database_row(url, sql):
     import psycopg
 
     with psycopg.connect(url) as conn:
-        return [float(value) for value in conn.execute(sql).fetchone()]
+        return [None if value is None else float(value) for value in conn.execute(sql).fetchone()]
 
 
 def procrastinate(url, n, concurrency):

@@ -83,6 +83,103 @@ def pgqueuer_wall(bench, n, setting):
 TWO_PROCESSES_CONCURRENCY = 8
 
 
+def cpu_per_run(bench, pgqueuer_setting=None):
+    """CPU per run, PostgreSQL's and the worker process's: one `flask run-jobs --concurrency 8`
+    and one PgQueuer process (`pgqueuer_setting`, the suite passes its best of §2), each draining
+    n runs enqueued beforehand, less the same process with none (its start-up and shutdown).
+
+    The bound under the drain targets: no drain of these runs goes faster than the machine's
+    cores over server + client CPU per run, however well its threads overlap (issue 41)."""
+    n = bench.sizes["whole_runs"]
+    setting = pgqueuer_setting or bench.sizes["pgqueuer_whole"]
+    url, _ = migrated(bench, "bench_cpu")
+    postmaster = _postmaster(url)
+    env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET)
+    ours = [sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", "--concurrency", str(TWO_PROCESSES_CONCURRENCY)]
+    figures = {"jobsweb": [], "pgqueuer": []}
+    for _ in range(bench.repeats):
+        spent = {}
+        for runs in (n, 0):
+            with psycopg.connect(url, autocommit=True) as conn:
+                fill_queue(conn, runs)
+            spent["jobsweb", runs] = _cpu_of(ours, env, postmaster, "bench_cpu")
+            peer_url = bench.server.fresh_database("bench_peer_cpu")
+            peer = [sys.executable, "-m", "bench.peer_proc", "pgqueuer", peer_url, str(runs), str(setting)]
+            subprocess.run([*peer, "enqueue"], cwd=ROOT, check=True, capture_output=True)
+            with psycopg.connect(peer_url, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+                conn.execute("CHECKPOINT")
+            spent["pgqueuer", runs] = _cpu_of([*peer, "drain"], os.environ, postmaster, "bench_peer_cpu")
+        for system, per_run in figures.items():
+            (server, client), (server_0, client_0) = spent[system, n], spent[system, 0]
+            per_run.append({"server_us": (server - server_0) / n * 1e6, "client_us": (client - client_0) / n * 1e6})
+    result = {"runs": n, "cores": os.cpu_count(), "pgqueuer_setting": setting, "concurrency": TWO_PROCESSES_CONCURRENCY,
+              **{system: {key: median([f[key] for f in per_run]) for key in ("server_us", "client_us")}
+                 for system, per_run in figures.items()}}
+    bench.log(f"CPU per run, {n} runs: jobsweb {result['jobsweb']}, pgqueuer {result['pgqueuer']} (setting {setting})")
+    return result
+
+
+def _postmaster(url):
+    with psycopg.connect(url) as conn:
+        data = conn.execute("SHOW data_directory").fetchone()[0]
+    with open(os.path.join(data, "postmaster.pid")) as pid_file:
+        return int(pid_file.readline())
+
+
+def _stat(pid):
+    """/proc/PID/stat's fields from the third on (state, ppid, ...; utime is [11])."""
+    with open(f"/proc/{pid}/stat") as stat:
+        text = stat.read()
+    return text[text.rindex(")") + 2:].split()
+
+
+def _children(postmaster):
+    """(pid, stat fields) of each process the postmaster started that is still there."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = _stat(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone since the listing
+        if int(fields[1]) == postmaster:
+            yield pid, fields
+
+
+def _server_cpu(postmaster):
+    """CPU seconds of the postmaster, of its children it reaped (the backends of closed
+    connections) and of those still running (checkpointer, WAL writer, autovacuum)."""
+    ticks = sum(int(x) for x in _stat(postmaster)[11:15])  # utime, stime, cutime, cstime
+    ticks += sum(int(fields[11]) + int(fields[12]) for _, fields in _children(postmaster))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _backends(postmaster, database):
+    """How many backends are connected to `database` (their process titles name it)."""
+    count = 0
+    for pid, _ in _children(postmaster):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                count += f" {database} ".encode() in cmdline.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return count
+
+
+def _cpu_of(command, env, postmaster, database):
+    """(server CPU s, the command's own CPU s) over one run of `command` to its exit."""
+    before = _server_cpu(postmaster)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command[2:4]} exited {proc.returncode}")
+    # Its backends exit once it has: the postmaster counts their CPU when it reaps them.
+    deadline = time.monotonic() + 10
+    while _backends(postmaster, database) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _server_cpu(postmaster) - before, usage.ru_utime + usage.ru_stime
+
+
 def whole_process(bench, pgqueuer_setting=None):
     """Target 5: one invocation each, start-up and shutdown included, alternated per repeat; and
     two invocations at once at --concurrency 8, next to one PgQueuer process at

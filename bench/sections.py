@@ -272,6 +272,27 @@ def server_conditions(r):
     ]
 
 
+def cpu_lines(cpu):
+    """§12's CPU per run, ours and PgQueuer's, and the fastest drain each allows on these cores."""
+    lines = [
+        f"CPU per run: one `flask run-jobs --concurrency {cpu['concurrency']}` and one PgQueuer process "
+        f"({cpu['pgqueuer_setting']}) each drain {cpu['runs']:,} runs enqueued beforehand, less the same process "
+        "with none (its start-up and shutdown); PostgreSQL's CPU is its postmaster's and every child's, "
+        "those that exited included. On a machine of C cores no drain goes faster than C over the two "
+        "together, however well its threads overlap.",
+        "",
+        "| | PostgreSQL µs a run | worker process µs a run | together | fastest drain on "
+        f"{cpu['cores']} cores |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, system in (("jobsweb", "jobsweb"), ("PgQueuer", "pgqueuer")):
+        f = cpu[system]
+        together = f["server_us"] + f["client_us"]
+        lines.append(f"| {name} | {f['server_us']:.0f} | {f['client_us']:.0f} | {together:.0f} µs | "
+                     f"{fmt(cpu['cores'] / together * 1e6)} runs/s |")
+    return lines + [""]
+
+
 def extra_sections(r):
     """§11 async handlers, §12 whole processes, §13 scale on paper."""
     a, w, c, t = r["async"], r["whole"], r["ceiling"], r["throughput"]
@@ -323,6 +344,7 @@ def extra_sections(r):
         + "; ".join(f"--concurrency {c}: " + ", ".join(f"{x:.2f}×" for x in v)
                     for c, v in w["one_span_ratios"].items()) + ".",
         "",
+        *cpu_lines(r["cpu"]),
         "## 13. Scale on paper",
         "",
         f"From §3: PostgreSQL spends **{pg_ms:.3f} ms** executing statements per run (claim, finish with its "

@@ -44,22 +44,26 @@ def targets(r):
     # last job done: the ~4 s its run() then waits for its buffers is left out (reported apart).
     pgq_whole = w["runs"] / w["pgqueuer"]["done"]
     spans = "drain spans, start-up left out on both sides: first start to last finish in each one's own tables"
+    cpu = r["cpu"]
+    per_run = {system: cpu[system]["server_us"] + cpu[system]["client_us"] for system in ("jobsweb", "pgqueuer")}
+    # §12: what the cores allow, whatever the overlap of threads and backends.
+    bound = (f"CPU per run, PostgreSQL's and the worker's together (§12): ours {per_run['jobsweb']:.0f} µs, "
+             f"PgQueuer's {per_run['pgqueuer']:.0f} µs; on {cpu['cores']} cores no drain of ours passes "
+             f"{fmt(cpu['cores'] / per_run['jobsweb'] * 1e6)} runs/s, where twice PgQueuer's needs "
+             f"{per_run['pgqueuer'] / 2:.0f} µs a run or less")
     rows = [
         (f"1 process ≥ 2× PgQueuer's best ({spans})",
          f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}× (side by side in §12, each repeat: "
          + "; ".join(f"--concurrency {c} " + ", ".join(f"{fmt(x, 2)}×" for x in v)
                      for c, v in w["one_span_ratios"].items()) + ")",
          one >= 2 * pgq,
-         "the machine's 2 cores: a process claims on one connection and writes outcomes on a second, "
-         "so two PostgreSQL backends (two non-HOT updates of job_runs, status being in most of its indexes, "
-         "plus an attempt row, §3 and §13) and the worker's Python share them; PgQueuer deletes its job row "
-         "and keeps no attempt history"),
+         f"{bound}. A run's two versions are non-HOT updates of job_runs (status is in most of its indexes) "
+         "plus an attempt row (§3, §13); PgQueuer deletes its job row and keeps no attempt history"),
         (f"2 processes ≥ 2× PgQueuer's best ({spans})",
          f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}× (side by side in §12, each repeat: "
          + ", ".join(f"{fmt(x, 2)}×" for x in w["span_ratios"]) + ")",
          None if two is None else two >= 2 * pgq,
-         "2 cores shared by four PostgreSQL backends (two lanes a process), both workers' Python and "
-         "the machine's other load"),
+         f"{bound}; two processes overlap better than one (four PostgreSQL backends, two lanes a process)"),
         (f"2 × `flask run-jobs --concurrency {w['two_processes']['concurrency']}` drain {w['runs']:,} runs, "
          f"start-up and exit included, ≥ 2× PgQueuer's whole process ({w['pgqueuer_setting']}), its start-up "
          "included, its shutdown's buffer wait left out",
