@@ -328,6 +328,45 @@ def test_a_signal_the_kernel_hands_to_another_thread_of_exec_is_passed_on_too(ba
     assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
 
 
+def test_a_sigterm_while_exec_records_the_commands_end_does_not_kill_it_before_the_record(jobs_exec, tmp_path):
+    # A system shutting down signals every process: the command has ended, and exec is writing
+    # its outcome. A database that takes the connection and never answers holds that report for
+    # seconds (its connect timeout), the window in which exec used to die of the SIGTERM, its
+    # default handler restored: the outcome unwritten, lease recovery failed a command that
+    # succeeded. Passed on to a group that has gone, the signal now leaves exec to finish.
+    silent = socket.create_server(("127.0.0.1", 0))
+    held = []  # connections taken and never answered, closed at the end
+
+    def take():
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return  # closed
+
+    threading.Thread(target=take, daemon=True).start()
+    pid_file = tmp_path / "pid"
+    try:
+        proc = jobs_exec("backup", "--", PY, "-c", f"import os, pathlib; pathlib.Path({str(pid_file)!r}).write_text("
+                         "str(os.getpid()))", wait=False, JOBSWEB_EXEC_START_WAIT="0.2",
+                         DATABASE_URL=f"postgresql://jobsweb@127.0.0.1:{silent.getsockname()[1]}/jobsweb")
+        wait_for(lambda: pid_file.exists() and pid_file.read_text() and
+                 not os.path.exists(f"/proc/{pid_file.read_text()}"), message="the command to end and be reaped")
+        # exec has left the command's wait: an exec that restores its handlers then does so within
+        # moments; one that keeps them never stops catching SIGTERM until it exits.
+        deadline = time.monotonic() + 1.0
+        while catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a poll of exec's state, not a wait for an outcome
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        silent.close()
+        for conn in held:
+            conn.close()
+    assert proc.returncode == 0, err  # the command's exit code, not -SIGTERM
+    assert "the run was NOT recorded (succeeded)" in err, err
+
+
 def test_a_silent_database_holds_the_command_back_half_a_second_and_no_more(jobs_exec, tmp_path):
     # docs/REFERENCE.md: "exec waits at most 0.5 s for the run's start to be recorded". A server
     # that takes the connection and never answers (a failover's silence) costs the command that

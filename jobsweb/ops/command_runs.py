@@ -309,41 +309,52 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
               f"check for an overlapping run, and its run is recorded if the database answers by its end",
               file=sys.stderr)
     tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
+    passed_on = {}  # signal number -> exec's handler before it passed that signal on
     try:
-        # Its own session (process group), so that a timeout's signal reaches what it started.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-    except OSError as exc:
-        message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
-        print(f"jobsweb: {message}", file=sys.stderr)
-        tail.add(message.encode() + b"\n")
-        outcome = Ended(127 if exc.errno == errno.ENOENT else 126, "dead", "not_started", message)
-    else:
-        command = Command(proc, kill_after)
-        stop = threading.Event()
-        beat = threading.Thread(target=_heartbeat, args=(app, start, holder, lease, stop, command.cancel),
-                                name="jobsweb-exec-heartbeat", daemon=True)
-        beat.start()
         try:
-            outcome = _follow(command, tail, timeout)
-        finally:
-            stop.set()
-            beat.join(1.0)  # a beat under way finishes before the end is recorded, unless the database hangs
-    report = InBackground(_record_end, app, name, holder, lease, start, outcome, tail.text(),
-                          time.monotonic() + REPORT_WAIT)
-    words = outcome.error or outcome.status
-    if report.done.wait(REPORT_WAIT):
-        error = report.error
-    else:  # the report thread is left behind; the process exits without it
-        error = TimeoutError(f"database did not answer within {REPORT_WAIT:g} s")
-    if error is not None:
-        print(f"jobsweb: {name}: the run was NOT recorded ({words}): {_why(error)}; "
-              f"its slot shows as missed", file=sys.stderr)
-    elif not report.value:
-        started = start.started()
-        print(f"jobsweb: run {started.run_id if started else '?'} had already ended (its lease ran out); "
-              f"this outcome was not recorded: {words}", file=sys.stderr)
-    return outcome.exit_code
+            # Its own session (process group), so that a timeout's signal reaches what it started.
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except OSError as exc:
+            message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+            print(f"jobsweb: {message}", file=sys.stderr)
+            tail.add(message.encode() + b"\n")
+            outcome = Ended(127 if exc.errno == errno.ENOENT else 126, "dead", "not_started", message)
+        else:
+            command = Command(proc, kill_after)
+            # The command is in a process group of its own, so a terminal's ^C or a supervisor's
+            # SIGTERM to `exec` would not reach it: they are passed on until its end is recorded.
+            # Restored before that report, a SIGTERM then killed exec with the outcome unwritten,
+            # and lease recovery later failed a command that had succeeded.
+            passed_on = {number: signal.signal(number, lambda number, frame: command.signal(number))
+                         for number in FORWARDED_SIGNALS}
+            stop = threading.Event()
+            beat = threading.Thread(target=_heartbeat, args=(app, start, holder, lease, stop, command.cancel),
+                                    name="jobsweb-exec-heartbeat", daemon=True)
+            beat.start()
+            try:
+                outcome = _follow(command, tail, timeout)
+            finally:
+                stop.set()
+                beat.join(1.0)  # a beat under way finishes before the end is recorded, unless the database hangs
+        report = InBackground(_record_end, app, name, holder, lease, start, outcome, tail.text(),
+                              time.monotonic() + REPORT_WAIT)
+        words = outcome.error or outcome.status
+        if report.done.wait(REPORT_WAIT):
+            error = report.error
+        else:  # the report thread is left behind; the process exits without it
+            error = TimeoutError(f"database did not answer within {REPORT_WAIT:g} s")
+        if error is not None:
+            print(f"jobsweb: {name}: the run was NOT recorded ({words}): {_why(error)}; "
+                  f"its slot shows as missed", file=sys.stderr)
+        elif not report.value:
+            started = start.started()
+            print(f"jobsweb: run {started.run_id if started else '?'} had already ended (its lease ran out); "
+                  f"this outcome was not recorded: {words}", file=sys.stderr)
+        return outcome.exit_code
+    finally:
+        for number, handler in passed_on.items():
+            signal.signal(number, handler)
 
 
 def _follow(command, tail, timeout):
@@ -353,16 +364,8 @@ def _follow(command, tail, timeout):
              for pipe, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
     for pump in pumps:
         pump.start()
-    # The command is in a process group of its own, so a terminal's ^C or a supervisor's
-    # SIGTERM to `exec` would not reach it: pass them on.
-    previous = {number: signal.signal(number, lambda number, frame: command.signal(number))
-                for number in FORWARDED_SIGNALS}
     started = time.monotonic()
-    try:
-        timed_out = command.wait(timeout)
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    timed_out = command.wait(timeout)
     for pump in pumps:
         # A background process of the command may hold the pipes open: its output is not waited for.
         pump.join(max(1.0, min(5.0, time.monotonic() - started)))
