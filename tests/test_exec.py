@@ -12,9 +12,11 @@ import threading
 import time
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 
 from jobsweb import definitions
+from jobsweb.core.database import libpq_url
 from tests.conftest import committed, wait_for
 from tests.forkserver import python_m
 
@@ -326,6 +328,39 @@ def test_a_signal_the_kernel_hands_to_another_thread_of_exec_is_passed_on_too(ba
     assert got.read_text() == "SIGTERM"
     assert proc.returncode == 3
     assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
+
+
+def pending(pid, number):
+    """Whether signal `number`, sent to process `pid`, waits for one of its threads to take it."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(int(line.split()[1], 16) for line in status if line.startswith("ShdPnd:"))
+    return bool(mask & (1 << (number - 1)))
+
+
+def test_a_sigterm_before_the_command_starts_keeps_it_from_starting_and_ends_the_run_dead(
+        backup, jobs_exec, sql, database_url_for_tests, tmp_path):
+    # A supervisor's SIGTERM may come while exec records the start (here held by a lock on the
+    # definition's row, as a slow database or a concurrent reporter would hold it). exec used
+    # to catch signals only once the command ran: it died here, and one that came in the moment
+    # between the command's start and its handlers left the command running, unseen by anyone.
+    ran = tmp_path / "ran"
+    with psycopg.connect(libpq_url(database_url_for_tests)) as holder:
+        holder.execute("SELECT 1 FROM job_definitions WHERE name = %s FOR UPDATE", [backup])
+        proc = jobs_exec(backup, "--", PY, "-c", f"open({str(ran)!r}, 'w')", wait=False,
+                         JOBSWEB_EXEC_START_WAIT="60")
+        wait_for(lambda: sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND query LIKE '%%FROM job_definitions WHERE name%%'") == [(1,)],
+                 message="exec's start to wait for the definition's lock")
+        proc.send_signal(signal.SIGTERM)
+        # Taken by one of exec's threads (the C handler has run) before the start can go on.
+        wait_for(lambda: proc.poll() is not None or not pending(proc.pid, signal.SIGTERM),
+                 message="exec to take the signal")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err  # exec itself was not killed by it
+    assert not ran.exists()
+    assert "jobsweb: SIGTERM came before the command started: it was not started" in err
+    assert sql("SELECT r.status, r.last_error, a.outcome FROM job_runs r JOIN job_attempts a ON a.run_id = r.id") \
+        == [("dead", "SIGTERM came before the command started: it was not started", "failed")]
 
 
 def test_a_sigterm_while_exec_records_the_commands_end_does_not_kill_it_before_the_record(jobs_exec, tmp_path):

@@ -17,12 +17,13 @@ on jobsweb's own engine (core/deadlines.py): a silent database costs seconds, no
 crontab line.
 
 Exit code: the command's own, or 128 + the signal that killed it, as a shell reports it; 127
-when it cannot be found and 126 when it cannot be started, as a shell does too.
+when it cannot be found and 126 when it cannot be started, as a shell does too; 128 + the
+signal exec received before the command started, which then never starts (its run ends dead,
+"SIGTERM came before the command started").
 """
 
 import errno
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -38,8 +39,8 @@ from ..core.errors import InvalidInput
 from ..engine.upkeep import EXTEND_LEASES
 from ..engine.worker import worker_id
 from ..scheduling import reports
+from .command_process import Command, Forwarder, signal_name
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 READ_BYTES = 65536
 # Seconds exec waits to record the command's end once it exited, before it exits all the same:
 # the start's try (a connection, CONNECT_TIMEOUT) and the end's, with room.
@@ -47,9 +48,6 @@ REPORT_WAIT = 10.0
 # Seconds one round trip of exec's may take: its statements take milliseconds.
 ROUND_TRIP_LIMIT = 5.0
 UNAVAILABLE = (OperationalError, PoolTimeout, psycopg.OperationalError)
-# Seconds of one Popen.wait while a command without a timeout runs: any bound makes it poll.
-WAIT_SLICE = 60.0
-
 
 @dataclass(frozen=True)
 class Ended:
@@ -161,77 +159,20 @@ def _heartbeat(app, start, holder, lease, stop, on_cancel):
             on_cancel()
 
 
-def _signal_name(number):
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-class Command:
-    """The command's process, and how it is stopped: SIGTERM to its process group, SIGKILL
-    `kill_after` seconds later if it is still there."""
-
-    def __init__(self, proc, kill_after):
-        self.proc = proc
-        self.kill_after = kill_after
-        self.stopped_with = None  # the last signal a timeout or a cancel sent
-        self.cancelled = threading.Event()
-
-    def signal(self, number):
-        try:
-            os.killpg(self.proc.pid, number)
-        except ProcessLookupError:
-            pass
-
-    def stop(self):
-        """SIGTERM, then SIGKILL after kill_after; returns once the command has exited."""
-        self.stopped_with = signal.SIGTERM
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(self.kill_after)
-        except subprocess.TimeoutExpired:
-            self.stopped_with = signal.SIGKILL
-            self.signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def cancel(self):
-        """An operator cancelled the run (from the heartbeat thread): stop the command."""
-        if not self.cancelled.is_set():
-            self.cancelled.set()
-            threading.Thread(target=self.stop, name="jobsweb-exec-cancel", daemon=True).start()
-
-    def wait(self, timeout):
-        """Wait for the command; past `timeout` seconds (None: none), stop it. Whether it timed out."""
-        # Always with a timeout, so that Popen.wait polls (sleeps of 50 ms at most) instead of
-        # blocking in waitpid: Python runs a signal handler only in the main thread, between
-        # bytecodes, so a signal to pass on that the kernel hands to another thread (a pump's,
-        # the heartbeat's), or that comes just before the waitpid, would otherwise wait for
-        # the command to end on its own.
-        while True:
-            try:
-                self.proc.wait(WAIT_SLICE if timeout is None else timeout)
-                return False
-            except subprocess.TimeoutExpired:
-                if timeout is not None:
-                    self.stop()
-                    return True
-
-
 def ended(returncode, timeout=None, stopped_with=None, why=None):
     """What a return code (negative: killed by that signal) comes to; `why` is 'timeout' or
     'cancelled' when jobsweb stopped the command, with the last signal it sent."""
     if returncode < 0:
         number = -returncode
-        code, words = 128 + number, f"killed by signal {number} ({_signal_name(number)})"
+        code, words = 128 + number, f"killed by signal {number} ({signal_name(number)})"
     else:
         code, words = returncode, f"exit code {returncode}"
     if why == "timeout":
         return Ended(code, "dead", "timeout", f"timed out after {timeout:g} s: stopped with "
-                                              f"{_signal_name(stopped_with)}; {words}")
+                                              f"{signal_name(stopped_with)}; {words}")
     if why == "cancelled":
         return Ended(code, "dead", "cancelled", f"cancelled by an operator: stopped with "
-                                                f"{_signal_name(stopped_with)}; {words}")
+                                                f"{signal_name(stopped_with)}; {words}")
     if returncode == 0:
         return Ended(0, "succeeded")
     return Ended(code, "dead", "signal" if returncode < 0 else "exit_code", words)
@@ -295,48 +236,22 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
     holder = f"exec:{worker_id()}"
     lease = app.config["JOBSWEB_LEASE_SECONDS"]
     start_wait = app.config["JOBSWEB_EXEC_START_WAIT"]
-    start = InBackground(_record_start, app, name, holder, lease)
-    if start.done.wait(start_wait) and not isinstance(start.error, UNAVAILABLE):
-        if start.error is not None:
-            raise start.error  # an unknown definition, a database never migrated
-        if start.value.status == "skipped":
-            print(f"jobsweb: {name}: run {start.value.run_id} skipped, the command was not started: "
-                  f"{start.value.reason}", file=sys.stderr)
-            return 0
-    else:
-        why = _why(start.error) if start.done.is_set() else f"database did not answer within {start_wait:g} s"
-        print(f"jobsweb: {name}: its start is not recorded ({why}); the command runs now, without the "
-              f"check for an overlapping run, and its run is recorded if the database answers by its end",
-              file=sys.stderr)
-    tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
-    passed_on = {}  # signal number -> exec's handler before it passed that signal on
-    try:
-        try:
-            # Its own session (process group), so that a timeout's signal reaches what it started.
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
-        except OSError as exc:
-            message = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
-            print(f"jobsweb: {message}", file=sys.stderr)
-            tail.add(message.encode() + b"\n")
-            outcome = Ended(127 if exc.errno == errno.ENOENT else 126, "dead", "not_started", message)
+    with Forwarder() as forwarder:
+        start = InBackground(_record_start, app, name, holder, lease)
+        if start.done.wait(start_wait) and not isinstance(start.error, UNAVAILABLE):
+            if start.error is not None:
+                raise start.error  # an unknown definition, a database never migrated
+            if start.value.status == "skipped":
+                print(f"jobsweb: {name}: run {start.value.run_id} skipped, the command was not started: "
+                      f"{start.value.reason}", file=sys.stderr)
+                return 0
         else:
-            command = Command(proc, kill_after)
-            # The command is in a process group of its own, so a terminal's ^C or a supervisor's
-            # SIGTERM to `exec` would not reach it: they are passed on until its end is recorded.
-            # Restored before that report, a SIGTERM then killed exec with the outcome unwritten,
-            # and lease recovery later failed a command that had succeeded.
-            passed_on = {number: signal.signal(number, lambda number, frame: command.signal(number))
-                         for number in FORWARDED_SIGNALS}
-            stop = threading.Event()
-            beat = threading.Thread(target=_heartbeat, args=(app, start, holder, lease, stop, command.cancel),
-                                    name="jobsweb-exec-heartbeat", daemon=True)
-            beat.start()
-            try:
-                outcome = _follow(command, tail, timeout)
-            finally:
-                stop.set()
-                beat.join(1.0)  # a beat under way finishes before the end is recorded, unless the database hangs
+            why = _why(start.error) if start.done.is_set() else f"database did not answer within {start_wait:g} s"
+            print(f"jobsweb: {name}: its start is not recorded ({why}); the command runs now, without the "
+                  f"check for an overlapping run, and its run is recorded if the database answers by its end",
+                  file=sys.stderr)
+        tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
+        outcome = _started(app, start, holder, lease, argv, timeout, kill_after, forwarder, tail)
         report = InBackground(_record_end, app, name, holder, lease, start, outcome, tail.text(),
                               time.monotonic() + REPORT_WAIT)
         words = outcome.error or outcome.status
@@ -352,9 +267,38 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
             print(f"jobsweb: run {started.run_id if started else '?'} had already ended (its lease ran out); "
                   f"this outcome was not recorded: {words}", file=sys.stderr)
         return outcome.exit_code
+
+
+def _started(app, start, holder, lease, argv, timeout, kill_after, forwarder, tail):
+    """Start the command, unless a signal came first, and follow it to its end: its Ended."""
+    if forwarder.early:
+        number = forwarder.early[0]
+        return _not_started(tail, 128 + number, f"{signal_name(number)} came before the command started: "
+                                                "it was not started")
+    try:
+        # Its own session (process group), so that a timeout's signal reaches what it started.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as exc:
+        return _not_started(tail, 127 if exc.errno == errno.ENOENT else 126,
+                            f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+    command = Command(proc, kill_after)
+    forwarder.follow(command)
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(app, start, holder, lease, stop, command.cancel),
+                            name="jobsweb-exec-heartbeat", daemon=True)
+    beat.start()
+    try:
+        return _follow(command, tail, timeout)
     finally:
-        for number, handler in passed_on.items():
-            signal.signal(number, handler)
+        stop.set()
+        beat.join(1.0)  # a beat under way finishes before the end is recorded, unless the database hangs
+
+
+def _not_started(tail, exit_code, message):
+    print(f"jobsweb: {message}", file=sys.stderr)
+    tail.add(message.encode() + b"\n")
+    return Ended(exit_code, "dead", "not_started", message)
 
 
 def _follow(command, tail, timeout):
