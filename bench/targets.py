@@ -17,6 +17,14 @@ def ratio(a, b):
     return None if not a or not b else a / b
 
 
+def cpu_needed(cores, rate):
+    """(µs a run, µs a run of one process's own) at most, for a drain of `rate` runs/s on `cores`
+    cores: no drain goes faster than its CPU per run allows with every core busy all the time,
+    and one process's Python threads take turns on one core (the GIL). A peer's CPU per run
+    halved is no such bound: its own drain keeps fewer than all the cores busy (§12)."""
+    return cores / rate * 1e6, 1e6 / rate
+
+
 def targets(r):
     """(target, measured, met, what limits it) for every target of the issue."""
     t = r["throughput"]
@@ -46,19 +54,24 @@ def targets(r):
     spans = "drain spans, start-up left out on both sides: first start to last finish in each one's own tables"
     cpu = r["cpu"]
     per_run = {system: cpu[system]["server_us"] + cpu[system]["client_us"] for system in ("jobsweb", "pgqueuer")}
-    # §12: what the cores allow, whatever the overlap of threads and backends.
-    bound = (f"CPU per run, PostgreSQL's and the worker's together (§12): ours {per_run['jobsweb']:.0f} µs, "
-             f"PgQueuer's {per_run['pgqueuer']:.0f} µs; on {cpu['cores']} cores no drain of ours passes "
-             f"{fmt(cpu['cores'] / per_run['jobsweb'] * 1e6)} runs/s, where twice PgQueuer's needs "
-             f"{per_run['pgqueuer'] / 2:.0f} µs a run or less")
+    ours = cpu["jobsweb"]
+    need, need_one = cpu_needed(cpu["cores"], 2 * pgq)
+    bound = (f"CPU per run, PostgreSQL's and the worker's together (§12): ours {per_run['jobsweb']:.0f} µs "
+             f"({ours['server_us']:.0f} + {ours['client_us']:.0f}), PgQueuer's {per_run['pgqueuer']:.0f} µs, "
+             f"whose drain keeps {pgq * per_run['pgqueuer'] / 1e6:.2f} of the {cpu['cores']} cores busy; "
+             f"twice its drain ({fmt(2 * pgq)} runs/s) needs "
+             f"{fmt(need)} µs a run or less with every core busy all the time, where ours allows "
+             f"{fmt(cpu['cores'] / per_run['jobsweb'] * 1e6)} runs/s at most")
     rows = [
         (f"1 process ≥ 2× PgQueuer's best ({spans})",
          f"{fmt(one)} vs {fmt(pgq)} runs/s = {fmt(ratio(one, pgq), 2)}× (side by side in §12, each repeat: "
          + "; ".join(f"--concurrency {c} " + ", ".join(f"{fmt(x, 2)}×" for x in v)
                      for c, v in w["one_span_ratios"].items()) + ")",
          one >= 2 * pgq,
-         f"{bound}. A run's two versions are non-HOT updates of job_runs (status is in most of its indexes) "
-         "plus an attempt row (§3, §13); PgQueuer deletes its job row and keeps no attempt history"),
+         f"{bound}; and one process's own CPU {fmt(need_one)} µs a run or less (ours "
+         f"{ours['client_us']:.0f}: its Python threads take turns on one core). A run's two versions are "
+         "non-HOT updates of job_runs (status is in most of its indexes) plus an attempt row (§3, §13); "
+         "PgQueuer deletes its job row and keeps no attempt history"),
         (f"2 processes ≥ 2× PgQueuer's best ({spans})",
          f"{fmt(two)} vs {fmt(pgq)} runs/s = {fmt(ratio(two, pgq), 2)}× (side by side in §12, each repeat: "
          + ", ".join(f"{fmt(x, 2)}×" for x in w["span_ratios"]) + ")",
