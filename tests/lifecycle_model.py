@@ -154,17 +154,20 @@ class Model:
     def change(self, changes):
         """Statuses set by one statement ([(run, new status)]), then the trigger's effects row by row,
         as PostgreSQL fires AFTER ROW triggers once the statement has changed every row."""
+        # With several rows, what their triggers end (the rows, and the runs below them cancelled
+        # by one row's trigger before another's fired) is ended in row order, the table's.
+        before = {run.id: run.status for run in self.live()} if len(changes) > 1 else {}
         olds = []
         for run, new in changes:
             olds.append((run, run.status))
             run.status = new
             run.aged = False
             run.stuck = False
-        if len(changes) > 1:
-            self.ended_in_step |= {run.id for run, old in olds if run.status in ENDED and old not in ENDED}
         for run, old in olds:
             if old != run.status:
                 self.trigger(run, old)
+        self.ended_in_step |= {run_id for run_id, old in before.items()
+                               if self.runs[run_id].status in ENDED and old not in ENDED}
 
     def trigger(self, run, old):
         """jobsweb_workflow_step (migration 0024_seams) for `run`, which just left `old`: its WHEN

@@ -20,6 +20,7 @@ from jobsweb import PermanentError, batch, chain, enqueue, enqueue_many, get_run
 from jobsweb.core.database import db, libpq_url
 from jobsweb.engine import flow, registry, run_actions, statements, workflows
 from jobsweb.engine.execution import Failures, Finished, Held, finish_params, interrupted, released
+from jobsweb.engine.held_leases import lost_claims
 from jobsweb.engine.lease_recovery import recover_expired_leases
 from jobsweb.engine.link import Link
 from jobsweb.engine.registry import JobContext
@@ -265,6 +266,27 @@ class RunLifecycle(RuleBasedStateMachine):
                 key=lambda r: (r.priority, r.run_at, r.id))]))
         self.model.claimed(worker, claimed)
 
+    @rule(w=st.integers(0, 2), ahead=st.integers(0, 2))
+    def a_claim_is_lost_with_the_connection_and_its_runs_released(self, w, ahead):
+        """The claim commits, its rows never reach the worker (the connection broke): once back,
+        the worker finds them with LOST_CLAIMS and gives them back unstarted (held_leases)."""
+        self.step()
+        worker = self.workers[w]
+        free = max(worker.concurrency - len(worker.held), 0)
+        if free + ahead == 0:
+            return
+        expected = self.model.claim_order(worker, free + ahead, free)
+        rows = self.link.fetch(statements.CLAIM_RUNS, {
+            "worker": worker.id, "lease": LEASE, "job_types": registry.names(), "limit": free + ahead, "free": free,
+            "queues": worker.queues})
+        assert [row[0] for row in rows] == expected
+        self.model.claimed(Worker(worker.id, worker.concurrency, worker.queues), expected)  # held unknowingly
+        outcomes = lost_claims(self.link.fetch, worker.id, worker.held)
+        assert sorted(o.run_id for o in outcomes) == sorted(expected)
+        self.link.fetch(statements.FINISH_RUNS, finish_params(outcomes))
+        # Never begun: released (no attempt recorded, the claim's given back), not interrupted.
+        self.model.finished([(self.model.runs[run_id], "released", False, None) for run_id in expected])
+
     def check_claimable(self, worker, run):
         """What a claimed run must satisfy, whatever the model predicted."""
         model = self.model
@@ -499,6 +521,7 @@ def check(machine):
         if cause != run.cause and cause and run.cause and {cause[0], run.cause[0]} <= model.ended_in_step \
                 and cause[0] in run.after:
             run.cause = cause  # two runs it waits for ended in one statement: whose trigger ran first is row order
+            # (on stock, a cancel of runs 1 and 2 fired 2's first: run 5, waiting for 1 and for 3 below 2, named 3)
         assert cause == run.cause, f"run {run_id}: reason {reason!r}, the model's cause {run.cause}"
 
     # run_at: the database's order is the model's (runs due later after a failure are not ordered among themselves)

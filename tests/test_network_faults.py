@@ -126,8 +126,9 @@ def test_a_forever_worker_notices_a_blackhole_comes_back_and_keeps_its_leases(db
     db("INSERT INTO job_runs (job_type, payload, run_at) VALUES ('jobsweb.sleep', '{\"seconds\": 30}', now())")
     proc = workers("--forever", "--concurrency", "4", "--poll-interval", "0.2", JOBSWEB_LEASE_SECONDS=45,
                    JOBSWEB_LOG_LEVEL="debug")
-    # Started by the worker, not only claimed: a claim whose answer the blackhole swallowed is
-    # released once the worker is back (LOST_CLAIMS), a second attempt this test is not about.
+    # Started by the worker, not only claimed: this is the run whose lease must outlive the
+    # blackhole. A claim whose answer the blackhole swallows is released once the worker is back
+    # (LOST_CLAIMS), unstarted and with no attempt recorded, and its runs run only then.
     read_until(proc, " started (attempt 1")
 
     proxy.blackhole = True

@@ -8,7 +8,7 @@ Held), `pending` outcomes, `link`, `progress_link`, `id`, `lease`, `done` and `q
 import logging
 
 from . import retry, upkeep
-from .execution import interrupted
+from .execution import released
 from .link import DatabaseUnavailable
 
 log = logging.getLogger("jobsweb.worker")
@@ -72,11 +72,20 @@ class LeaseHolder:
 
     def _release_lost_claims(self):
         """Queue again the runs a claim took while the connection broke (found in LOST_CLAIMS)."""
-        known = list(self.held) + [o.run_id for o in self.pending]
-        for run_id, job_type, attempt in self.link.fetch(upkeep.LOST_CLAIMS, {"worker": self.id, "known": known}):
-            log.warning("run %d %s: claimed by attempt %d while the connection broke; released back to "
-                        "the queue", run_id, job_type, attempt)
-            self.pending.append(interrupted(run_id, job_type, attempt, self.id,
-                                            "claimed while the database connection broke, never started"))
+        self.pending += lost_claims(self.link.fetch, self.id, list(self.held) + [o.run_id for o in self.pending])
         self.claims_in_doubt = False
+
+
+def lost_claims(fetch, worker, known):
+    """The outcomes that give back the runs locked by `worker` other than the `known` ids: a claim
+    that committed while the connection broke, whose rows never came. No handler began them, so
+    they are released as a stopping worker's unstarted runs are: queued as they were, no attempt
+    recorded, the claim's attempt given back. As interrupted attempts, each left a history row
+    for an attempt that never ran, and the run's next attempt counted from 2."""
+    outcomes = []
+    for run_id, job_type, attempt in fetch(upkeep.LOST_CLAIMS, {"worker": worker, "known": known}):
+        log.warning("run %d %s: claimed by attempt %d while the connection broke, never started; released "
+                    "back to the queue", run_id, job_type, attempt)
+        outcomes.append(released(run_id, job_type, attempt, worker))
+    return outcomes
 
