@@ -79,7 +79,7 @@ ALONE = {
     "enqueue": measures.enqueue, "wake": measures.wake_latency, "tick": measures.scheduler_tick,
     "queues": measures.flow_control, "pages": measures.admin_pages_alone,
     "async": process_measures.async_handlers, "whole": process_measures.whole_process,
-    "cpu": process_measures.cpu_per_run,
+    "cpu": process_measures.cpu_per_run, "cpu_without_admin": process_measures.cpu_without_admin,
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
     "seams": seams.wide_graph, "control": run_control.run_control, "search": search_cost.search_cost,

@@ -20,8 +20,9 @@ def ratio(a, b):
 def cpu_needed(cores, rate):
     """(µs a run, µs a run of one process's own) at most, for a drain of `rate` runs/s on `cores`
     cores: no drain goes faster than its CPU per run allows with every core busy all the time,
-    and one process's Python threads take turns on one core (the GIL). A peer's CPU per run
-    halved is no such bound: its own drain keeps fewer than all the cores busy (§12)."""
+    and one process's Python threads take turns on one core (the GIL), so its own CPU, but for
+    the system calls in it, comes to one core at most. A peer's CPU per run halved is no such
+    bound: its own drain keeps fewer than all the cores busy (§12)."""
     return cores / rate * 1e6, 1e6 / rate
 
 
@@ -68,7 +69,7 @@ def targets(r):
          + "; ".join(f"--concurrency {c} " + ", ".join(f"{fmt(x, 2)}×" for x in v)
                      for c, v in w["one_span_ratios"].items()) + ")",
          one >= 2 * pgq,
-         f"{bound}; and one process's own CPU {fmt(need_one)} µs a run or less (ours "
+         f"{bound}; and one process's own CPU about {fmt(need_one)} µs a run or less (ours "
          f"{ours['client_us']:.0f}: its Python threads take turns on one core). A run's two versions are "
          "non-HOT updates of job_runs (status is in most of its indexes) plus an attempt row (§3, §13); "
          "PgQueuer deletes its job row and keeps no attempt history"),
