@@ -249,9 +249,30 @@ class RunLifecycle(RuleBasedStateMachine):
     def a_worker_claims(self, w, ahead):
         self.step()
         worker = self.workers[w]
+        if (claimed := self.claim(worker, ahead)) is not None:
+            self.model.claimed(worker, claimed)
+
+    @rule(w=st.integers(0, 2), ahead=st.integers(0, 2))
+    def a_claim_is_lost_with_the_connection_and_its_runs_released(self, w, ahead):
+        """The claim commits, its rows never reach the worker (the connection broke): once back,
+        the worker finds them with LOST_CLAIMS and gives them back unstarted (held_leases)."""
+        self.step()
+        worker = self.workers[w]
+        if (claimed := self.claim(worker, ahead)) is None:
+            return
+        self.model.claimed(Worker(worker.id, worker.concurrency, worker.queues), claimed)  # held unknowingly
+        outcomes = lost_claims(self.link.fetch, worker.id, worker.held)
+        assert sorted(o.run_id for o in outcomes) == sorted(claimed)
+        self.link.fetch(statements.FINISH_RUNS, finish_params(outcomes))
+        # Never begun: released (no attempt recorded, the claim's given back), not interrupted.
+        self.model.finished([(self.model.runs[run_id], "released", False, None) for run_id in claimed])
+
+    def claim(self, worker, ahead):
+        """CLAIM_RUNS for the worker's free slots and `ahead` more: the ids it took, checked
+        against the model's order and what a claimed run must satisfy (None: it claims none)."""
         free = max(worker.concurrency - len(worker.held), 0)
         if free + ahead == 0:
-            return
+            return None
         expected = self.model.claim_order(worker, free + ahead, free)
         rows = self.link.fetch(statements.CLAIM_RUNS, {
             "worker": worker.id, "lease": LEASE, "job_types": registry.names(), "limit": free + ahead, "free": free,
@@ -264,28 +285,7 @@ class RunLifecycle(RuleBasedStateMachine):
             + str([(r.id, r.priority, r.run_at, r.attempts, r.max_attempts) for r in sorted(
                 (r for r in self.model.live() if self.model.claimable(r, worker)),
                 key=lambda r: (r.priority, r.run_at, r.id))]))
-        self.model.claimed(worker, claimed)
-
-    @rule(w=st.integers(0, 2), ahead=st.integers(0, 2))
-    def a_claim_is_lost_with_the_connection_and_its_runs_released(self, w, ahead):
-        """The claim commits, its rows never reach the worker (the connection broke): once back,
-        the worker finds them with LOST_CLAIMS and gives them back unstarted (held_leases)."""
-        self.step()
-        worker = self.workers[w]
-        free = max(worker.concurrency - len(worker.held), 0)
-        if free + ahead == 0:
-            return
-        expected = self.model.claim_order(worker, free + ahead, free)
-        rows = self.link.fetch(statements.CLAIM_RUNS, {
-            "worker": worker.id, "lease": LEASE, "job_types": registry.names(), "limit": free + ahead, "free": free,
-            "queues": worker.queues})
-        assert [row[0] for row in rows] == expected
-        self.model.claimed(Worker(worker.id, worker.concurrency, worker.queues), expected)  # held unknowingly
-        outcomes = lost_claims(self.link.fetch, worker.id, worker.held)
-        assert sorted(o.run_id for o in outcomes) == sorted(expected)
-        self.link.fetch(statements.FINISH_RUNS, finish_params(outcomes))
-        # Never begun: released (no attempt recorded, the claim's given back), not interrupted.
-        self.model.finished([(self.model.runs[run_id], "released", False, None) for run_id in expected])
+        return claimed
 
     def check_claimable(self, worker, run):
         """What a claimed run must satisfy, whatever the model predicted."""
