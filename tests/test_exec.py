@@ -252,11 +252,16 @@ def test_a_timeout_or_kill_after_of_nan_or_infinity_is_refused_naming_the_option
     assert sql("SELECT count(*) FROM job_runs") == [(0,)]
 
 
-def catches(pid, number):
-    """Whether process `pid` has a handler for signal `number` (its SigCgt mask in /proc)."""
+def in_signal_mask(pid, mask_name, number):
+    """Whether signal `number` is in process `pid`'s mask `mask_name` of /proc/PID/status."""
     with open(f"/proc/{pid}/status") as status:
-        mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+        mask = next(int(line.split()[1], 16) for line in status if line.startswith(f"{mask_name}:"))
     return bool(mask & (1 << (number - 1)))
+
+
+def catches(pid, number):
+    """Whether process `pid` has a handler for signal `number`."""
+    return in_signal_mask(pid, "SigCgt", number)
 
 
 def catching_command(got, ready):
@@ -332,9 +337,7 @@ def test_a_signal_the_kernel_hands_to_another_thread_of_exec_is_passed_on_too(ba
 
 def pending(pid, number):
     """Whether signal `number`, sent to process `pid`, waits for one of its threads to take it."""
-    with open(f"/proc/{pid}/status") as status:
-        mask = next(int(line.split()[1], 16) for line in status if line.startswith("ShdPnd:"))
-    return bool(mask & (1 << (number - 1)))
+    return in_signal_mask(pid, "ShdPnd", number)
 
 
 def test_a_sigterm_before_the_command_starts_keeps_it_from_starting_and_ends_the_run_dead(
