@@ -412,6 +412,19 @@ def scratch_database(postgres_server):
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+# -- jobsweb as a team installs it --------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory):
+    """(the wheel of this checkout, the bin/ folder of a fresh virtualenv holding it with the
+    server, sentry and otel extras): tests/deployment.py. Built once per pytest process."""
+    from tests.deployment import built_wheel, install
+
+    work = tmp_path_factory.mktemp("wheel")
+    wheel = built_wheel(work)
+    return wheel, install(wheel, work / "venv", ["server", "sentry", "otel"])
+
+
 # -- real browsers and servers --------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"

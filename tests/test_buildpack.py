@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 
 from jobsweb.core.database import libpq_url
 from tests.conftest import ROOT, wait_for
-from tests.test_wheel import free_port, source_copy
+from tests.deployment import free_port, source_copy
 
 KILL_TIMEOUT = 30  # seconds: Heroku's, between SIGTERM and SIGKILL at a restart or a deploy
 # honcho, with the platform's kill timeout in place of its own 5 s (its module constant: no option sets it).

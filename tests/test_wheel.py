@@ -1,6 +1,7 @@
 """Packaging: the wheel built from this checkout is the whole of jobsweb.
 
-Built and installed into a fresh virtualenv (its dependencies from the package index) by uv, and
+Built and installed into a fresh virtualenv (its dependencies from the package index) by uv
+(tests/deployment.py, once per pytest process: the conftest fixture installed_wheel), and
 run from an empty directory, so nothing of the checkout can stand in for a missing file. uv, not
 pip: the same build backend and the same wheel, in a fraction of the CPU (pip's build and install
 took 37 CPU-seconds of the suite's); README's `pip wheel` line is a test of its own
@@ -10,23 +11,19 @@ took 37 CPU-seconds of the suite's); README's `pip wheel` line is a test of its 
 import http.cookiejar
 import os
 import re
-import shutil
-import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from jobsweb.core.database import libpq_url
-from tests.conftest import ROOT, wait_for
+from tests.conftest import wait_for
+from tests.deployment import files_in_wheel, files_the_wheel_must_hold, free_port
 
 pytestmark = pytest.mark.slow  # builds a wheel and installs it with its dependencies
-UV = Path(sys.executable).parent / "uv"  # in make test's venv (Makefile)
 
 PASSWORD = "wheel-test-password"
 # Every page of the admin screen, as a signed-in admin sees it ({run} and {definition}: ids).
@@ -35,36 +32,28 @@ PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/defi
          "/definitions?kind=external", "/definitions/{external}", "/audit"]
 
 
-def source_copy(destination):
-    """The files git tracks or would track, copied: no build/ or *.egg-info/ left by an editable
-    install, whose file lists would otherwise put files in the wheel that its settings leave out."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, destination / name)
-    return destination
-
-
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(installed_wheel):
     """A virtualenv with the wheel of this checkout installed: its bin/ folder."""
-    work = tmp_path_factory.mktemp("wheel")
-    source = source_copy(work / "source")
-    subprocess.run([UV, "build", "--wheel", "--quiet", "--out-dir", work / "dist", source], check=True, cwd=work)
-    [wheel] = (work / "dist").glob("jobsweb-*.whl")
-    subprocess.run([UV, "venv", "--quiet", "--python", sys.executable, work / "venv"], check=True)
-    # The server extra: the standalone app's gunicorn (a host app brings its own server).
-    subprocess.run([UV, "pip", "install", "--quiet", "--python", work / "venv" / "bin" / "python", f"{wheel}[server]"],
-                   check=True, cwd=work)
-    return work / "venv" / "bin"
+    return installed_wheel[1]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_the_wheel_holds_every_module_template_static_file_and_migration_of_the_checkout(installed_wheel):
+    wheel, _ = installed_wheel
+    held, wanted = files_in_wheel(wheel), files_the_wheel_must_hold()
+    assert sorted(wanted - held) == [] and sorted(held - wanted) == []
+    # What the comparison stands on: the folders the wheel maps, and the one subpackage an
+    # install once lacked (the suite, importing the checkout, could not tell).
+    assert {"jobsweb/integrations/sentry.py", "jobsweb/integrations/otel.py", "jobsweb/templates/base.html",
+            "jobsweb/static/app.css", "jobsweb/migrations/alembic.ini"} <= held
+
+
+def test_the_installed_integrations_import_from_an_empty_directory(installed, tmp_path):
+    imported = subprocess.run([installed / "python", "-c", "import jobsweb.integrations.sentry, "
+                               "jobsweb.integrations.otel as o; print(o.__file__)"],
+                              cwd=tmp_path, env={"PATH": os.environ["PATH"]}, capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith(str(installed.parent)), imported.stdout
 
 
 def test_the_wheel_migrates_enqueues_runs_and_serves_every_page_from_an_empty_directory(
