@@ -161,13 +161,26 @@ def test_wait_is_woken_by_the_runs_end_not_by_its_periodic_read(app, sql, spawn_
     assert ended.finished_at is not None
 
 
-def test_wait_raises_timeout_error_when_the_run_has_not_ended(app):
+def test_wait_raises_timeout_error_at_its_timeout_when_the_run_has_not_ended(app):
     with app.app_context():
-        run = enqueue("jobsweb.noop")
+        run = enqueue("jobsweb.noop")  # no worker runs here: it stays queued
+        waiting = get_run(run)
+        # What a wait costs beside its timeout (its own connection and a read of the run; the
+        # process's first wait probes LISTEN too), measured with a timeout of 0.
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match=f"run {run} had not ended after 0 s: it is queued"):
+            waiting.wait(timeout=0)
+        cost = time.monotonic() - began
+        began = time.monotonic()
         with pytest.raises(TimeoutError, match=f"run {run} had not ended after 0.3 s: it is queued"):
-            get_run(run).wait(timeout=0.3)
+            waiting.wait(timeout=0.3)
+        took = time.monotonic() - began
         with pytest.raises(InvalidInput, match="timeout"):
-            get_run(run).wait(timeout=float("nan"))
+            waiting.wait(timeout=float("nan"))
+    # At the timeout, plus that cost and half a second of a loaded machine's lag: not at the next
+    # periodic read, RECHECK_EVERY (5 s) after the first, where a last pause not cut to the time
+    # left ended it (5.15 s).
+    assert 0.3 <= took < 0.3 + cost + 0.5, f"wait(timeout=0.3) took {took:.2f} s, a wait's cost is {cost:.2f} s"
 
 
 def test_wait_on_an_ended_run_returns_it_at_once(app, sql):
