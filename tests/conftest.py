@@ -79,6 +79,8 @@ ON_BOTH_SERVERS = (
     "test_database_outage.py", "test_pooler.py", "test_deploy.py",
     # the reliability drills, short forms: every file in tests/reliability/
     "reliability/",
+    # the installed wheel, deployed as a team deploys it (tests/deployment.py)
+    "test_deployed.py",
 )
 
 
