@@ -46,6 +46,11 @@ def waits(ctx):
     ctx.sleep(30)  # until an operator cancels it
 
 
+@job("test.signals.too_slow", timeout=0.5, max_attempts=1)
+def too_slow(ctx):
+    ctx.sleep(30)  # its timeout asks it to stop: Cancelled
+
+
 def record(signal, run_id, attempt=None, detail=None):
     # Its own transaction: a handler's db.session may be mid-work (or never commit).
     with db.engine.begin() as conn:

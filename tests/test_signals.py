@@ -67,6 +67,24 @@ def test_each_signal_is_sent_once_per_event_by_a_worker_in_its_app_context(app, 
     assert {app for (app,) in sql("SELECT DISTINCT app FROM test_signals")} == {"jobsweb"}
 
 
+def test_an_attempt_over_its_timeout_sends_attempt_failed_and_its_run_dead_names_the_timeout(
+        app, sql, spawn_worker, heard):
+    # Sentry and OpenTelemetry hear of a failed attempt through attempt_failed alone: a timeout,
+    # like an operator's cancel, stops the handler with Cancelled, but unlike it, it is a failure.
+    with app.app_context():
+        slow = enqueue("test.signals.too_slow")
+    spawn_worker("--forever", "--poll-interval", "0.1", **WORKER)
+    with app.app_context():
+        assert get_run(slow).wait(timeout=60).status == "dead"
+    # The handler's thread sends attempt_failed as the worker writes the timeout: either first.
+    wait_for(lambda: len(heard(slow)) == 3, message="the three signals of the run")
+    first, *then = heard(slow)
+    assert first == ("attempt_started", 1, "test.signals.too_slow")
+    assert sorted(then) == [
+        ("attempt_failed", 1, f"Cancelled: run {slow} was asked to stop; permanent=False last_attempt=True"),
+        ("run_dead", 1, "timeout: timed out after 0.5 seconds")]
+
+
 def test_run_enqueued_is_sent_once_per_run_created_by_enqueue_enqueue_many_a_batch_and_a_chain(app):
     sent = []
 
