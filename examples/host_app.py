@@ -2,7 +2,9 @@
 table of its own among them), its own Flask-Login sign-in, Flask-Migrate (whose autogenerate
 leaves jobsweb's tables alone), a JSON API without CSRF, and jobsweb's admin screen at
 /admin/jobs, signed in through the app's own users. Its pins: requirements-oldest.txt; its own
-test suites: test_host_on_postgresql.py and test_host_on_sqlite.py (inline mode).
+test suites: test_host_on_postgresql.py and test_host_on_sqlite.py (inline mode). Its session
+cookies and CSRF tokens are signed with SECRET_KEY, from the environment: set it first, 32+
+characters (`export SECRET_KEY=$(openssl rand -hex 32)`).
 
     DATABASE_URL=postgresql://... flask --app examples.host_app init-db
     DATABASE_URL=postgresql://... flask --app examples.host_app jobs migrate
@@ -97,7 +99,7 @@ def create_app(config=None):
     app.config.update(
         # postgresql:// as most apps have it: SQLAlchemy picks psycopg2 (examples/requirements-oldest.txt).
         SQLALCHEMY_DATABASE_URI=os.environ.get("DATABASE_URL", ""),
-        SECRET_KEY=os.environ.get("SECRET_KEY", "change me"),
+        SECRET_KEY=os.environ.get("SECRET_KEY"),  # unset or under 32 characters: init_app stops, naming it
         INVOICE_NOTE="Thank you for your business",
         JOBSWEB_LOGIN_URL="/login",  # where jobsweb sends a person who is not signed in
     )

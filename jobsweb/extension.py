@@ -39,6 +39,7 @@ class JobsWeb:
         """
         app.config.update(settings.resolve(app.config))
         settings.check(app.config)
+        _check_secret_key(app)
         if "sqlalchemy" not in app.extensions and not app.config.get("SQLALCHEMY_DATABASE_URI"):
             raise ConfigError("jobsweb needs a database: set SQLALCHEMY_DATABASE_URI in the app's config or "
                               "DATABASE_URL in the environment (postgresql://user:password@host:5432/dbname)")
@@ -50,3 +51,17 @@ class JobsWeb:
         app.extensions["jobsweb"] = self
         # Alerts fire with no worker running: each process serving the app evaluates them too.
         app.extensions["jobsweb_web_alerts"] = web_alerts.start_if_serving(app)
+
+
+def _check_secret_key(app):
+    """Stop at start without a SECRET_KEY (the app's config, else the environment): the admin
+    screen's sessions and CSRF tokens are signed with it, and without one the sign-in page was a
+    500. A short key is refused too, as the standalone app refuses it, except in a test app
+    (TESTING), whose key guards nothing."""
+    key = app.config.get("SECRET_KEY")
+    if not key:
+        raise ConfigError("SECRET_KEY is not set: jobsweb signs its sessions and CSRF tokens with it. Set it in the "
+                          f"app's config or the environment, {settings.SECRET_KEY_MIN_CHARS}+ characters "
+                          "(e.g. from `openssl rand -hex 32`)")
+    if not app.testing:
+        settings.check_secret_key(key)

@@ -11,7 +11,7 @@ from jobsweb.core.database import database_url
 from jobsweb.core.errors import ConfigError
 from jobsweb.core.logs import gunicorn_logging
 from jobsweb.core.settings import SETTINGS, check, from_environment, resolve
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SECRET_KEY
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -135,7 +135,8 @@ HATCH = ("A name jobsweb should let pass (a newer release's setting, a name of y
 
 def host_app(**config):
     app = Flask("host")
-    app.config.update(SQLALCHEMY_DATABASE_URI="postgresql://u:p@127.0.0.1:9/never_reached", **config)
+    app.config.update({"SQLALCHEMY_DATABASE_URI": "postgresql://u:p@127.0.0.1:9/never_reached",
+                       "SECRET_KEY": SECRET_KEY, **config})
     return app
 
 
@@ -180,6 +181,33 @@ def test_a_typo_in_a_host_apps_config_stops_its_flask_commands_with_one_line(tmp
     assert (result.returncode, result.stdout, result.stderr) == (
         1, "", "Error: JOBSWEB_POLL_INTERVALL, set in the app's config, is not a jobsweb setting; "
                "did you mean JOBSWEB_POLL_INTERVAL? " + HATCH + "\n")
+
+
+def test_a_host_app_without_a_secret_key_long_enough_stops_its_flask_commands_with_one_line(tmp_path, spawn_worker):
+    """README's hello.py set none, and its admin screen's sign-in page was a 500 (CSRF needs one)."""
+    (tmp_path / "hello.py").write_text("from flask import Flask\nfrom jobsweb import JobsWeb\n\n"
+                                       "app = Flask(__name__)\nJobsWeb(app)\n")
+    env = {name: value for name, value in spawn_worker.env().items() if name not in ("SECRET_KEY", "JOBSWEB_HANDLERS")}
+
+    def run_jobs(**more):
+        done = subprocess.run([sys.executable, "-m", "flask", "--app", "hello", "run-jobs"], cwd=tmp_path,
+                              env={**env, **more}, capture_output=True, text=True, timeout=120)
+        return done.returncode, done.stdout, done.stderr
+
+    assert run_jobs() == (1, "", "Error: SECRET_KEY is not set: jobsweb signs its sessions and CSRF tokens with it. "
+                                 "Set it in the app's config or the environment, 32+ characters (e.g. from "
+                                 "`openssl rand -hex 32`)\n")
+    assert run_jobs(SECRET_KEY="x" * 31) == (
+        1, "", "Error: SECRET_KEY must be at least 32 characters long (e.g. from `openssl rand -hex 32`)\n")
+    code, _, output = run_jobs(SECRET_KEY="x" * 32)
+    assert code == 0, output
+
+
+def test_a_test_apps_short_secret_key_is_let_pass_and_no_key_is_not(monkeypatch):
+    monkeypatch.delenv("SECRET_KEY", raising=False)
+    JobsWeb().init_app(host_app(SECRET_KEY="test", TESTING=True), url_prefix="/jobs")  # guards nothing
+    with pytest.raises(ConfigError, match=r"^SECRET_KEY is not set: "):
+        JobsWeb().init_app(host_app(SECRET_KEY=None, TESTING=True), url_prefix="/jobs")
 
 
 @pytest.mark.parametrize("name, closest", [

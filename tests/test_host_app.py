@@ -4,6 +4,7 @@ routes and migrations stay its own; the admin screen lives under /admin/jobs."""
 import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from urllib.parse import quote
@@ -19,7 +20,9 @@ from jobsweb.core import schema
 from jobsweb.core.database import libpq_url
 from tests.conftest import ROOT
 
-HOST_SETTINGS = {"SECRET_KEY": "host-secret", "TESTING": True}
+# 32+ characters: out of TESTING (its flask commands, its worker), init_app refuses a shorter key.
+HOST_SECRET = "host-secret-0123456789abcdef-0123456789"
+HOST_SETTINGS = {"SECRET_KEY": HOST_SECRET, "TESTING": True}
 PASSWORD = "host password"
 # The host's engine on either driver: postgresql:// picks psycopg2, as in most Flask apps.
 DRIVERS = {"psycopg2": "postgresql+psycopg2", "psycopg": "postgresql+psycopg"}
@@ -119,7 +122,7 @@ def test_a_handler_runs_in_the_hosts_context_in_a_separate_worker_process(host):
     assert response.status_code == 202
     run_id = response.get_json()["run_id"]
     env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSWEB_")}
-    env.update(DATABASE_URL=url, SECRET_KEY="host-secret")
+    env.update(DATABASE_URL=url, SECRET_KEY=HOST_SECRET)
     # No JOBSWEB_HANDLERS: the host's module registers send_invoice when the app is imported.
     worker = subprocess.run([sys.executable, "-m", "flask", "--app", "examples.host_app", "run-jobs"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -170,6 +173,23 @@ def test_the_admin_screen_works_under_the_prefix_with_the_hosts_roles(host):
 # Every page of the admin screen under the host's prefix ({run}, {definition}: ids).
 PAGES = ["/", "/runs", "/runs/{run}", "/definitions", "/definitions/new", "/definitions/{definition}",
          "/definitions/{definition}/edit", "/enqueue", "/workers", "/queues", "/incidents", "/audit", "/healthz"]
+
+
+def test_the_hints_to_start_a_worker_name_the_host_app_and_the_one_they_give_runs_its_jobs(host):
+    """Not `flask --app wsgi`, the standalone app's module, which a host app does not have."""
+    _, app, url = host
+    client = signed_in(app, "vera@example.com")
+    [dashboard] = re.findall(r"Start one with <code>([^<]*)</code>", client.get("/admin/jobs/").get_data(as_text=True))
+    assert dashboard == "flask --app examples.host_app run-jobs --forever"
+    [workers] = re.findall(r"Run <code>([^<]*)</code> from cron", client.get("/admin/jobs/workers").get_data(as_text=True))
+    assert workers == "flask --app examples.host_app run-jobs"
+    run_id = app.test_client().post("/api/customers/1/invoice").get_json()["run_id"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSWEB_")}
+    env.update(DATABASE_URL=url, SECRET_KEY=HOST_SECRET)
+    done = subprocess.run([sys.executable, "-m", *shlex.split(workers)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert query(url, "SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("succeeded",)]
 
 
 def test_every_admin_page_is_served_under_the_prefix_to_a_host_admin(host):
@@ -240,7 +260,7 @@ def test_in_chromium_the_admin_under_the_prefix_signs_in_through_the_host_and_ac
 def flask_command(*args, database_url, python=sys.executable):
     """`flask --app examples.host_app ARGS` as its own process, DATABASE_URL as given."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSWEB_")}
-    env.update(DATABASE_URL=database_url, SECRET_KEY="host-secret")
+    env.update(DATABASE_URL=database_url, SECRET_KEY=HOST_SECRET)
     return subprocess.run([python, "-m", "flask", "--app", "examples.host_app", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -275,7 +295,7 @@ def test_on_sqlite_the_hosts_commands_and_pages_work_and_jobswebs_say_it_needs_p
 def test_each_answer_of_authorize_is_sign_in_a_403_or_a_viewer_never_a_500(database_url_for_tests, answer, status,
                                                                             caplog):
     host = Flask("host")
-    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret",
+    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY=HOST_SECRET,
                        JOBSWEB_LOGIN_URL="/login")
     JobsWeb(host, url_prefix="/admin/jobs", authorize=lambda: answer)
     client = host.test_client()
@@ -292,7 +312,7 @@ def test_each_answer_of_authorize_is_sign_in_a_403_or_a_viewer_never_a_500(datab
 
 def test_a_host_viewer_is_refused_by_authorize_aborting_with_403(database_url_for_tests):
     host = Flask("host")
-    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret")
+    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY=HOST_SECRET)
 
     def authorize():
         abort(403)

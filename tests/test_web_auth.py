@@ -158,7 +158,7 @@ def test_an_identity_from_authorize_too_long_or_with_control_characters_is_refus
     # A logger name of its own: "host" made here would exist when a later test's logging
     # config (alembic's, disable_existing_loggers) turns off every logger made before it.
     host = Flask("identity_host")
-    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret")
+    host.config.update(SQLALCHEMY_DATABASE_URI=database_url_for_tests, SECRET_KEY="host-secret-0123456789abcdef-0123456789")
     JobsWeb(host, url_prefix="/admin/jobs", authorize=lambda: (answer[0], "admin"))
     client = host.test_client()
     token = csrf_token(client, "/admin/jobs/queues")

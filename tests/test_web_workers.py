@@ -1,3 +1,8 @@
+import re
+import shlex
+import subprocess
+import sys
+
 from tests import test_web_look
 
 server, open_context = test_web_look.server, test_web_look.open_context  # its fixtures
@@ -119,3 +124,19 @@ def test_an_operator_quiets_a_worker_which_finishes_its_run_claims_nothing_more_
     answer = client.post("/workers/quiet", data={"worker": "c:3:done", "csrf_token": csrf_token(client, "/workers")})
     assert answer.status_code == 404 and "is not a running worker" in answer.get_data(as_text=True)
     assert sql("SELECT quiet_at FROM job_workers WHERE id = 'c:3:done'") == [(None,)]
+
+
+def test_the_hints_to_start_a_worker_name_the_standalone_app_and_run_outside_the_checkout(sign_in, spawn_worker,
+                                                                                        tmp_path, sql):
+    """`--app jobsweb` (the package, which has create_app) works wherever jobsweb is installed;
+    wsgi.py is only in the checkout."""
+    client = sign_in("viewer")
+    [dashboard] = re.findall(r"Start one with <code>([^<]*)</code>", client.get("/").get_data(as_text=True))
+    assert dashboard == "flask --app jobsweb run-jobs --forever"
+    [workers] = re.findall(r"Run <code>([^<]*)</code> from cron", client.get("/workers").get_data(as_text=True))
+    assert workers == "flask --app jobsweb run-jobs"
+    env = {key: value for key, value in spawn_worker.env().items() if key != "JOBSWEB_HANDLERS"}  # tests/ is not here
+    done = subprocess.run([sys.executable, "-m", *shlex.split(workers)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sql("SELECT count(*) FROM job_workers WHERE stopped_at IS NOT NULL") == [(1,)]

@@ -9,8 +9,10 @@ app, its `base.html`, its filters and its globals stay its own, and jobsweb's ne
 import json
 import re
 import shlex
+import sys
 from datetime import datetime, timezone
 from functools import cache
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from flask import current_app, g, get_flashed_messages, make_response, redirect, request, url_for
@@ -73,6 +75,17 @@ def external_url(endpoint, **values):
     parts = urlsplit(base)
     adapter = current_app.url_map.bind(parts.netloc, script_name=parts.path or "/", url_scheme=parts.scheme)
     return adapter.build(endpoint, values, force_external=True)
+
+
+def flask_command(args):
+    """`flask --app NAME ARGS` to copy, NAME the app serving the page: the module that made it
+    (its import name), where `--app` finds the app or its create_app, whether it is the
+    standalone app (`jobsweb`) or a team's (`hello`, `myapp`). Not FLASK_APP: `--app` overrides
+    it, so the serving process's FLASK_APP may name another app."""
+    name = current_app.import_name
+    if name == "__main__":  # `python hello.py`: the file that was run is the module
+        name = Path(getattr(sys.modules["__main__"], "__file__", None) or name).stem
+    return f"flask --app {shlex.quote(name)} {args}"
 
 
 def redirect_to(url):
@@ -257,7 +270,8 @@ def templates():
     env.globals.update(url_for=url_for, external_url=external_url, get_flashed_messages=get_flashed_messages, request=request,
                        csrf_token=generate_csrf, STATUS_WORDS=STATUS_WORDS, RESULT_WORDS=RESULT_WORDS,
                        describe_schedule=describe_schedule, hour_chart=hour_chart, bar_marks=bar_marks,
-                       run_chart=run_chart, utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
+                       run_chart=run_chart, flask_command=flask_command,
+                       utc_now=lambda: datetime.now(timezone.utc))  # whether a time is past yet
     env.filters.update(when=when, time_ago=ago, duration=duration, seconds_words=seconds_words,
                        pretty=pretty, job_text=job_text, payload_line=payload_line, masked_detail=masked_detail,
                        local_times=local_times,
