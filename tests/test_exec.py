@@ -306,6 +306,31 @@ def test_sigterm_sigint_and_sighup_sent_to_exec_are_passed_on_to_the_command(bac
     assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
 
 
+def parent_of(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
+
+
+def test_sigterm_sent_to_exec_reaches_a_process_the_command_started_through_its_process_group(
+        backup, jobs_exec, sql, tmp_path):
+    # A shell that starts the real work (`sh -c 'pg_dump ... | gzip'`): a signal to the shell's
+    # pid alone would leave the work running. This shell ignores SIGTERM and waits for its
+    # child, so the command ends only once the grandchild got the signal, with its exit code.
+    got, ready = tmp_path / "got", tmp_path / "ready"
+    proc = jobs_exec(backup, "--", "sh", "-c", 'trap "" TERM; "$0" -c "$1" & wait $!', PY,
+                     catching_command(got, ready), wait=False)
+    with catching_command_killed_if_never_signalled(got, ready):
+        wait_for(lambda: ready.exists() and ready.read_text() and catches(proc.pid, signal.SIGHUP),
+                 message="the grandchild and exec's handlers")
+        shell = parent_of(int(ready.read_text()))
+        assert shell != proc.pid and parent_of(shell) == proc.pid  # exec's grandchild, the shell's child
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert got.read_text() == "SIGTERM"
+    assert proc.returncode == 3  # the grandchild's exit code, passed on by the shell
+    assert sql("SELECT status, last_error FROM job_runs") == [("dead", "exit code 3")]
+
+
 SYS_TGKILL = {"x86_64": 234, "aarch64": 131}  # its syscall number: Python has no tgkill()
 
 
