@@ -47,6 +47,24 @@ def stopped(proc, timeout=EVENT_TIMEOUT):
     return code, output, time.monotonic() - signalled
 
 
+def registered(sql, proc):
+    """Wait until the worker `proc` has registered: it handles SIGTERM from then on."""
+    wait_for(lambda: sql("SELECT count(*) FROM job_workers WHERE pid = %s AND stopped_at IS NULL",
+                         [proc.pid])[0][0] == 1, message=f"worker {proc.pid} to start")
+
+
+def stop_cost(sql, proc):
+    """Seconds from SIGTERM to the exit of the worker `proc`, which has nothing to wait for, once
+    registered: what this machine takes at its present load to have a worker hear the signal,
+    write its stop and exit. A stop deadline a test measures from its own SIGTERM holds beyond
+    this, so that a loaded machine, which slows every process's exit, does not fail a worker that
+    keeps its deadline, while one that waits longer than it promises still fails."""
+    registered(sql, proc)
+    code, output, took = stopped(proc)
+    assert code == 0 and "Traceback" not in output, output
+    return took
+
+
 def kill_at_random(alive, start, kill_every, done, before_kill=None):
     """SIGKILL a random worker of `alive`, replaced by start(), every `kill_every` seconds on
     average (0.5x to 1.5x) until done(); before_kill(victim) first, to note or give up."""
