@@ -36,6 +36,7 @@ def test_a_run_page_says_in_one_sentence_why_a_queued_run_is_not_running(make_us
     sql(WORKER, ["w-report", ["report.build"], None])
     sql("INSERT INTO job_queues (name, paused) VALUES ('reports', true)")
     paused_queue = run(sql, queue="reports", priority=7)
+    paused_and_later = run(sql, queue="reports", run_at="now() + interval '2 hours 5 minutes'")
     sql("INSERT INTO job_paused_types (job_type) VALUES ('report.paused')")
     sql(WORKER, ["w-paused", ["report.paused"], None])
     paused_type = run(sql, job_type="report.paused")
@@ -65,6 +66,9 @@ def test_a_run_page_says_in_one_sentence_why_a_queued_run_is_not_running(make_us
     why.get_by_role("link", name="reports").click()
     expect(page.locator("#queue-reports")).to_contain_text("paused")
 
+    # The pause first, as the claim meets it: resumed after its due time, the run still waits.
+    expect(reason_on(page, paused_and_later)).to_have_text(
+        "Why is it not running? Its queue reports is paused: no worker takes its runs until it is resumed.")
     expect(reason_on(page, paused_type)).to_contain_text("Its job type report.paused is paused")
     expect(reason_on(page, later)).to_contain_text(re.compile(r"Due in 2 h · .+"))
     expect(reason_on(page, unhandled)).to_contain_text(
@@ -100,6 +104,18 @@ def test_a_waiting_run_names_each_run_it_waits_for_with_its_state_and_due_time(m
     waits_for = page.locator("section", has=page.get_by_role("heading", name="Waits for"))
     expect(waits_for.locator("li", has_text=f"#{second}")).to_contain_text(
         re.compile(rf"Waits for run #{first} \(queued, due in 2 h\)"))
+
+
+def test_a_run_waiting_for_seven_runs_names_the_first_five_and_counts_the_other_two(make_user, open_context, sql):
+    sql(WORKER, ["w", None, None])
+    awaited = [run(sql, status="running") for _ in range(7)]
+    waits = run(sql, status="waiting", waiting_for=7)
+    for after in awaited:
+        sql("INSERT INTO job_run_deps (run_id, after_id) VALUES (%s, %s)", [waits, after])
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    first_five = ", ".join(f"#{after} (running)" for after in awaited[:5])
+    expect(reason_on(page, waits)).to_have_text(f"Why is it not running? Waits for runs {first_five} and 2 more.")
 
 
 def test_the_runs_list_says_why_each_held_run_waits_in_its_state_column(make_user, open_context, sql):
