@@ -11,6 +11,7 @@ from . import dependencies, inline, registry, signals, statements, upkeep
 from ..core.database import db, require_postgresql
 from ..core.errors import InvalidInput, clean_text, has_nul
 from .flow import check_priority, check_queue, check_unique_key
+from .worker_job_types import Unregistered, worker_job_types
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 PAYLOAD_MAX_DEPTH = 64  # nested objects and lists; deeper ones overflowed json's recursion (a 500)
@@ -118,13 +119,18 @@ def check_run_at(value):
     return value
 
 
-def check_job_type(job_type):
-    """Return the registered JobType, or raise InvalidInput listing the known ones."""
+def check_job_type(job_type, *, workers=False):
+    """Return the registered JobType; with `workers`, for one only a worker registered (a web
+    process without the handlers), its defaults (an Unregistered); else raise InvalidInput
+    listing the known ones."""
     registered = registry.get(job_type)
-    if registered is None:
-        known = ", ".join(registry.names())
-        raise InvalidInput("job_type", f"{job_type!r} is not a registered job type (known: {known})")
-    return registered
+    if registered is not None:
+        return registered
+    theirs = worker_job_types() if workers else []
+    if job_type in theirs:
+        return Unregistered()
+    known = ", ".join(sorted({*registry.names(), *theirs}))
+    raise InvalidInput("job_type", f"{job_type!r} is not a registered job type (known: {known})")
 
 
 def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None,
@@ -155,7 +161,8 @@ def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queu
                after, after_failure):
     """ENQUEUE's parameters for one run, every input checked, and its after= as run ids."""
     config = current_app.config
-    registered = check_job_type(job_type)
+    # Inline mode runs the handler here and now: only this process's job types will do.
+    registered = check_job_type(job_type, workers=not inline.active(config))
     payload_text = _checked_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])[1]
     run_at = check_run_at(run_at)
     max_attempts = check_max_attempts(max_attempts, registered, config)
@@ -203,7 +210,7 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=No
 def many_params(job_type, payloads, *, run_at, max_attempts, queue, priority, after, after_failure):
     """ENQUEUE_MANY's parameters, the payloads as checked JSON texts, and after= as run ids."""
     config = current_app.config
-    registered = check_job_type(job_type)
+    registered = check_job_type(job_type, workers=not inline.active(config))
     max_bytes = config["JOBSWEB_MAX_PAYLOAD_BYTES"]
     texts = []
     for index, payload in enumerate(payloads):

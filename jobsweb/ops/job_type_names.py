@@ -8,6 +8,7 @@ the wrong runs).
 
 from ..core.database import execute
 from ..engine import registry
+from ..engine.worker_job_types import worker_job_types
 
 # A distinct over a million runs reads them all; this walks index job_runs_job_type_id
 # (job_type, id) instead, one index probe per job type ("loose index scan"). The walk stops
@@ -23,7 +24,6 @@ WITH RECURSIVE present(job_type, n) AS (
 )
 SELECT job_type FROM present WHERE job_type IS NOT NULL
 UNION SELECT job_type FROM job_definitions
-UNION SELECT unnest(job_types) FROM job_workers WHERE last_seen_at > now() - interval '1 day'
 """
 
 MOST_PRESENT = 500  # job types read from the runs; the rest can still be typed in
@@ -32,4 +32,4 @@ MOST_PRESENT = 500  # job types read from the runs; the rest can still be typed 
 def job_type_names():
     """Sorted names of every job type known anywhere: runs, definitions, workers, this process."""
     found = {name for (name,) in execute(JOB_TYPE_NAMES, {"most": MOST_PRESENT})}
-    return sorted(found.union(registry.names()))
+    return sorted(found.union(registry.names(), worker_job_types()))

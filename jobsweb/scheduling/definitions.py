@@ -19,7 +19,7 @@ from sqlalchemy.orm import aliased
 from ..core.database import db, execute
 from ..core.errors import InvalidInput, check_emails, check_url, clean_name
 from ..core.models import JobDefinition, JobRun
-from ..engine.enqueuing import check_max_attempts, check_payload
+from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
 from ..engine.flow import check_priority, check_queue, ensure_queue
 from ..engine.retry import MAX_DELAY
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
@@ -68,7 +68,7 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
     if external is True:
         registered, job_type, max_attempts = definition_job_types.external(name, job_type, max_attempts)
     elif external is False:
-        registered = definition_job_types.known(job_type)
+        registered = check_job_type(job_type, workers=True)  # a web process may import no handler
     else:
         raise InvalidInput("external", f"must be true or false, got {external!r}")
     parsed = Schedule(schedule, timezone)

@@ -35,7 +35,10 @@ def timezones():
 
 def _form(definition=None):
     form = DefinitionForm(obj=None)
-    form.job_type.choices = job_type_choices()
+    # Its own job type stays chosen, even one no worker registered lately: saving a change of its
+    # grace alone must not need a choice the form did not offer. An external one has none to show.
+    current = definition.job_type if definition is not None and not definition.external else None
+    form.job_type.choices = job_type_choices(current)
     form.timezone.choices = timezones()
     if definition is not None and request.method == "GET":
         for field in ("name", "job_type", "schedule", "timezone", "max_attempts", "backoff_base",

@@ -10,6 +10,7 @@ from wtforms.validators import DataRequired, Length, NumberRange, Optional
 from ..core.errors import InvalidInput, clean_text
 from ..core.models import ROLES
 from ..engine import registry
+from ..engine.worker_job_types import worker_job_types
 from ..scheduling.definitions import (DEFAULT_GRACE, FAILING_AFTER, MAX_GRACE, MAX_SECONDS, MISFIRE_POLICIES,
                                       OVERLAP_POLICIES)
 from ..core.passwords import PASSWORD_MIN_CHARS
@@ -30,10 +31,18 @@ class WholeNumberField(IntegerField):
         super().process_formdata(valuelist)
 
 
-def job_type_choices():
+def job_type_choices(current=None):
     """The job type select's options: a blank "choose" first, so that no type (the first in
-    alphabetical order was jobsweb.fail) is picked for someone who did not choose one."""
-    return [("", "— choose a job type —")] + [(name, name) for name in registry.names()]
+    alphabetical order was jobsweb.fail) is picked for someone who did not choose one; then the
+    job types this process registers and, marked, those only a worker registered (a web process
+    often imports no handler); and `current`, a definition's own, kept even if no worker has it
+    now, so that its edit opens with it chosen."""
+    here = registry.names()
+    theirs = [name for name in worker_job_types() if name not in here]
+    choices = [(name, name) for name in here] + [(name, f"{name} — a worker's") for name in theirs]
+    if current and current not in here and current not in theirs:
+        choices.append((current, f"{current} — no worker has it now"))
+    return [("", "— choose a job type —")] + sorted(choices)
 
 
 class Form(FlaskForm):
