@@ -16,7 +16,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import commands
 from .core import embedded, logs, schema, settings
-from .core.database import own_db
+from .core.database import check_database_url, own_db
 from .core.package_files import resource
 from .extension import JobsWeb
 from .web.guards import add_headers
@@ -85,6 +85,10 @@ def create_app(test_config=None):
     Path(app.instance_path).mkdir(parents=True, exist_ok=True)
     if not app.config.get("SQLALCHEMY_DATABASE_URI"):
         app.config["SQLALCHEMY_DATABASE_URI"] = embedded.start(Path(app.instance_path) / "pgdata")
+    else:
+        # The whole site is jobsweb's: no host command or page could use another database.
+        given = "SQLALCHEMY_DATABASE_URI" if "SQLALCHEMY_DATABASE_URI" in (test_config or {}) else "DATABASE_URL"
+        check_database_url(given, app.config["SQLALCHEMY_DATABASE_URI"], postgresql=True)
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = _local_secret_key(Path(app.instance_path) / "secret_key")
     settings.check_secret_key(app.config["SECRET_KEY"])

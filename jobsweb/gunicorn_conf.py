@@ -7,6 +7,8 @@ Every value comes from the environment a PaaS sets, with defaults for a single s
 
 import os
 
+from jobsweb.core.database import check_database_url, database_url
+from jobsweb.core.errors import ConfigError
 from jobsweb.core.logs import gunicorn_logging
 
 
@@ -17,6 +19,17 @@ def _whole(name, default):
     if not raw.isdigit() or int(raw) < 1:
         raise SystemExit(f"{name} must be a whole number of at least 1, got {raw!r}")
     return int(raw)
+
+
+def _check_database_url():
+    """Stop gunicorn, in one line, if DATABASE_URL is set and is not PostgreSQL: every page of
+    jobsweb needs it, and once the app is loaded a refusal is a worker's boot traceback."""
+    raw = os.environ.get("DATABASE_URL", "").strip()
+    if raw:
+        try:
+            check_database_url("DATABASE_URL", database_url(raw), postgresql=True)
+        except ConfigError as exc:
+            raise SystemExit(exc.message) from None
 
 
 # The PaaS router connects to $PORT on every interface; locally, 8000.
@@ -38,7 +51,8 @@ errorlog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
 # gunicorn's lines and the app's in jobsweb's format (JOBSWEB_LOG_FORMAT, text or json), with
 # the control characters of a request line or a webhook's reply escaped.
-logconfig_dict = gunicorn_logging()
+logconfig_dict = gunicorn_logging()  # first: it names a typo in any JOBSWEB_* variable
+_check_database_url()
 # The router terminates TLS and says so in X-Forwarded-Proto: gunicorn believes it from these
 # addresses only (FORWARDED_ALLOW_IPS, gunicorn's own variable; "*" when the router's address
 # is not fixed, which is safe only if nothing else can reach $PORT). The app itself reads the

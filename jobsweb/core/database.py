@@ -60,9 +60,11 @@ TOO_MANY_CONNECTIONS = ("53300", "too many clients", "remaining connection slots
 def init_app(app):
     """Bind jobsweb to the app's Flask-SQLAlchemy, creating jobsweb's own if the app has none."""
     if "sqlalchemy" not in app.extensions:
+        # A DATABASE_URL was checked as it was read (settings): what fails here is the app's own.
+        url = check_database_url("SQLALCHEMY_DATABASE_URI", app.config["SQLALCHEMY_DATABASE_URI"])
         # psycopg's options, and psycopg's connections (deadlines): on another database's engine
         # those were opened with libpq's defaults and PG* variables, at a PostgreSQL nobody named.
-        postgresql = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).get_backend_name() == "postgresql"
+        postgresql = url.get_backend_name() == "postgresql"
         if postgresql:
             # Never SQLite's: Flask-SQLAlchemy adds check_same_thread to connect_args in place, and
             # this dict is shared by every app of the process.
@@ -100,6 +102,44 @@ def database_url(raw):
     return raw
 
 
+EXAMPLE_URL = "postgresql://user:password@host:5432/dbname"
+
+
+def check_database_url(name, url, *, postgresql=False):
+    """`url`, the value of setting `name`, as a SQLAlchemy URL, or ConfigError in one line naming
+    the setting and what is wrong, never its password: SQLAlchemy's own errors were a traceback,
+    and a missing driver (mysql://) made `flask` say "No such command 'jobs'" after it. A URL of
+    another database whose driver loads passes (a host's tests on SQLite) unless `postgresql`."""
+    try:
+        url = make_url(url)
+    except ValueError:  # SQLAlchemy's int() of the port
+        raise ConfigError(f"{name} has a port that is not a number: expected {EXAMPLE_URL}") from None
+    except sa.exc.ArgumentError:
+        # Unparsed, nothing of it is shown: where its password begins cannot be told.
+        missing = "'://' after the database's name" if "://" not in str(url) else "a database name before '://'"
+        raise ConfigError(f"{name} is not a database URL (it lacks {missing}): expected {EXAMPLE_URL}") from None
+    if url.port is not None and not 0 < url.port <= 65535:
+        raise ConfigError(f"{name} has port {url.port}, which is no port number (1-65535): expected {EXAMPLE_URL}")
+    try:
+        url.get_dialect().import_dbapi()  # what creating the engine would import
+        loaded = True
+    except (sa.exc.NoSuchModuleError, ImportError):
+        loaded = False
+    if url.get_backend_name() != "postgresql" and (postgresql or not loaded):
+        raise ConfigError(not_postgresql(name, url))
+    if not loaded:
+        raise ConfigError(f"{name} is {url.render_as_string(hide_password=True)!r}, whose driver "
+                          f"{url.get_driver_name()} is not installed: write postgresql:// (for psycopg, which "
+                          "jobsweb installs)")
+    return url
+
+
+def not_postgresql(name, url, hint=""):
+    """The refusal of a database that is not PostgreSQL, its URL shown with the password masked."""
+    return (f"jobsweb needs PostgreSQL, but {name} is {url.render_as_string(hide_password=True)!r}: "
+            f"set it to {EXAMPLE_URL}{hint}")
+
+
 # What a host's code and tests are told besides: the functions they call (enqueue, get_run,
 # jobsweb.testing's helpers) have inline mode, which needs no database at all.
 INLINE_HINT = (", or, for tests on SQLite, set JOBSWEB_INLINE=True (enqueue() runs each handler at once "
@@ -114,9 +154,8 @@ def require_postgresql(url=None, *, from_code=False):
     other commands keeps working. Nothing connects before it."""
     url = make_url(getattr(url, "url", url) if url is not None else db.engine.url)
     if url.get_backend_name() != "postgresql":
-        raise ConfigError(f"jobsweb needs PostgreSQL, but SQLALCHEMY_DATABASE_URI (or DATABASE_URL) is "
-                          f"{url.render_as_string(hide_password=True)!r}: set it to "
-                          f"postgresql://user:password@host:5432/dbname{INLINE_HINT if from_code else ''}")
+        raise ConfigError(not_postgresql("SQLALCHEMY_DATABASE_URI (or DATABASE_URL)", url,
+                                         INLINE_HINT if from_code else ""))
 
 
 def libpq_url(url):

@@ -9,7 +9,7 @@ standalone app reads the environment alone (from_environment).
 import difflib
 import os
 
-from .database import database_url
+from .database import check_database_url, database_url
 from .errors import ConfigError, InvalidInput, check_emails, check_url
 
 
@@ -124,8 +124,7 @@ def _direct_url(name, raw):
     if raw == "":
         return None
     url = database_url(raw)
-    if not url.startswith("postgresql"):
-        raise ConfigError(f"{name} must be a PostgreSQL URL (postgresql://user:password@host:5432/dbname)")
+    check_database_url(name, url, postgresql=True)
     return url
 
 
@@ -308,7 +307,10 @@ def _read_environment(environ):
         raw = environ.get(name)
         config[name] = default if raw is None else parse(name, raw.strip())
     if environ.get("DATABASE_URL"):
-        config["SQLALCHEMY_DATABASE_URI"] = database_url(environ["DATABASE_URL"].strip())
+        # Checked here, before any app exists: gunicorn's settings file reads the environment.
+        url = database_url(environ["DATABASE_URL"].strip())
+        check_database_url("DATABASE_URL", url)
+        config["SQLALCHEMY_DATABASE_URI"] = url
     if environ.get("SECRET_KEY"):
         config["SECRET_KEY"] = environ["SECRET_KEY"]
     return config
