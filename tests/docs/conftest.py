@@ -95,6 +95,7 @@ class Runner:
         sys.modules[self.module.__name__] = self.module
         self.namespace = self.module.__dict__
         self.outputs = {}
+        self.pages = {}  # block id -> the text of the dashboard a `serve=dashboard:` check opened
         self.parsed = {}
         self.jinja_context = {}
         self.written = set()  # the files blocks wrote (file=NAME): a later block of the same name adds to it
@@ -103,6 +104,16 @@ class Runner:
         sys.path.insert(0, str(directory))  # python blocks import what blocks wrote, as from a reader's directory
         self.standalone = directory / "standalone"  # wsgi.py and gunicorn.conf.py, for app=standalone
         self.env = self._environment()
+        # Variables a block exported (`export NAME=...`): set for the document's later blocks too,
+        # as a reader's shell keeps them.
+        self.exported = {}
+        # email -> password of each `users create EMAIL ... --password P` a block ran: whom a
+        # `serve=dashboard:` check signs in as (the last one).
+        self.users = {}
+        # How a `serve=dashboard:` check signs in: jobsweb's own sign-in page as the user the
+        # document created, unless a test module sets its own (a host app's sign-in).
+        self.sign_in = None
+        self.browser = None  # the session's Chromium, when a check asks for it (the docs fixture)
         self.port = int(self.env["PORT"])
         scratch_host = importlib.import_module("tests.docs.scratch_host")
         # The app python blocks run in and jinja renders with; a module may set its own.
@@ -152,7 +163,7 @@ class Runner:
         return self.outputs[block.id]
 
     def _sh(self, block):
-        env = dict(self.env)
+        env = {**self.env, **self.exported}
         if block.options.get("app") == "standalone":
             env.update(FLASK_APP="wsgi", __CWD=str(self.standalone))
         elif "app" in block.options:
@@ -174,6 +185,7 @@ class Runner:
             output.append(text)
             wanted = expected_exit if n == len(lines) - 1 else 0
             assert status == wanted, f"{block}: `{command}` exited {status} (not {wanted}):\n{text[-5000:]}"
+            self._remember(command, env)
         self.outputs[block.id] = "".join(output)
         return self.outputs[block.id]
 
@@ -192,12 +204,23 @@ class Runner:
             os.remove(f"{state}.env")
         return done.stdout, done.returncode, after
 
+    def _remember(self, command, env):
+        """What a reader has after `command` ran: the variables it exported, the user it created."""
+        for name in re.findall(r"(?:^|[;&|]\s*)export\s+(\w+)=", command):
+            self.exported[name] = env[name]
+        words = shlex.split(re.split(r"\s#", command)[0])
+        if words[:1] == ["flask"] and "users" in words and words[words.index("users") + 1:][:1] == ["create"] \
+                and "--password" in words:
+            self.users[words[words.index("users") + 2]] = words[words.index("--password") + 1]
+
     def cwd(self, env):
         return env.get("__CWD") or str(self.directory)
 
     def serve(self, block, command, env):
-        """Start a serving command, check it (`serve=/path`: a 200 on PORT; `serve=log:TEXT`:
-        TEXT in its output, `+` for a space), stop it with SIGTERM; its output."""
+        """Start a serving command, check it, stop it with SIGTERM; its output. The checks:
+        `serve=dashboard:PREFIX`, the admin screen at PREFIX signed into in Chromium and its
+        dashboard opened (its text in `pages[block.id]`); `serve=log:TEXT`, TEXT in its output (`+`
+        for a space), for a worker; `serve=/path`, a 200 on PORT, for what serves no page."""
         check = block.options.get("serve")
         assert check, f"{block}: `{command}` serves until stopped: say how to check it (serve=/path or serve=log:TEXT)"
         log = open(self.directory / f".serve-{block.id}.log", "w+")
@@ -210,6 +233,8 @@ class Runner:
                 assert time.monotonic() < deadline, \
                     f"{block}: `{command}` did not answer {check} in {SERVE_TIMEOUT} s:\n{self._read(log)}"
                 time.sleep(0.1)
+            if check.startswith("dashboard:"):
+                self.pages[block.id] = self.open_dashboard(block, check.removeprefix("dashboard:").rstrip("/"), log)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -230,11 +255,42 @@ class Runner:
     def _answers(self, check, log):
         if check.startswith("log:"):
             return check[4:].replace("+", " ") in self._read(log)
+        dashboard = check.startswith("dashboard:")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{check}", timeout=10) as response:
-                return response.status == 200
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{check.removeprefix('dashboard:')}",
+                                        timeout=10) as response:
+                return response.status == 200 or dashboard
+        except urllib.error.HTTPError:
+            return dashboard  # it answers: what a person sees there is the browser's to check
         except (urllib.error.URLError, OSError):
             return False
+
+    def open_dashboard(self, block, prefix, log):
+        """Sign in to the admin screen at `prefix` in Chromium, as the document tells a reader to,
+        and open its dashboard: the dashboard's text."""
+        context = self.browser().new_context(base_url=f"http://127.0.0.1:{self.port}")
+        try:
+            page = context.new_page()
+            (self.sign_in or self._sign_in_as_the_user_made)(block, page, prefix)
+            response = page.goto(prefix + "/")
+            assert (response.status, page.title()) == (200, "Dashboard · jobsweb"), (
+                f"{block}: signed in, {prefix}/ answered {response.status} at {page.url}:\n"
+                f"{page.inner_text('body')[:3000]}\n--- the server's output:\n{self._read(log)[-5000:]}")
+            return page.inner_text("main")
+        finally:
+            context.close()
+
+    def _sign_in_as_the_user_made(self, block, page, prefix):
+        assert self.users, f"{block}: no `users create EMAIL --password ...` ran before it: whom does a reader sign in as?"
+        email, password = list(self.users.items())[-1]
+        response = page.goto(prefix + "/")
+        assert response.status == 200 and f"{prefix}/sign-in" in page.url, (
+                f"{block}: {prefix}/ answered {response.status} at {page.url}, not the sign-in page:\n"
+                f"{page.inner_text('body')[:3000]}")
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_load_state()
 
     @staticmethod
     def _read(log):
@@ -319,6 +375,7 @@ def docs(request, postgres_server, tmp_path_factory):
         shutil.copy(ROOT / file, directory / "standalone" / file)
     saved = dict(registry._registry)
     runner = Runner(name, url, directory)
+    runner.browser = lambda: request.getfixturevalue("browser")  # started only for a check that signs in
     if getattr(request.module, "DOCS_MIGRATED", True):  # False: the document's own blocks migrate
         with runner.app.app_context():
             create_schema()

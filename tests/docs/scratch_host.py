@@ -19,7 +19,7 @@ def create_app(test_config=None):
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith(("postgres://", "postgresql://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    app.config.update(SQLALCHEMY_DATABASE_URI=url, SECRET_KEY=os.environ.get("SECRET_KEY", "docs-scratch-host-key"))
+    app.config.update(SQLALCHEMY_DATABASE_URI=url, SECRET_KEY=os.environ.get("SECRET_KEY", "docs-scratch-host-key-0123456789abcdef"))
     app.config.update(test_config or {})
     db.init_app(app)
     jobs.init_app(app, url_prefix="/admin/jobs")

@@ -13,7 +13,8 @@ import tomllib
 
 import psycopg
 import pytest
-from flask import render_template_string
+from flask import Flask, render_template_string
+from flask.sessions import SecureCookieSessionInterface
 from flask_login import login_user
 from sqlalchemy.engine import make_url
 
@@ -33,9 +34,18 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 WORKFLOW_TYPES = ("extract", "transform", "report", "notify", "render_page", "fetch", "parse", "store")
 
 
+# The page's placeholder for the reader's database, in its `export DATABASE_URL=...` line.
+READERS_DATABASE = "postgresql://user:password@localhost:5432/app"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def database_url_in_the_environment(docs):
-    """app.py reads DATABASE_URL, in this process too (imported by the test block and the checks)."""
+    """app.py reads DATABASE_URL, in this process too (imported by the test block and the checks).
+    The commands get what the page tells a reader to export, and no SECRET_KEY or FLASK_APP of
+    the harness: a reader's shell has neither until the page says so."""
+    for name in ("SECRET_KEY", "FLASK_APP"):
+        del docs.env[name]
+    docs.substitute[READERS_DATABASE] = docs.url
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DATABASE_URL", docs.url)
         yield
@@ -54,6 +64,7 @@ def test_block(block, docs, postgres_server):
             globals()[f"after_{name}"](docs, block, postgres_server)
     finally:
         docs.env = env
+        docs.sign_in = None
 
 
 # -- install -----------------------------------------------------------------------------------
@@ -98,13 +109,19 @@ def after_wheel(docs, block, _):
 
 # -- the first job -------------------------------------------------------------------------------
 
+def after_environment(docs, block, _):
+    assert docs.exported["DATABASE_URL"] == docs.url and len(docs.exported["SECRET_KEY"]) == 64
+
+
 def after_hello(docs, block, _):
     assert "Hello, world!" in docs.outputs["hello"]
-    # The sign-in the next paragraph gives for hello.py's admin screen (without authorize, its own users).
-    sys.modules.pop("hello", None)
-    hello = importlib.import_module("hello")
-    result = hello.app.test_cli_runner().invoke(args=["jobs", "users", "create", "--help"])
-    assert result.exit_code == 0 and "--role" in result.output, result.output
+
+
+def after_serve_hello(docs, block, _):
+    """Signed in as the user the page made, on hello.py's dashboard: no worker is running, and its
+    hint names hello, not the standalone app's wsgi."""
+    [hint] = re.findall(r"Start one with (.+)\.", docs.pages["serve-hello"])
+    assert hint == "flask --app hello run-jobs --forever"
 
 
 # -- the host app of steps 2 to 9 ------------------------------------------------------------------
@@ -193,8 +210,31 @@ def after_test(docs, block, _):
     docs.namespace["test_a_new_user_is_welcomed"](app, None)
 
 
+def before_entrypoint(docs):
+    """Signed in as app.py signs people in: the page leaves its sign-in page to the reader's own
+    app, so the check holds Flask-Login's session for STAFF_ROLES' operator, signed with the
+    SECRET_KEY the reader exported."""
+    module, app = host_app(docs)
+    with app.app_context():
+        staff = module.User(id=104, email="billing@example.com")  # ids given, as the steps gave theirs
+        module.db.session.add(staff)
+        module.db.session.commit()
+        staff_id = staff.id
+    signer = Flask("reader")
+    signer.secret_key = docs.exported["SECRET_KEY"]
+    cookie = SecureCookieSessionInterface().get_signing_serializer(signer).dumps(
+        {"_user_id": str(staff_id), "_fresh": True})
+
+    def sign_in(block, page, prefix):
+        page.context.add_cookies([{"name": "session", "value": cookie, "url": f"http://127.0.0.1:{docs.port}"}])
+
+    docs.sign_in = sign_in
+
+
 def after_entrypoint(docs, block, _):
     assert "Listening at: http://127.0.0.1:" in docs.outputs["entrypoint"]
+    # Signed in as the operator the page lets in, on a dashboard whose hint names app.py.
+    assert re.findall(r"Start one with (.+)\.", docs.pages["entrypoint"]) == ["flask --app app run-jobs --forever"]
 
 
 def test_jobswebs_gunicorn_settings_listen_on_every_interface_as_the_readme_says(monkeypatch):
@@ -233,7 +273,8 @@ def after_workflows(docs, block, _):
 # -- troubleshooting: each message as the product prints it ------------------------------------
 
 def flask_hello(docs, *args, **env):
-    done = subprocess.run(["flask", "--app", "hello", *args], cwd=docs.directory, env={**docs.env, **env},
+    done = subprocess.run(["flask", "--app", "hello", *args], cwd=docs.directory,
+                          env={**docs.env, **docs.exported, **env},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout + done.stderr
 
