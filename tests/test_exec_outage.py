@@ -18,8 +18,6 @@ from tests.conftest import EVENT_TIMEOUT, SECRET_KEY, TEST_SETTINGS, committed
 from tests.forkserver import python_m
 from tests.private_databases import migrated, proxy_to
 
-EXIT_BOUND = 15  # seconds from exec's start to its exit, whatever the database does
-
 
 @pytest.fixture(scope="module", params=servers.KINDS)
 def server_url(request):
@@ -66,8 +64,15 @@ def follow(proc):
     began = time.monotonic()
     first = proc.stdout.readline()
     first_at, running = time.monotonic() - began, proc.poll() is None
-    out, err = proc.communicate(timeout=EXIT_BOUND + 5)
+    out, err = proc.communicate(timeout=EVENT_TIMEOUT)
     return first_at, running, time.monotonic() - began, first + out, err
+
+
+def exits_in_time(first_at, took, err):
+    """exec exits within REPORT_WAIT of its command's end (its output), whatever the database
+    does, and as long again as it took to start the command: its exit, like its start, is the
+    interpreter's work, which a loaded machine slows alike (its start is measured on the same run)."""
+    assert took - first_at <= REPORT_WAIT + first_at, f"exit {took:.2f} s, the command's output {first_at:.2f} s\n{err}"
 
 
 def test_with_the_path_blackholed_the_command_runs_at_once_and_exec_exits_with_its_code_saying_it_was_not_recorded(
@@ -82,7 +87,8 @@ def test_with_the_path_blackholed_the_command_runs_at_once_and_exec_exits_with_i
     assert marker.exists() and running
     assert out == "hi\n"
     assert proc.returncode == 3
-    assert REPORT_WAIT / 2 < took <= EXIT_BOUND
+    assert REPORT_WAIT / 2 < took
+    exits_in_time(first_at, took, err)
     assert "its start is not recorded (database did not answer within 0.5 s)" in err
     assert "the run was NOT recorded (exit code 3)" in err and "its slot shows as missed" in err
     assert "Traceback" not in err
@@ -123,7 +129,7 @@ def test_on_a_slow_link_the_command_starts_before_its_run_is_recorded_and_the_ru
     assert out == "hi\n" and proc.returncode == 0 and running
     assert "its start is not recorded (database did not answer within 0.5 s)" in err
     assert "NOT recorded" not in err and "Traceback" not in err, err
-    assert took <= EXIT_BOUND
+    exits_in_time(first_at, took, err)
     assert runs() == [("succeeded", "hi\n")]
 
 
