@@ -141,7 +141,9 @@ class Runner:
             return None
         if "file" in block.options:
             name = block.options["file"]
-            with open(self.directory / name, "a" if name in self.written else "w") as file:
+            # app=standalone: beside wsgi.py, where the standalone app's commands import it from.
+            folder = self.standalone if block.options.get("app") == "standalone" else self.directory
+            with open(folder / name, "a" if name in self.written else "w") as file:
                 file.write(("\n\n" if name in self.written else "") + block.text)
             self.written.add(name)
             if block.kind == "python":

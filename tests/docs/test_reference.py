@@ -1,8 +1,9 @@
 """docs/REFERENCE.md: every block, in document order (tests/docs/snippets.py).
 
 Its python blocks run in the scratch host app; its `flask --app wsgi ...` commands run the
-standalone app on the same scratch database, with the job types they name (send_invoice,
-send_report) in JOBSWEB_HANDLERS, as a reader's would be. "Testing your jobs" is a test file of
+standalone app on the same scratch database, with what the page gives a reader and nothing
+more: the job type its schedules name comes from the page's own `reports.py`, in the
+`JOBSWEB_HANDLERS` the page exports. "Testing your jobs" is a test file of
 a reader's app: it is written as tests/test_invoices.py beside a small `myapp` (a factory, the
 send_invoice job and the close_order that enqueues it) and run with pytest there.
 """
@@ -22,20 +23,6 @@ pytestmark = pytest.mark.slow
 
 DOC = Document("docs/REFERENCE.md")
 test_fences = fence_test(DOC)
-
-HANDLERS = '''
-from jobsweb import job
-
-
-@job("send_invoice")
-def send_invoice(ctx):
-    return {"sent": ctx.payload.get("invoice_id")}
-
-
-@job("send_report")
-def send_report(ctx):
-    return {"to": ctx.payload.get("to")}
-'''
 
 MYAPP = {
     "myapp/__init__.py": '''
@@ -91,9 +78,6 @@ def reference(docs, postgres_server):
         conn.execute(f"CREATE DATABASE {TEST_DATABASE}")
     docs.substitute["postgresql://localhost/myapp_test"] = libpq_url(
         database_url(make_url(admin).set(database=TEST_DATABASE).render_as_string(hide_password=False)))
-    for directory in (docs.directory, docs.standalone):  # importable by the host app and the standalone one
-        (directory / "docs_jobs.py").write_text(HANDLERS)
-    docs.env["JOBSWEB_HANDLERS"] = "docs_jobs"
     from tests.docs.scratch_host import db
 
     docs.namespace["db"] = db  # the reader's Flask-SQLAlchemy: the scratch host app's
@@ -108,6 +92,10 @@ def reference(docs, postgres_server):
 
 @pytest.mark.parametrize("block", DOC.blocks, ids=DOC.ids)
 def test_block(block, reference):
+    if block.id == "pytest":
+        # "Testing your jobs" is a reader's own app (myapp), tested in its own directory: not in
+        # the shell where the Schedules section exported the standalone app's JOBSWEB_HANDLERS.
+        reference.exported.clear()
     reference.run(block)
     if block.id == "queues":  # each run in the queue and at the priority its comment says
         with psycopg.connect(reference.url) as conn:
