@@ -135,3 +135,13 @@ def test_every_path_the_reference_names_is_a_route_of_the_admin_screen(reference
         except NotFound:
             missing.append(path)
     assert missing == []
+
+
+def test_every_pip_install_of_jobsweb_the_pages_give_says_where_it_comes_from():
+    """jobsweb is not on the package index: `pip install 'jobsweb[sentry]'` found nothing there.
+    Each one names a clone (`@ git+...`) or a wheel, bar the README's sentence saying so."""
+    said = []
+    for page in ("README.md", "docs/REFERENCE.md", "docs/DEPLOY.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        said += [(page, line) for line in re.findall(r"pip install ([^`]*jobsweb[^`]*)`(?! finds nothing)", text)]
+    assert said and [(page, line) for page, line in said if "@ git+" not in line and ".whl" not in line] == []
