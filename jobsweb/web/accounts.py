@@ -25,18 +25,30 @@ def _dummy_hash():
     return generate_password_hash("not a real password")
 
 
+def _end_transaction():
+    """Commit the session's transaction before a password is hashed or checked: scrypt takes
+    ~0.1 s of CPU, seconds on a starved one, and a transaction left open through it held its
+    snapshot and locks, and was ended by the server's idle_in_transaction_session_timeout (a 10 s
+    one ended create_user's). What came before is reads (the page's viewer, the user looked up);
+    committed, not rolled back, so that a caller's earlier writes are never lost."""
+    db.session.commit()
+
+
 def find_user(email):
     """The user with this email, compared without case, or None."""
     return db.session.scalar(select(User).where(func.lower(User.email) == email.strip().lower()))
 
 
 def check_credentials(email, password):
-    """The active user with this email and password, or None."""
+    """The active user with this email and password, or None. The password is checked with no
+    transaction open (_end_transaction)."""
     user = find_user(email)
-    if user is None:
+    stored, active = (user.password_hash, user.active) if user is not None else (None, False)
+    _end_transaction()
+    if stored is None:
         check_password_hash(_dummy_hash(), password)
         return None
-    return user if check_password_hash(user.password_hash, password) and user.active else None
+    return user if check_password_hash(stored, password) and active else None
 
 
 def end_sessions(user):
@@ -52,8 +64,11 @@ def set_active(user, active):
 
 
 def reset_password(user, password):
-    """A new password; every session of the user ends. The caller commits."""
-    user.password_hash = generate_password_hash(check_password(password))
+    """A new password; every session of the user ends. The caller commits (what the session held
+    before is committed first: the password is hashed with no transaction open)."""
+    check_password(password)
+    _end_transaction()
+    user.password_hash = generate_password_hash(password)
     end_sessions(user)
 
 
@@ -66,7 +81,8 @@ def user_by_email(email):
 
 
 def create_user(email, password, role):
-    """Add a user to the session (the caller commits, with its audit entry if any).
+    """Add a user to the session (the caller commits, with its audit entry if any; what the
+    session held before is committed first: the password is hashed with no transaction open).
 
     InvalidInput names the field when the email is taken or the input is unusable.
     """
@@ -76,9 +92,11 @@ def create_user(email, password, role):
     if role not in ROLES:
         raise InvalidInput("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
     check_password(password)
+    _end_transaction()
+    password_hash = generate_password_hash(password)
     if find_user(email) is not None:
         raise InvalidInput("email", f"a user with email {email} already exists")
-    user = User(email=email, password_hash=generate_password_hash(password), role=role)
+    user = User(email=email, password_hash=password_hash, role=role)
     db.session.add(user)
     db.session.flush()  # assigns user.id
     return user
