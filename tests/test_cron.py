@@ -19,6 +19,7 @@ import pytest
 from jobsweb import definitions, enqueue
 from jobsweb.core.database import libpq_url
 from tests.conftest import ROOT, TEST_SETTINGS, committed, wait_for
+from tests.docs.snippets import Document
 
 CRON = shutil.which("cron") or "/usr/sbin/cron"
 # cron allows one daemon per machine (its pid file): a second test's `cron -f` exits at once and
@@ -53,10 +54,12 @@ def cron(database_url_for_tests, tmp_path):
     path = Path("/etc/cron.d") / f"jobsweb_test_{secrets.token_hex(4)}"
     started = []
 
-    def start(lines):
+    def start(lines, environment=True):
+        """environment=False: `lines` alone, their own variables among them (DEPLOY's crontab)."""
         env = {"PATH": f"{ROOT}/.venv/bin:/usr/bin:/bin", "DATABASE_URL": libpq_url(database_url_for_tests),
                "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-test", **TEST_SETTINGS}
-        text = [f"{name}={value}" for name, value in env.items()] + [line.format(logs=logs) for line in lines]
+        text = [f"{name}={value}" for name, value in env.items() if environment] + [
+            line.format(logs=logs) for line in lines]
         path.write_text("\n".join(text) + "\n")
         path.chmod(0o644)
         started.append(subprocess.Popen([CRON, "-f"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -156,3 +159,21 @@ def test_a_crontab_line_wrapped_in_flask_jobs_exec_reports_each_slot_of_its_exte
     text = (logs / "cleanup.log").read_text()
     assert text.count("removed 12 files") == len(reported) and "Traceback" not in text
     assert sql("SELECT last_status, failure_count >= 2 FROM job_definitions") == [("dead", True)]
+
+
+@pytest.mark.slow
+def test_deploys_crontab_block_installed_as_written_runs_what_is_due(app, sql, cron, database_url_for_tests):
+    """DEPLOY.md's block, every line of it and nothing more: only its placeholders filled in (the
+    app's directory, the database, the log file), and cron.d's user field after the schedule."""
+    [block] = [block for block in Document("docs/DEPLOY.md").blocks if block.id == "crontab"]
+    text = block.text.replace("postgresql://user:password@db.example.com:5432/app", libpq_url(database_url_for_tests))
+    text = text.replace("/var/log/jobsweb.log", "{logs}/jobsweb.log").replace("/app", str(ROOT))
+    with committed(app):
+        run_id = enqueue("jobsweb.noop")
+    logs, daemon = cron([line.replace("* * * * * ", "* * * * * root ") for line in text.splitlines()],
+                        environment=False)
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("succeeded",)], timeout=130,
+             interval=1, message="the crontab's first tick to run the enqueued run")
+    daemon.terminate()
+    daemon.wait(timeout=10)
+    assert "Traceback" not in (logs / "jobsweb.log").read_text()

@@ -113,3 +113,14 @@ def test_every_setting_deploy_names_is_a_setting_of_this_version():
 
     named = set(re.findall(r"\bJOBSWEB_[A-Z0-9_]*[A-Z0-9]\b", (ROOT / "docs/DEPLOY.md").read_text()))
     assert len(named) > 40 and sorted(named - set(SETTINGS)) == []
+
+
+def test_where_make_lock_takes_uv_from_is_what_deploy_says():
+    """DEPLOY said a virtualenv of its own, `.cache/venv-lock`, where the Makefile uses .venv's uv."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^BIN := \$\(VENV\)/bin$", makefile, re.M) and re.search(r"^VENV := \.venv$", makefile, re.M)
+    assert re.search(r"^lock: \| \$\(BIN\)/uv$", makefile, re.M)
+    assert re.search(r"^\$\(BIN\)/uv:\n\t\$\(PYTHON\) -m venv \$\(VENV\)\n\t\$\(BIN\)/pip install ", makefile, re.M)
+    text = " ".join((ROOT / "docs/DEPLOY.md").read_text().split())
+    assert ("`make lock` runs as `.venv/bin/uv` (pip-installing it into the checkout's `.venv` first when it is not "
+            "there)") in text
