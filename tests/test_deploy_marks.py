@@ -3,8 +3,12 @@ dashboard's and the metrics page's charts draw it where it falls among their bar
 
 import getpass
 import re
+import subprocess
 
 import pytest
+
+from jobsweb.core.database import libpq_url
+from tests.conftest import ROOT, SECRET_KEY
 
 
 def mark(app, *args):
@@ -53,8 +57,6 @@ def test_the_metrics_pages_week_draws_an_older_deploy_escaped_and_its_long_label
 
 
 @pytest.mark.parametrize("label, message", [
-    ("", "label: must not be empty"),
-    ("   ", "label: must not be empty"),
     ("v" * 101, "label: must be at most 100 characters"),
     ("v1\n2", "must not contain the control character"),
 ])
@@ -64,3 +66,65 @@ def test_a_bad_label_is_refused_naming_it_and_nothing_is_written(app, sql, label
     assert "Traceback" not in result.output
     assert sql("SELECT count(*) FROM jobsweb_deploy_marks") == [(0,)]
     assert sql("SELECT count(*) FROM jobsweb_audit_log") == [(0,)]
+
+
+# -- in a release phase ---------------------------------------------------------------------
+
+# What each platform's release phase has of the release (DEPLOY.md names them), besides the app's
+# own variables: never SOURCE_VERSION, which Heroku sets at build time only.
+SHA = "3f2c9e1d0b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e"
+PHASES = {
+    "heroku with dyno metadata": ({"DYNO": "release.4711", "HEROKU_APP_NAME": "example-app",
+                                   "HEROKU_RELEASE_VERSION": "v42", "HEROKU_SLUG_COMMIT": SHA},
+                                  "v42", " (label from HEROKU_RELEASE_VERSION)"),
+    "render": ({"RENDER": "true", "RENDER_GIT_BRANCH": "main", "RENDER_GIT_COMMIT": SHA}, SHA,
+               " (label from RENDER_GIT_COMMIT)"),
+    "railway": ({"RAILWAY_DEPLOYMENT_ID": "7e1b6c1a-0f0e-4c1e-9d1b-2a7c1f0e9d8c", "RAILWAY_GIT_COMMIT_SHA": SHA}, SHA,
+                " (label from RAILWAY_GIT_COMMIT_SHA)"),
+    "fly": ({"FLY_APP_NAME": "my-app-name", "FLY_IMAGE_REF": "registry.fly.io/my-app-name:deployment-01H9RK9EYO9PGNBYAKGXSHV0PH"},
+            "deployment-01H9RK9EYO9PGNBYAKGXSHV0PH", " (label from FLY_IMAGE_REF)"),
+    "heroku without dyno metadata": ({"DYNO": "release.4711"}, None,
+                                     " (labelled with its time: no LABEL given, and none of SOURCE_VERSION, "
+                                     "HEROKU_RELEASE_VERSION, HEROKU_SLUG_COMMIT, RENDER_GIT_COMMIT, "
+                                     "RAILWAY_GIT_COMMIT_SHA, FLY_IMAGE_REF is set)"),
+}
+
+
+def documented_release_line():
+    """The release line DEPLOY.md and REFERENCE.md suggest for marking deploys: the same in both."""
+    lines = {re.search(r"`release: (flask jobs migrate && flask jobs mark-deploy[^`]*)`",
+                       " ".join((ROOT / doc).read_text().split()))[1]  # as read, whatever the line breaks
+             for doc in ("docs/DEPLOY.md", "docs/REFERENCE.md")}
+    assert len(lines) == 1, lines
+    return lines.pop()
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_the_documented_release_line_marks_the_deploy_with_the_variables_each_release_phase_has(
+        app, sql, database_url_for_tests, phase):
+    variables, label, said = PHASES[phase]
+    # Only what the phase has: the app's variables and the platform's, as the platform's shell runs it.
+    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "SECRET_KEY": SECRET_KEY,
+           "DATABASE_URL": "postgres://" + libpq_url(database_url_for_tests).split("://", 1)[1], **variables}
+    release = subprocess.run(["sh", "-c", documented_release_line()], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert release.returncode == 0, release.stdout + release.stderr
+    marked = release.stdout.splitlines()[-1]
+    [(recorded,)] = sql("SELECT label FROM jobsweb_deploy_marks")
+    if label is None:  # labelled with the minute it was marked, in UTC
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", recorded), recorded
+        label = recorded
+    assert recorded == label
+    assert re.fullmatch(rf"deploy {re.escape(label)} marked at \d{{4}}-\d\d-\d\d \d\d:\d\d UTC{re.escape(said)}",
+                        marked), marked
+
+
+def test_an_empty_label_as_the_old_release_line_gave_it_takes_the_platforms_variable(app, sql, monkeypatch):
+    """`mark-deploy "$SOURCE_VERSION"` in a release phase without it: exit 2 before, the release failed."""
+    monkeypatch.delenv("SOURCE_VERSION", raising=False)
+    monkeypatch.setenv("HEROKU_RELEASE_VERSION", "v43")
+    for label in ("", "   "):
+        result = mark(app, label)
+        assert result.exit_code == 0, result.output
+        assert result.output.endswith(" (label from HEROKU_RELEASE_VERSION)\n")
+    assert sql("SELECT label FROM jobsweb_deploy_marks") == [("v43",), ("v43",)]

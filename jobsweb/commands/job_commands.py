@@ -1,6 +1,9 @@
 """`flask jobs migrate`, `jobs enqueue`, `jobs batch` and `jobs prune`: the schema, ad-hoc runs, a
 batch's state, retention."""
 
+import os
+from datetime import datetime, timezone
+
 import click
 from flask import current_app
 
@@ -91,14 +94,23 @@ def prune_command(dry_run):
 
 
 @jobs.command("mark-deploy")
-@click.argument("label")
+@click.argument("label", required=False, default="")
 def mark_deploy_command(label):
     """Mark a deploy, LABEL (a version or a commit), now: the dashboard's and the metrics page's
-    charts draw it as a line. In a release phase: flask jobs mark-deploy "$SOURCE_VERSION"."""
+    charts draw it as a line. Without LABEL (or with an empty one, a variable the release phase
+    lacks), the first platform variable set (SOURCE_VERSION, HEROKU_RELEASE_VERSION, ...) labels
+    it, or else the time: a release phase never fails for want of a label."""
+    label, source = (label.strip(), None) if label.strip() else deploy_marks.release_label(os.environ)
+    said = f" (label from {source})" if source else ""
+    if label is None:
+        label = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        said = (f" (labelled with its time: no LABEL given, and none of "
+                f"{', '.join(deploy_marks.RELEASE_VARIABLES)} is set)")
+
     def change():
         marked_id, marked_at = deploy_marks.mark(label, by=audit.command_identity())
-        audit.record_command("mark_deploy", "deploy", marked_id, label=label.strip())
+        audit.record_command("mark_deploy", "deploy", marked_id, label=label)
         return marked_at
 
     marked_at = committed(change)
-    click.echo(f"deploy {label.strip()} marked at {when(marked_at, 'UTC')}")
+    click.echo(f"deploy {label} marked at {when(marked_at, 'UTC')}{said}")

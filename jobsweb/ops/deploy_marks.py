@@ -22,6 +22,26 @@ LIMIT %(limit)s
 """
 
 
+# What a release phase knows of the release, in the order read: the first set labels the mark
+# when `flask jobs mark-deploy` is given none. Heroku sets SOURCE_VERSION at build time only; its
+# release phase has HEROKU_RELEASE_VERSION (v42) and HEROKU_SLUG_COMMIT once dyno metadata is on
+# (`heroku labs:enable runtime-dyno-metadata`). Render's pre-deploy command has RENDER_GIT_COMMIT,
+# Railway's RAILWAY_GIT_COMMIT_SHA, Fly's release_command machine FLY_IMAGE_REF (its tag is read).
+RELEASE_VARIABLES = ("SOURCE_VERSION", "HEROKU_RELEASE_VERSION", "HEROKU_SLUG_COMMIT", "RENDER_GIT_COMMIT",
+                     "RAILWAY_GIT_COMMIT_SHA", "FLY_IMAGE_REF")
+
+
+def release_label(environ):
+    """(label, the variable it came from) of the first of RELEASE_VARIABLES set in `environ`, or
+    (None, None). FLY_IMAGE_REF gives its tag (registry.fly.io/app:deployment-01H9... gives
+    deployment-01H9...), which fits in LABEL_MAX_CHARS where the whole reference may not."""
+    for name in RELEASE_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value:
+            return (value.rpartition(":")[2] if name == "FLY_IMAGE_REF" else value), name
+    return None, None
+
+
 def mark(label, by):
     """Record a deploy labelled `label` (a version, a commit) by `by`, now; (id, marked_at). The
     caller commits. InvalidInput naming `label` when it is empty, too long or holds a control
