@@ -8,6 +8,7 @@ characters (`export SECRET_KEY=$(openssl rand -hex 32)`).
 
     DATABASE_URL=postgresql://... flask --app examples.host_app init-db
     DATABASE_URL=postgresql://... flask --app examples.host_app jobs migrate
+    ACCOUNT_EMAIL=you@example.com ACCOUNT_PASSWORD=fern-lantern-quarry-53 ACCOUNT_ROLE=admin DATABASE_URL=postgresql://... flask --app examples.host_app add-account
     DATABASE_URL=postgresql://... flask --app examples.host_app run                # the site
     DATABASE_URL=postgresql://... flask --app examples.host_app run-jobs --forever # a worker
 """
@@ -139,7 +140,7 @@ def create_app(config=None):
 
     @app.cli.command("add-account")
     def add_account():
-        """Add an account: EMAIL PASSWORD ROLE from the environment (for the example's tests)."""
+        """Add an account: ACCOUNT_EMAIL, ACCOUNT_PASSWORD and ACCOUNT_ROLE from the environment."""
         db.session.add(Account(email=os.environ["ACCOUNT_EMAIL"], role=os.environ["ACCOUNT_ROLE"] or None,
                                password_hash=generate_password_hash(os.environ["ACCOUNT_PASSWORD"])))
         db.session.commit()
