@@ -30,7 +30,7 @@ test_fences = fence_test(DOC)
 # in make test's run beside the rest.
 pytestmark = pytest.mark.slow
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-# The job types of your own app that the workflows block enqueues (the README says they are yours).
+# The job types of your own app that the workflows block enqueues (the text before it says they are yours).
 WORKFLOW_TYPES = ("extract", "transform", "report", "notify", "render_page", "fetch", "parse", "store")
 
 
