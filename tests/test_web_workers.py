@@ -2,7 +2,11 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 
+from flask import Flask
+
+from jobsweb.web.rendering import flask_command
 from tests import test_web_look
 
 server, open_context = test_web_look.server, test_web_look.open_context  # its fixtures
@@ -140,3 +144,14 @@ def test_the_hints_to_start_a_worker_name_the_standalone_app_and_run_outside_the
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sql("SELECT count(*) FROM job_workers WHERE stopped_at IS NOT NULL") == [(1,)]
+
+
+def test_an_app_run_as_a_script_is_named_by_its_file_in_the_hints(monkeypatch):
+    """`python hello.py` (app.run() at its end): the app's import name is __main__, which no
+    `--app` imports."""
+    script = types.ModuleType("__main__")
+    script.__file__ = "/srv/team/hello.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    app = Flask("__main__")
+    with app.test_request_context():
+        assert flask_command("run-jobs") == "flask --app hello run-jobs"
