@@ -92,13 +92,23 @@ OWN_SERVERS = ("test_stop_during_outage.py", "test_exec_outage.py", "test_networ
                "test_database_down.py", "test_server_limits.py", "test_hosted_settings.py", "test_stop_deadline.py")
 
 
+# What `make check`, a contributor's quick loop, leaves out besides the slow and own-server tests:
+# the tests that start a browser, a worker or another process (a fixture of these, or a module
+# that imports subprocess), and the lifecycle model at its 200 examples. They are most of the
+# suite's time; make test runs everything.
+STARTS_PROCESSES = {"browser", "spawn_worker", "installed_wheel", "scratch_database", "restart_postgres", "receiver",
+                    "docs"}  # tests/docs/conftest.py: runs the blocks as a reader would, shells and pages
+NOT_QUICK = ("test_lifecycle_model.py",)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "own_servers: starts PostgreSQL servers of its own (OWN_SERVERS in tests/conftest.py)")
+    config.addinivalue_line("markers", "quick: in the process alone, no browser or other process (make check)")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests of ON_BOTH_SERVERS both_servers and those of OWN_SERVERS own_servers (select
-    them with -m)."""
+    """Mark the tests of ON_BOTH_SERVERS both_servers, those of OWN_SERVERS own_servers and the
+    rest of the slow ones' complement quick (select them with -m)."""
     tests = Path(__file__).parent
     for item in items:
         where = item.path.relative_to(tests).as_posix()
@@ -106,6 +116,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.both_servers)
         if where in OWN_SERVERS:
             item.add_marker(pytest.mark.own_servers)
+        elif (not item.get_closest_marker("slow") and where not in NOT_QUICK
+              and STARTS_PROCESSES.isdisjoint(item.fixturenames) and "subprocess" not in vars(item.module)):
+            item.add_marker(pytest.mark.quick)
 
 
 def _admin_url():
