@@ -5,7 +5,8 @@ and worker (`flask run-jobs --forever`) lines as separate processes on a fresh d
 team's handlers imported by the worker alone (tests/deployment.py); the admin screen in headless
 Chromium. What the suite's other tests cannot see, since they import handlers beside the app
 they drive: a job type only the workers know, scheduled and edited in the form, enqueued from
-it, cancelled and retried, its failed attempt reaching Sentry and OpenTelemetry.
+it, cancelled and retried, its failed attempt reaching Sentry and OpenTelemetry; and the
+release line DEPLOY suggests, run as a release phase runs it.
 """
 
 import json
@@ -17,6 +18,7 @@ from playwright import sync_api
 
 from tests.conftest import wait_for
 from tests.deployment import Deployment
+from tests.test_deploy_marks import documented_release_line
 
 pytestmark = pytest.mark.slow  # builds and installs the wheel once per pytest process
 
@@ -45,8 +47,13 @@ def jsonl(path):
 
 def test_an_operator_schedules_edits_enqueues_cancels_and_retries_a_job_type_only_the_worker_imports(
         deployment, browser):
+    # The Procfile's release line, then the one DEPLOY suggests for marking deploys, as Heroku's
+    # release phase runs it (dyno metadata on; SOURCE_VERSION is a build's only).
     release = deployment.run(deployment.procfile()["release"])
     assert release.returncode == 0, release.stdout + release.stderr
+    release = deployment.run(documented_release_line(), DYNO="release.1", HEROKU_RELEASE_VERSION="v42")
+    assert release.returncode == 0, release.stdout + release.stderr
+    assert query(deployment, "SELECT label FROM jobsweb_deploy_marks") == [("v42",)]
     created = deployment.run(f"flask users create {EMAIL} --role admin --password '{PASSWORD}'")
     assert created.returncode == 0, created.stdout + created.stderr
     base = deployment.web()
