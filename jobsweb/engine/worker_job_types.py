@@ -5,7 +5,7 @@ filters, enqueue() and define() take the job types a live worker registered when
 
 from dataclasses import dataclass
 
-from ..core.database import db, require_postgresql
+from ..core.database import db, execute, require_postgresql
 
 # A worker seen within the last week: one stopped for a deploy still counts, one retention is
 # about to delete (not seen for days) does not. job_workers holds a few rows: no index.
@@ -26,10 +26,16 @@ class Unregistered:
     priority: int = 0
 
 
-def worker_job_types():
-    """Sorted names of the job types a worker seen in the last week registered."""
+def worker_job_types(in_session=False):
+    """Sorted names of the job types a worker seen in the last week registered.
+
+    `in_session`: read in db.session's transaction, for a page that reads the database there
+    anyway. Otherwise on a connection of its own, returned at once: enqueue() without session=
+    would leave db.session idle in a transaction for as long as the caller's app context lasts.
+    A page must not take that second connection: each of gunicorn's threads would then hold
+    two, past the WEB_THREADS + 1 a process is sized for (DEPLOY.md's connection budget)."""
     require_postgresql(from_code=True)  # a host on SQLite: this, not "no such function: unnest"
-    # On a connection of its own, returned at once: enqueue() without session= would otherwise
-    # leave db.session idle in a transaction for as long as the caller's app context lasts.
+    if in_session:
+        return sorted(name for (name,) in execute(WORKER_JOB_TYPES))
     with db.engine.connect() as conn:
         return sorted(name for (name,) in conn.exec_driver_sql(WORKER_JOB_TYPES))

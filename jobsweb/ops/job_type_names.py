@@ -32,4 +32,4 @@ MOST_PRESENT = 500  # job types read from the runs; the rest can still be typed 
 def job_type_names():
     """Sorted names of every job type known anywhere: runs, definitions, workers, this process."""
     found = {name for (name,) in execute(JOB_TYPE_NAMES, {"most": MOST_PRESENT})}
-    return sorted(found.union(registry.names(), worker_job_types()))
+    return sorted(found.union(registry.names(), worker_job_types(in_session=True)))

@@ -38,7 +38,7 @@ def job_type_choices(current=None):
     often imports no handler); and `current`, a definition's own, kept even if no worker has it
     now, so that its edit opens with it chosen."""
     here = registry.names()
-    theirs = [name for name in worker_job_types() if name not in here]
+    theirs = [name for name in worker_job_types(in_session=True) if name not in here]
     choices = [(name, name) for name in here] + [(name, f"{name} — a worker's") for name in theirs]
     if current and current not in here and current not in theirs:
         choices.append((current, f"{current} — no worker has it now"))
