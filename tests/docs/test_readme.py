@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tomllib
 
+from pathlib import Path
+
 import psycopg
 import pytest
 from flask import Flask, render_template_string
@@ -34,6 +36,7 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 WORKFLOW_TYPES = ("extract", "transform", "report", "notify", "render_page", "fetch", "parse", "store")
 
 
+UV = Path(sys.executable).parent / "uv"  # in make test's venv (Makefile)
 # The page's placeholder for the reader's database, in its `export DATABASE_URL=...` line.
 READERS_DATABASE = "postgresql://user:password@localhost:5432/app"
 
@@ -91,13 +94,16 @@ def after_install(docs, block, _):
     refused = subprocess.run([str(docs.directory / ".venv" / "bin" / "pip"), "install", "--dry-run", "jobsweb==99"],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0 and "No matching distribution found for jobsweb" in refused.stderr, refused.stderr
+    # From here on, the reader's shell is the one the block activated the virtualenv in: every
+    # later command (the wheel's install, hello.py's flask, app.py's, gunicorn) is that venv's,
+    # never the suite's own, whose jobsweb is the checkout. In place: test_block keeps this dict.
+    venv = docs.directory / ".venv"
+    docs.env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{docs.env['PATH']}")
 
 
 def before_wheel(docs):
     """Into the virtualenv the install block made and activated (never the suite's own)."""
-    venv = docs.directory / ".venv"
-    assert (venv / "bin" / "pip").exists(), "the install block makes the virtualenv the wheel goes into"
-    docs.env = {**docs.env, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{docs.env['PATH']}"}
+    assert (docs.directory / ".venv" / "bin" / "pip").exists(), "the install block makes the virtualenv the wheel goes into"
 
 
 def after_wheel(docs, block, _):
@@ -134,8 +140,11 @@ def host_app(docs, **config):
 
 
 def before_migrate(docs):
-    """The host's own migration history, as it has one before it adds jobsweb: `flask db init`
-    and `flask db migrate` of step 2's User."""
+    """The host's own dependencies in the reader's virtualenv, beside jobsweb (its sign-in and its
+    driver: a host app has them before it adds jobsweb); and its own migration history:
+    `flask db init` and `flask db migrate` of step 2's User."""
+    subprocess.run([UV, "pip", "install", "--quiet", "--python", docs.directory / ".venv" / "bin" / "python",
+                    "Flask-Login>=0.6.3,<0.7", "psycopg2-binary>=2.9.9"], check=True, timeout=300)
     _, app = host_app(docs)
     runner = app.test_cli_runner()
     directory = str(docs.directory / "migrations")
