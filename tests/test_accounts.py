@@ -13,10 +13,10 @@ from jobsweb.core.database import db, libpq_url
 from jobsweb.web import accounts
 from tests.conftest import PASSWORD, SECRET_KEY, csrf_token
 
-IDLE_IN_TRANSACTION = "500ms"  # the database's idle_in_transaction_session_timeout
-# A real cost: 5 million rounds of PBKDF2 take about 1 s of CPU, twice the timeout, and longer on
+IDLE_IN_TRANSACTION = "300ms"  # the database's idle_in_transaction_session_timeout
+# A real cost: 2 million rounds of PBKDF2 take about 0.4 s of CPU, beyond the timeout, and longer on
 # a loaded machine. check_password_hash reads the cost from the stored hash.
-SLOW_HASH = "pbkdf2:sha256:5000000"
+SLOW_HASH = "pbkdf2:sha256:2000000"
 IN_TRANSACTION = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                   "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")
 
