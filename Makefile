@@ -38,12 +38,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi dev$(if $(PORT), --port $(PORT))
 
-# Eight pytest processes at once, each starting its own server (tests/servers.py):
+# Six pytest processes at once, each starting its own server (tests/servers.py):
 # - stock-both and embedded-both: the tests marked both_servers (tests/conftest.py, ON_BOTH_SERVERS)
-#   on the stock server and on the embedded one, each in two processes: the longest of them
-#   (BOTH_APART: the lifecycle model, claiming ahead, the deployed wheel and the drills' short forms)
-#   beside the rest. As one process a server, they ended at 15 min where the others ended by 11, on a
-#   suite that kept the 2 cores busy about half of the time;
+#   on the stock server and on the embedded one;
 # - embedded-own-servers: the tests that start servers of their own to stop them or break the path
 #   to them (OWN_SERVERS), mostly waiting out timeouts and backoff steps;
 # - embedded-cron: crontab mode, which waits for cron's minute boundaries (about four minutes asleep),
@@ -58,22 +55,18 @@ run: $(RUN_STAMP)
 # runs) and are printed at the end, each with its closing line and its slowest tests, then the
 # closing lines again. make test always starts its own servers: TEST_DATABASE_URL is for running
 # pytest yourself.
-PYTEST_RUNS := embedded-both embedded-both-apart embedded-rest embedded-own-servers embedded-slow embedded-cron \
-	stock-both stock-both-apart
+PYTEST_RUNS := embedded-both embedded-rest embedded-own-servers embedded-slow embedded-cron stock-both
 BESIDE_CRON := tests/test_cron.py tests/test_wheel.py tests/test_oldest_pins.py
-BOTH_APART := tests/test_lifecycle_model.py tests/test_claim_ahead.py tests/test_deployed.py tests/reliability
 test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
 	@mkdir -p $(TEST_LOGS)
 	@rm -f $(TEST_LOGS)/*.exit
-	@echo "pytest, eight runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
+	@echo "pytest, six runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
 	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=15"; \
 	run() { name=$$1; shift; TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
 		echo $$? >$(TEST_LOGS)/$$name.exit; }; \
-	run stock-both -m both_servers $(addprefix --ignore=,$(BOTH_APART)) & \
-	run stock-both-apart -m both_servers $(BOTH_APART) & \
-	run embedded-both -m both_servers $(addprefix --ignore=,$(BOTH_APART)) & \
-	run embedded-both-apart -m both_servers $(BOTH_APART) & \
+	run stock-both -m both_servers & \
+	run embedded-both -m both_servers & \
 	run embedded-own-servers -m "own_servers and not both_servers and not slow" & \
 	run embedded-cron -m slow $(BESIDE_CRON) & \
 	run embedded-slow -m "slow and not both_servers" $(addprefix --ignore=,$(BESIDE_CRON)) & \
