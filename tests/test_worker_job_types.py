@@ -10,6 +10,7 @@ from flask import Flask
 from playwright import sync_api
 
 from jobsweb import JobsWeb, enqueue, enqueue_many
+from jobsweb.core.database import db
 from jobsweb.core.errors import ConfigError, InvalidInput
 from jobsweb.engine import registry
 from jobsweb.ops.job_type_names import job_type_names
@@ -90,6 +91,39 @@ def test_the_edit_form_keeps_a_job_type_no_worker_has_now_and_offers_none_of_a_w
         "misfire": "latest", "grace_seconds": "900", "csrf_token": csrf_token(client, "/definitions/1/edit")})
     assert response.status_code == 422
     assert "&#39;reports.old&#39; is not a registered job type (known: " in response.get_data(as_text=True)
+
+
+def test_the_forms_read_a_workers_job_types_on_the_requests_one_connection(app, sign_in, sql):
+    # A second connection a request, under gunicorn's threads, passes the WEB_THREADS + 1 each
+    # process is sized for (DEPLOY.md's connection budget; tests/test_hosted_settings.py).
+    from sqlalchemy import event
+
+    worker_seen(sql, ["reports.weekly"])
+    held, most = set(), []
+    with app.app_context():
+        pool = db.engine.pool
+    checked_out = lambda conn, record, proxy: (held.add(id(record)), most.append(len(held)))  # noqa: E731
+    checked_in = lambda conn, record: held.discard(id(record))  # noqa: E731
+    event.listen(pool, "checkout", checked_out)
+    event.listen(pool, "checkin", checked_in)
+    try:
+        client = sign_in("admin")
+        most.clear()
+        for path in ("/definitions/new", "/enqueue"):
+            assert "reports.weekly — a worker&#39;s" in client.get(path).get_data(as_text=True), path
+        created = client.post("/definitions/new", data={
+            "name": "weekly", "job_type": "reports.weekly", "schedule": "@weekly", "timezone": "UTC", "payload": "{}",
+            "overlap": "skip", "misfire": "latest", "grace_seconds": "900",
+            "csrf_token": csrf_token(client, "/definitions/new")})
+        assert created.status_code == 302, created.get_data(as_text=True)
+        enqueued = client.post("/enqueue", data={"job_type": "reports.weekly", "payload": "{}",
+                                                 "csrf_token": csrf_token(client, "/enqueue")})
+        assert enqueued.status_code == 302, enqueued.get_data(as_text=True)
+    finally:
+        event.remove(pool, "checkout", checked_out)
+        event.remove(pool, "checkin", checked_in)
+    assert most and max(most) == 1, most
+    assert sql("SELECT job_type FROM job_runs") == [("reports.weekly",)]
 
 
 def test_enqueue_takes_a_job_type_a_worker_registered_with_the_defaults_and_refuses_an_unknown_one(app, runner, sql):

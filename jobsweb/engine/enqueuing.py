@@ -119,14 +119,15 @@ def check_run_at(value):
     return value
 
 
-def check_job_type(job_type, *, workers=False):
+def check_job_type(job_type, *, workers=False, in_session=False):
     """Return the registered JobType; with `workers`, for one only a worker registered (a web
-    process without the handlers), its defaults (an Unregistered); else raise InvalidInput
-    listing the known ones."""
+    process without the handlers), its defaults (an Unregistered), read in db.session's
+    transaction if `in_session` (worker_job_types); else raise InvalidInput listing the known
+    ones."""
     registered = registry.get(job_type)
     if registered is not None:
         return registered
-    theirs = worker_job_types() if workers else []
+    theirs = worker_job_types(in_session) if workers else []
     if job_type in theirs:
         return Unregistered()
     known = ", ".join(sorted({*registry.names(), *theirs}))
@@ -147,7 +148,8 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
     """
     params, after = run_params(job_type, payload, run_at=run_at, idempotency_key=idempotency_key,
                                max_attempts=max_attempts, queue=queue, priority=priority,
-                               unique_key=unique_key, after=after, after_failure=after_failure)
+                               unique_key=unique_key, after=after, after_failure=after_failure,
+                               in_session=session is not None)
     if inline.active(current_app.config):
         return inline.run(job_type, json.loads(params["payload"]), params["max_attempts"])
     require_postgresql(from_code=True)  # on SQLite: this, not "near INSERT: syntax error"
@@ -158,11 +160,12 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
 
 
 def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queue, priority, unique_key,
-               after, after_failure):
-    """ENQUEUE's parameters for one run, every input checked, and its after= as run ids."""
+               after, after_failure, in_session=False):
+    """ENQUEUE's parameters for one run, every input checked, and its after= as run ids; with
+    `in_session` (enqueue with session=), a worker's job type is looked up in that transaction."""
     config = current_app.config
     # Inline mode runs the handler here and now: only this process's job types will do.
-    registered = check_job_type(job_type, workers=not inline.active(config))
+    registered = check_job_type(job_type, workers=not inline.active(config), in_session=in_session)
     payload_text = _checked_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])[1]
     run_at = check_run_at(run_at)
     max_attempts = check_max_attempts(max_attempts, registered, config)

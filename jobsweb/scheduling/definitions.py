@@ -68,7 +68,8 @@ def checked(name, job_type, schedule, *, timezone="UTC", payload=None, max_attem
     if external is True:
         registered, job_type, max_attempts = definition_job_types.external(name, job_type, max_attempts)
     elif external is False:
-        registered = check_job_type(job_type, workers=True)  # a web process may import no handler
+        # A web process may import no handler; its page's transaction reads the workers' types.
+        registered = check_job_type(job_type, workers=True, in_session=True)
     else:
         raise InvalidInput("external", f"must be true or false, got {external!r}")
     parsed = Schedule(schedule, timezone)
