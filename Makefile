@@ -33,7 +33,7 @@ OLDEST_VENV := .cache/venv-oldest
 OLDEST_PINS := examples/requirements-oldest.txt
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test check test-model drills bench bench-quick
+.PHONY: run test check test-model drills bench bench-quick schema
 # make run PORT=5001: another port than 5000 (taken by AirPlay Receiver on macOS, for one).
 run: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi dev$(if $(PORT), --port $(PORT))
@@ -96,6 +96,12 @@ test-model: $(STAMP)
 # make drills DRILLS="chaos storm" DRILL_ARGS="--chaos-jobs 5000"
 drills: $(STAMP)
 	$(BIN)/python drills/run.py $(DRILLS) $(DRILL_ARGS)
+
+# jobsweb/schema.sql, the schema at the head revision as pg_dump writes it after a fresh migrate on
+# a throwaway embedded server (tests/schema_dump.py): after adding or changing a migration, run it
+# and commit the file with the migration; tests/test_schema_file.py fails until they agree.
+schema: $(RUN_STAMP)
+	$(BIN)/python -m tests.schema_dump
 
 # Then the first start (bench/first_start.py): `make run` timed in fresh clones, its section added to
 # the report.

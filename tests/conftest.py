@@ -72,7 +72,7 @@ ON_BOTH_SERVERS = (
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",
     # schema
-    "test_migrations.py", "test_schema_names.py",
+    "test_migrations.py", "test_schema_names.py", "test_schema_file.py",
     # ops: pruning, alerts, stats, health, outages, a pooler, deploys
     "test_prune.py", "test_alerts.py", "test_stats.py", "test_queue_stats.py", "test_run_search.py", "test_metrics.py", "test_health.py",
     "test_web_why_waiting.py",  # why a run is not running: one statement for many runs, planned on both
