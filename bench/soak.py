@@ -347,7 +347,7 @@ def main(argv=None):
     if argv is None and sys.argv[1:2] == ["produce"]:
         produce(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
         return 0
-    from .__main__ import FULL, Bench
+    from .harness import FULL, Bench
     from .measures import drain, migrated
     from .server import Server
 

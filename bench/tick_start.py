@@ -102,7 +102,7 @@ def tick_start_section(r):
 
 
 def main(argv=None):
-    from .__main__ import Bench
+    from .harness import Bench
     from .server import Server
 
     parser = argparse.ArgumentParser(prog="python -m bench.tick_start")
