@@ -56,7 +56,7 @@ def test_an_async_handler_over_its_timeout_is_failed_and_its_task_cancelled(app,
     # Unlike a thread, the coroutine does not keep running after the worker gave it up.
     wait_for(lambda: marker.exists() and marker.read_text() == "cancelled\n", message="the task to be cancelled")
     worker._collect(5)
-    assert worker.busy == 0
+    assert worker.held.taken() == 0
     assert attempts_of(sql, run_id) == [(1, "failed", "timeout")]
 
 
@@ -121,7 +121,7 @@ def test_many_async_runs_wait_at_once_without_a_thread_each(app, sql):
     # All 200 slept at the same time: one claim took them, and they ended within a second.
     [(spread,)] = sql("SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM job_attempts")
     assert spread < 5
-    assert worker.pool.threads == [], "no handler thread was started for async handlers"
+    assert worker.held.pool.threads == [], "no handler thread was started for async handlers"
 
 
 def test_job_decorates_an_async_def_and_drain_awaits_it(app, sql, registry_snapshot):
@@ -197,7 +197,7 @@ def test_an_async_run_asked_to_stop_while_it_waits_for_the_slot_never_begins(app
         waiting = held_run(2, 0, handler)
         pool.submit(waiting)
         wait_for(lambda: len(pool.slots.waiting) == 1, message="run 2 to wait for the slot")
-        waiting.stop()  # as a SIGTERM asks each held run (engine/stopping.py)
+        waiting.stop()  # as a SIGTERM asks each held run (engine/held_runs.py)
         # Back at once, while run 1 still holds the slot: not begun, so the worker releases it.
         stopped = finished.get(timeout=10)
         assert (stopped.held, stopped.begun, waiting.began) == (waiting, False, None)

@@ -85,12 +85,11 @@ def test_a_deadlock_is_its_own_kind_and_one_that_never_clears_is_a_conflict_not_
         assert "transaction given up after 8 run(s); 1 given up" in lines[2]
         assert "could not serialize access" in str(raised.value)
         # The worker takes it back without an outage: no line, no backoff, nothing in doubt.
-        from jobsweb.engine.outages import RECONNECT_FIRST_DELAY, OutageWaits
+        from jobsweb.engine.outages import Outages
 
-        waits = OutageWaits()
-        waits.reconnect_delay, waits.unavailable_since, waits.claims_in_doubt = RECONNECT_FIRST_DELAY, None, False
-        waits._wait_for_database(raised.value)
-        assert (waits.reconnect_delay, waits.unavailable_since, waits.claims_in_doubt) == (0.5, None, False)
+        outages = Outages(stop=None, links=[])
+        assert outages.step(raised.value) is None
+        assert (outages.delay, outages.since, outages.claims_in_doubt()) == (0.5, None, False)
         assert len(caplog.records) == 3
     finally:
         link.close()

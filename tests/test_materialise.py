@@ -270,7 +270,7 @@ def test_after_an_idle_pass_the_worker_waits_before_materialising_again(app, sql
     clock = FrozenClock()
     monkeypatch.setattr(worker_module, "time", clock)  # however long the steps below take
     worker = _tick_only_worker(app)
-    worker.concurrency = 0  # no free slot: tick() only recovers and materialises
+    worker.claimer.concurrency = 0  # no free slot: tick() only recovers and materialises
     assert worker.tick() is False
     define(app)
     outage(sql, 0)
@@ -288,7 +288,7 @@ def test_a_backlog_bigger_than_one_pass_is_materialised_in_back_to_back_passes(a
         define(app, f"hourly-{n}")
     outage(sql, 0)
     worker = _tick_only_worker(app)
-    worker.concurrency = 0
+    worker.claimer.concurrency = 0
     assert worker.tick() is True
     assert runs(sql) == [("queued", DEFINITIONS_PER_TICK)]  # 500 at a time
     assert worker.tick() is True  # the next pass at once, not after the idle interval

@@ -6,7 +6,7 @@ import logging
 from jobsweb.core.logs import RunEventRecord
 from jobsweb.engine.execution import Deadlines, Held
 from jobsweb.engine.round_trips import Trip
-from jobsweb.engine.stopping import WAKE
+from jobsweb.engine.stop import WAKE
 from jobsweb.engine.worker import FINISH_APART
 from tests.processes import insert_many
 from tests.test_worker import add, make_worker
@@ -35,7 +35,7 @@ def trips_sent(lane):
 def test_a_busy_worker_writes_outcomes_on_its_second_lane_while_its_first_claims(app, sql):
     insert_many(sql, "jobsweb.noop", 3000)
     worker = make_worker(app, concurrency=8)
-    claims, finishes = (trips_sent(lane) for lane in worker.lanes)
+    claims, finishes = (trips_sent(lane) for lane in worker.trips.lanes)
     worker.run()
     assert sum(len(trip.outcomes) for trip in finishes) >= FINISH_APART and not any(t.limit for t in finishes)
     assert sum(len(trip.claimed_rows()) for trip in claims) == 3000
@@ -48,7 +48,7 @@ def test_a_quiet_worker_uses_one_connection(app, sql):
     for _ in range(3):
         add(app, "test.record")
     worker = make_worker(app, concurrency=4)
-    finishes = trips_sent(worker.lanes[1])
+    finishes = trips_sent(worker.trips.lanes[1])
     worker.run()
     assert len(executions(sql)) == 3 and finishes == []
     assert sql("SELECT runs_done FROM job_workers WHERE id = %s", [worker.id]) == [(3,)]
@@ -58,14 +58,14 @@ def test_runs_a_trip_brings_back_after_a_sigterm_go_back_to_the_queue_unstarted(
     run_ids = sorted(add(app, "test.record") for _ in range(3))
     worker = make_worker(app)
     worker._register()
-    worker.lanes[0].send(Trip.build(worker, [], 3, busy=0))
-    worker.request_stop()  # arrives while the claim is under way
+    worker.trips.lanes[0].send(Trip.build(worker.id, [], worker.claimer.params(3, 0)))
+    worker.stop.request()  # arrives while the claim is under way
     worker._flush()  # takes the trip back, then writes what became of its runs
     # No handler began: no attempt is recorded, and the one the claim counted is given back.
     assert sql("SELECT id, status, attempts, locked_by FROM job_runs ORDER BY id") == [
         (run_id, "queued", 0, None) for run_id in run_ids]
     assert sql("SELECT count(*) FROM job_attempts") == [(0,)]
-    assert executions(sql) == [] and worker.held == {}
+    assert executions(sql) == [] and len(worker.held) == 0
     worker._shut_down()
 
 
@@ -74,12 +74,12 @@ def test_a_wake_up_that_came_while_a_claim_was_under_way_is_claimed_for_at_once(
     worker._register()
     for duty in worker.duties:
         duty.next_at = float("inf")  # this test's ticks claim, and do nothing else
-    worker.lanes[0].send(Trip.build(worker, [], 4, busy=0))  # reads job_runs before the run below exists
+    worker.trips.lanes[0].send(Trip.build(worker.id, [], worker.claimer.params(4, 0)))  # reads job_runs before the run below exists
     worker._collect(None)  # the claim came back empty; the loop has not taken it back yet
     run_id = add(app, "jobsweb.noop")  # committed with its NOTIFY, which the listener turns into:
     worker.finished.put(WAKE)
     worker._collect(0)
-    sent = trips_sent(worker.lanes[0])
+    sent = trips_sent(worker.trips.lanes[0])
     worker.tick()  # takes the short claim back: the next one goes at once, not at the next poll
     worker._settle()
     assert [[row[0] for row in trip.claimed_rows()] for trip in sent] == [[run_id]]

@@ -129,3 +129,38 @@ def test_a_worker_whose_handler_ignores_the_stop_exits_by_its_deadline_although_
     assert proc.returncode == 0, output
     assert "could not record the last" in output and "Traceback" not in output, output
     assert took >= 1.0  # it did wait for the handler until the shutdown deadline
+
+
+def test_a_server_back_inside_the_stop_window_gets_the_stopping_workers_outcomes(own_server, tmp_path, figures):
+    # Issue 51's drill: the outage's backoff had doubled to 4 s, then 8 s, before the SIGTERM,
+    # and stopping kept it: the next try was due after the last writes' bound, so a server back
+    # inside the window never got the outcomes, and each run was charged a lease_expired attempt
+    # a minute later. Stopping, the worker tries every half second until its deadline.
+    server, url = own_server
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO job_runs (job_type, payload, run_at) "
+                     "SELECT 'jobsweb.sleep', '{\"seconds\": 1}', now() FROM generate_series(1, 4)")
+    log = tmp_path / "worker.log"
+    env = {**os.environ, **TEST_SETTINGS, "DATABASE_URL": url, "SECRET_KEY": SECRET_KEY, "JOBSWEB_LEASE_SECONDS": "60"}
+    with open(log, "w") as output:
+        proc = python_m("flask", ["--app", "wsgi", "run-jobs", "--forever", "--concurrency", "4", "--poll-interval",
+                                  "0.05", "--shutdown-timeout", "10"], env=env, stdout=output, stderr=subprocess.STDOUT)
+    wait_for(lambda: statuses(url).get("running") == 4, message="four runs running")
+    server.stop("fast")
+    # Its handlers ended meanwhile: their outcomes wait. The next step, unless it stops, is 16 s.
+    wait_for(lambda: "trying again in 8.0s" in log.read_text(), timeout=30, message="the fifth backoff step")
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    server.start()
+    back = time.monotonic() - began
+    proc.wait(timeout=30)
+    took = time.monotonic() - began
+    output = log.read_text()
+    figures(server_back_after_sigterm_seconds=round(back, 2), sigterm_to_exit_seconds=round(took, 2))
+    assert proc.returncode == 0 and "Traceback" not in output, output
+    assert "could not record" not in output, output
+    assert statuses(url) == {"succeeded": 4}, output
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT outcome, count(*) FROM job_attempts GROUP BY outcome").fetchall() == [
+            ("succeeded", 4)]
+        assert conn.execute("SELECT stopped_at IS NOT NULL FROM job_workers").fetchall() == [(True,)]

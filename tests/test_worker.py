@@ -100,12 +100,12 @@ def test_a_run_over_its_timeout_is_failed_and_its_late_result_ignored(app, sql):
     worker.run()
     assert sql("SELECT status, error_type, last_error FROM job_runs WHERE id = %s", [run_id]) == [
         ("dead", "timeout", "timed out after 0.5 seconds")]
-    assert worker.busy == 1, "the handler thread is still sleeping"
+    assert worker.held.taken() == 1, "the handler thread is still sleeping"
     # The handler thread returns "late" after the worker gave up on it: collecting it must not
     # change the recorded outcome.
     worker._collect(5)
     worker._flush()
-    assert worker.busy == 0
+    assert worker.held.taken() == 0
     assert sql("SELECT status, result FROM job_runs WHERE id = %s", [run_id]) == [("dead", None)]
     assert attempts_of(sql, run_id) == [(1, "failed", "timeout")]
 
@@ -246,7 +246,7 @@ def test_sigterm_is_handled_from_the_moment_the_worker_is_registered(app, monkey
 
     monkeypatch.setattr(worker.link, "fetch", spy)
     assert worker.run() == 0
-    assert seen == [worker.request_stop]
+    assert seen == [worker.stop.request]
 
 
 def test_a_forever_worker_started_while_the_database_is_down_waits_for_it(app, sql):
@@ -258,10 +258,10 @@ def test_a_forever_worker_started_while_the_database_is_down_waits_for_it(app, s
     reachable, worker.link.conninfo = worker.link.conninfo, "postgresql://nobody@127.0.0.1:1/none"
 
     def database_comes_back():
-        wait_for(lambda: worker.reconnect_delay > RECONNECT_FIRST_DELAY, message="a failed connection")
+        wait_for(lambda: worker.outages.delay > RECONNECT_FIRST_DELAY, message="a failed connection")
         worker.link.conninfo = reachable
         wait_for(lambda: sql("SELECT count(*) FROM job_workers")[0][0] == 1, message="the worker to register")
-        worker.request_stop()
+        worker.stop.request()
 
     thread = threading.Thread(target=database_comes_back)
     thread.start()
@@ -380,12 +380,12 @@ def test_when_the_loop_sees_the_stop_before_the_stopper_thread_it_asks_the_handl
     caplog.set_level(logging.INFO, logger="jobsweb.worker")
     run_id = add(app, "jobsweb.sleep", {"seconds": 30})
     worker = make_worker(app, forever=True)
-    worker.stopper.request = lambda why: None  # the stopper thread not scheduled in time
+    worker.stop.stopper.request = lambda why: None  # the stopper thread not scheduled in time
 
     def stop_once_begun():
         wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("running",)] and any(
-            held.began is not None for held in list(worker.held.values())), message="the handler to begin")
-        worker.request_stop()
+            held.began is not None for held in worker.held.snapshot()), message="the handler to begin")
+        worker.stop.request()
 
     thread = threading.Thread(target=stop_once_begun)
     thread.start()

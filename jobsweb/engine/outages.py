@@ -1,5 +1,12 @@
-"""How a worker waits out an outage: one backoff step at a time, one log line each, handlers
-finishing meanwhile; and one line once the database has answered again."""
+"""How a worker backs off in an outage: one step at a time, one log line each, and one line once
+the database has answered again.
+
+The backoff doubles while the worker runs (0.5 s up to 30 s), so that a long outage costs a
+connect attempt now and then. A stopping worker has a deadline instead (engine/stop.py): its
+steps go back to the first one, and none ends past the deadline, so a database that comes back
+inside the stop window is reached within half a second and gets the last outcomes. With the
+doubling kept, a server back 6.8 s after SIGTERM was not tried again before the stop gave up.
+"""
 
 import logging
 import time
@@ -12,47 +19,58 @@ RECONNECT_FIRST_DELAY = 0.5  # seconds; doubled after each failed reconnect
 RECONNECT_MAX_DELAY = 30.0  # seconds
 
 
-class OutageWaits:
-    """The Worker's outage waits (a mixin). Needs: `reconnect_delay`, `unavailable_since`,
-    `claims_in_doubt`, `stop_requested`, `drain_until`, `held`, `lanes`, and `_collect`."""
+class Outages:
+    """A worker's outage state: the next backoff step, when the outage began, and whether a claim
+    may have committed unseen. `stop` (engine/stop.py) bounds every step; `links` are the
+    connections whose answers end an outage; `clock` is time.monotonic (a test's fake one aside)."""
 
-    def _wait_for_database(self, exc):
-        """Wait out one backoff step (handlers keep finishing meanwhile), at most until a
-        stopping worker's drain deadline, whenever its signal came. A stop request cuts it short
-        only once nothing is held: waiting nowhere, a stopping worker spun on the dead
-        connection, a log line each pass, and never exited."""
+    def __init__(self, stop, links, clock=time.monotonic):
+        self.stop = stop
+        self.links = links
+        self.clock = clock
+        self.delay = RECONNECT_FIRST_DELAY  # seconds: the next step, while not stopping
+        self.since = None  # clock() of the first failure of the outage under way
+        self.in_doubt = False  # the connection broke: a claim may have committed unseen
+        self.said_stopping = False  # the stopping steps' line was logged
+
+    def step(self, exc, until=None):
+        """One backoff step after `exc`: clock() when it ends (by `until` at the latest, and never
+        past the stop's deadline), or None when the database answered (a conflict rolled the
+        transaction back whole: logged by core/conflicts.py; no outage, no backoff, no claim in
+        doubt, the outcomes are sent again)."""
         if isinstance(exc, Conflicted):
-            # The database answered and rolled the transaction back whole (logged by
-            # core/conflicts.py): no outage, no backoff, no claim in doubt; the next pass sends
-            # the outcomes again.
-            return
-        self.claims_in_doubt = True
-        if self.unavailable_since is None:
-            self.unavailable_since = time.monotonic()
-        deadline = self._backoff_step(exc, self.drain_until)
-        was_stopping = self.stop_requested
-        while (left := deadline - time.monotonic()) > 0:
-            if self.stop_requested and (not self.held or self.stop_requested > was_stopping):
-                return  # the loop starts draining (or stops) now
-            self._collect(left)  # handlers keep finishing; their outcomes wait in self.pending
+            return None
+        now = self.clock()
+        self.in_doubt = True
+        if self.since is None:
+            self.since = now
+        if self.stop.requested():
+            delay = RECONNECT_FIRST_DELAY
+            if not self.said_stopping:
+                self.said_stopping = True
+                log.warning("database unavailable (%s); stopping: trying again every %.1fs until the stop deadline",
+                            exc, delay)
+        else:
+            delay = self.delay
+            self.delay = min(self.delay * 2, RECONNECT_MAX_DELAY)
+            log.warning("database unavailable (%s); trying again in %.1fs", exc, delay)
+        end = self.stop.bound(now + delay)
+        return end if until is None else min(end, until)
 
-    def _backoff_step(self, exc, until=None):
-        """Log the outage and take the next backoff step: time.monotonic() when it ends (at
-        `until` at the latest)."""
-        log.warning("database unavailable (%s); trying again in %.1fs", exc, self.reconnect_delay)
-        deadline = time.monotonic() + self.reconnect_delay
-        if until is not None:
-            deadline = min(deadline, until)
-        self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_MAX_DELAY)
-        return deadline
+    def claims_in_doubt(self):
+        """Whether a connection broke since the claims were last settled (LOST_CLAIMS is due)."""
+        return self.in_doubt
 
-    def _database_back(self):
+    def claims_settled(self):
+        self.in_doubt = False
+
+    def answered(self):
         """After an outage, once the database has answered again (a pass may have had nothing to
         send): one line that says it is over, and the next outage backs off from the first step."""
-        if self.unavailable_since is not None:
-            answered = [at for lane in self.lanes if (at := lane.link.answered_at) is not None]
-            if not answered or max(answered) < self.unavailable_since:
+        if self.since is not None:
+            answered = [at for link in self.links if (at := link.answered_at) is not None]
+            if not answered or max(answered) < self.since:
                 return
-            log.info("database available again after %.1fs", time.monotonic() - self.unavailable_since)
-            self.unavailable_since = None
-        self.reconnect_delay = RECONNECT_FIRST_DELAY
+            log.info("database available again after %.1fs", self.clock() - self.since)
+            self.since = None
+        self.delay = RECONNECT_FIRST_DELAY

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from . import registry, statements, upkeep
-from .execution import Outcome, finish_each, finish_params
+from . import statements, upkeep
+from .execution import Outcome, finish_each, finish_params, log_finished
 from .link import DatabaseUnavailable
 
 
@@ -49,20 +49,18 @@ class Trip:
     back_at: float | None = None  # time.monotonic() when it came back: its claimed runs are held from then
 
     @classmethod
-    def build(cls, worker, outcomes, limit, busy, counted=0):
-        """The statements for `worker` (a Worker): write `outcomes`, claim up to `limit` runs
-        with `busy` of its slots taken, and add `counted` runs done to its job_workers row."""
-        trip = cls(outcomes, limit, counted)
+    def build(cls, worker, outcomes, claim=None, counted=0):
+        """The statements for worker `worker`: write `outcomes`, claim with CLAIM_RUNS's `claim`
+        parameters (Claimer.params; None: no claim), and add `counted` runs done to its
+        job_workers row."""
+        trip = cls(outcomes, claim["limit"] if claim else 0, counted)
         if outcomes:
             trip.batch.append((statements.FINISH_RUNS, finish_params(outcomes)))
         if counted:
             # The count of runs done is written with them (at heartbeats only, the Workers page said 0).
-            trip.batch.append((upkeep.WORKER_SEEN, {"worker": worker.id, "done": counted}))
-        if limit:
-            trip.batch.append((statements.CLAIM_RUNS, {
-                "worker": worker.id, "lease": worker.lease, "limit": limit,
-                "free": max(worker.concurrency - busy, 0), "job_types": registry.names(),
-                "queues": worker.queues}))
+            trip.batch.append((upkeep.WORKER_SEEN, {"worker": worker, "done": counted}))
+        if claim:
+            trip.batch.append((statements.CLAIM_RUNS, claim))
         return trip
 
     @property
@@ -118,59 +116,93 @@ class Lane:
             self.thread = None
 
 
-class TripKeeper:
-    """Sending trips and taking them back, for Worker (engine/worker.py), whose state this is (a
-    mixin): `lanes`, `returned`, `pending`, `done`, `more_due`, `link`; `_collect` and `_land`."""
+class Trips:
+    """Worker `worker`'s round trips: the outcomes not yet written, the two lanes (claims on
+    `link`, many outcomes at once on `finish_link`, opened when first used), and the runs done
+    since job_workers.runs_done was last counted. Lanes hand trips back to `report` (the loop's
+    queue of things to take); the loop gives them back here with `came_back`."""
 
-    # A wake-up (a NOTIFY: a run was enqueued for now) came since the last claim was sent. The
-    # claims under way then may have read job_runs before that run committed and come back
-    # short; a short claim stops the next one, so the run waited for the poll interval (5 s).
-    # Such claims count as full: the loop claims again at once.
-    woken = False
+    def __init__(self, worker, link, finish_link, report):
+        self.worker = worker
+        self.link = link
+        self.lanes = (Lane(link, report, "jobsweb-claims"), Lane(finish_link, report, "jobsweb-finishes"))
+        self.pending: list[Outcome] = []  # attempts that ended and are not yet written
+        self.returned = []  # trips the lanes handed back, not yet taken
+        self.done = 0  # runs written since job_workers.runs_done was last updated
 
-    def _send(self, lane, limit, held):
-        """Send the pending outcomes and a claim of up to `limit` runs on `lane`, with the runs
-        done so far unless another trip under way writes them (this module's docstring)."""
+    def add(self, outcomes):
+        self.pending += outcomes
+
+    def pending_count(self):
+        return len(self.pending)
+
+    def pending_ids(self):
+        return [o.run_id for o in self.pending]
+
+    def came_back(self, trip):
+        self.returned.append(trip)
+
+    def under_way(self):
+        return sum(lane.trip is not None for lane in self.lanes)
+
+    def awaited(self):
+        """Whether a trip under way has not come back yet."""
+        return len(self.returned) < self.under_way()
+
+    def claim_lane_free(self):
+        return self.lanes[0].trip is None
+
+    def finish_lane_free(self):
+        return self.lanes[1].trip is None
+
+    def send_claim(self, claim):
+        """Send the pending outcomes and a claim (CLAIM_RUNS's parameters; None: none) on the
+        claims' lane, in one commit."""
+        self._send(self.lanes[0], claim)
+
+    def send_finishes(self):
+        """Send the pending outcomes alone, on the finishes' lane."""
+        self._send(self.lanes[1], None)
+
+    def _send(self, lane, claim):
+        """With the runs done so far, unless another trip under way writes them (this module's
+        docstring)."""
         outcomes, self.pending = self.pending, []
-        self.woken = self.woken and not limit
         counted = 0
         if not any(other.trip is not None and other.trip.counted for other in self.lanes):
             counted, self.done = self.done + len(outcomes), -len(outcomes)
-        lane.send(Trip.build(self, outcomes, limit, held, counted))
+        lane.send(Trip.build(self.worker, outcomes, claim, counted))
 
-    def _under_way(self):
-        return sum(lane.trip is not None for lane in self.lanes)
-
-    def _settle(self, start=True):
-        """Wait for the trips under way, if any, and take them back (start: their runs start).
-        A stopping worker's trips end by its cut (engine/link.py: its connects and answers are
-        waited for no later than that, so no lane holds a link's lock past it)."""
-        while len(self.returned) < self._under_way():
-            self._collect(None)  # handlers' outcomes meanwhile wait in self.pending
-        for trip in self._take_back(start):
-            self._land(trip, start)
-
-    def _take_back(self, start=True):
-        """The trips the lanes handed back, checked, for the caller to land. If one failed for the
-        database's sake, the others are landed (start: their runs start) before that is raised."""
+    def take_back(self):
+        """The trips the lanes handed back, checked, and the DatabaseUnavailable one of them met
+        (None: none did): the caller lands the others before raising it."""
         trips, self.returned = self.returned, []
         unavailable = None
         for trip in trips:
             trip.lane.trip = None
             try:
-                self._check(trip)
+                self.check(trip)
             except DatabaseUnavailable as exc:
                 unavailable = exc
-        if unavailable is not None:
-            for trip in trips:
-                if trip.error is None:
-                    self._land(trip, start)
-            raise unavailable
-        if claims := [trip for trip in trips if trip.limit]:
-            self.more_due = self.woken or all(len(trip.claimed_rows()) == trip.limit for trip in claims)
-        return trips
+        return trips, unavailable
 
-    def _check(self, trip):
+    def write_now(self):
+        """A trip that writes every pending outcome, run on this thread on the claims' lane (None:
+        nothing pending). Raises DatabaseUnavailable (the outcomes pending again) if it failed."""
+        if not self.pending:
+            return None
+        outcomes, self.pending = self.pending, []
+        trip = Trip.build(self.worker, outcomes)
+        self.lanes[0].run(trip)
+        self.check(trip)
+        return trip
+
+    def written(self, trip):
+        """Log the outcomes `trip` wrote and count them as runs done."""
+        if trip.outcomes:
+            self.done += log_finished(trip.outcomes, trip.finished_rows())
+
+    def check(self, trip):
         """Raise DatabaseUnavailable if the trip's transaction failed for the database's sake;
         if the database refused a value of one outcome, write them one by one instead."""
         if trip.error is None:
@@ -184,3 +216,18 @@ class TripKeeper:
         trip.outcomes, trip.error = [], None
         trip.results = [self.link.fetch(*trip.claim)] if trip.limit else []
 
+    def seen(self):
+        """Count the runs done on this worker's job_workers row and mark it seen; whether an
+        operator quieted it."""
+        rows = self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.worker, "done": self.done})
+        self.done = 0
+        return bool(rows and rows[0][0])
+
+    def stopped(self):
+        """Mark this worker's row stopped, with the runs done since last counted."""
+        self.link.fetch(upkeep.WORKER_STOPPED, {"worker": self.worker, "done": self.done})
+
+    def stop(self):
+        """End the lanes' threads once their trips under way (if any) are done."""
+        for lane in self.lanes:
+            lane.stop()

@@ -4,6 +4,12 @@ The loop thread alone talks to the database for claims, heartbeats and completio
 threads only run handlers and report back. So no database session is ever held open across
 a job's own work, and completions that arrive together are written in one statement.
 
+The loop is composed of parts, each owning its state and reached only through its methods:
+`HeldRuns` (the runs held and their handlers), `Claimer` (how much to claim), `Trips` (the
+finish-and-claim round trips and the outcomes not yet written), `Leases` (heartbeats, progress,
+lost claims), `Stop` (signals and the one deadline) and `Outages` (the backoff, bounded by that
+deadline). docs/ARCHITECTURE.md draws them and their calls.
+
 The queue core knows nothing of schedules, alerts or lease recovery: whoever builds a worker
 hands it those as duties (commands.build_worker), as Oban hands plugins to its queues.
 """
@@ -16,17 +22,17 @@ import socket
 import time
 
 from . import registry, upkeep, workflows
-from ..core.logs import flush_events, run_event
-from .async_execution import AsyncPool
-from .claim_ahead import ClaimAhead
-from .execution import Deadlines, Failures, Held, Outcome, Pool, log_finished, released
+from ..core.logs import flush_events
+from .claimer import Claimer
+from .execution import Failures, released
 from .flow import LimitWait
-from .held_leases import LeaseHolder
-from .link import DatabaseUnavailable, Link
-from .outages import RECONNECT_FIRST_DELAY, OutageWaits
+from .held_runs import HeldRuns
+from .leases import Leases
+from .link import MIN_CONNECT_TIMEOUT, DatabaseUnavailable, Link
+from .outages import Outages
 from .registry import JobContext
-from .round_trips import Lane, Trip, TripKeeper
-from .stopping import WAKE, HandlerStopper, Stopping
+from .round_trips import Trip, Trips
+from .stop import WAKE, Stop
 from .wakeup import Listener
 
 log = logging.getLogger("jobsweb.worker")
@@ -42,56 +48,42 @@ def worker_id():
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
+class Worker:
     def __init__(self, app, conninfo, *, concurrency, poll_interval, shutdown_timeout,
                  max_runtime=None, forever=False, duties=(), queues=None, listen_conninfo=None):
         config = app.config
         self.app = app
-        self.link = Link(conninfo)
-        # Handlers' ctx.progress() writes, on a connection of their own (made at the first one),
-        # so that they never wait on, nor hold up, the claim and finish round trips.
-        self.progress_link = Link(conninfo)
+        # The worker's connections: claims, heartbeats and the duties' passes on `link`; many
+        # outcomes at once on `finish_link` (round_trips.py: its second lane); handlers'
+        # ctx.progress() writes on `progress_link`. The last two are opened when first used.
+        self.link, self.finish_link, self.progress_link = Link(conninfo), Link(conninfo), Link(conninfo)
         self.id = worker_id()
         self.concurrency = concurrency
         self.queues = list(queues) if queues else None  # None: every queue
         self.poll_interval = poll_interval
-        self.shutdown_timeout = shutdown_timeout
         self.max_runtime = max_runtime
         self.forever = forever
         # Only a --forever worker waits for new runs; a one-shot one exits when idle.
         self.listen = forever and config["JOBSWEB_LISTEN"]
         self.listen_conninfo = listen_conninfo or conninfo  # a direct connection when the link is pooled
         self.listener = None
-        self.lease = config["JOBSWEB_LEASE_SECONDS"]
+        lease = config["JOBSWEB_LEASE_SECONDS"]
+        self.lease = lease
         # A third of the lease: two heartbeats can fail before another worker may take over.
-        self.heartbeat_every = self.lease / 3
-        self.default_timeout = config["JOBSWEB_DEFAULT_TIMEOUT"]
-        self.failures = Failures.from_config(config)
+        self.heartbeat_every = lease / 3
         self.duties = list(duties)
         self.finished = queue.SimpleQueue()  # SimpleQueue.put is safe to call from a signal handler
-        self.held: dict[int, Held] = {}
-        self.deadlines = Deadlines()  # of the held runs that have a timeout
-        self.busy = 0  # pool threads inside a handler, including ones this worker gave up on
-        self.pending: list[Outcome] = []  # attempts that ended and are not yet written
-        self.done = 0  # runs written since job_workers.runs_done was last updated
-        self.stop_requested = 0  # SIGTERM/SIGINT received
-        self.drain_until = None  # time.monotonic() by which running handlers must end (set by the signal)
         self.quiet = False  # an operator quieted it (read at each heartbeat): it claims nothing
-        self.stopper = HandlerStopper(self.held)
-        self.more_due = False  # the last claim took as many runs as it asked for: more may be waiting
         self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
-        self.claim_size = ClaimAhead()
-        self.reconnect_delay = RECONNECT_FIRST_DELAY
-        self.unavailable_since = None  # time.monotonic() of the first failure of an outage
-        self.claims_in_doubt = False  # the connection broke: a claim may have committed unseen
-        # Finish-and-claim trips (round_trips.py) go out on two lanes: claims on the worker's link,
-        # many outcomes at once on a connection of their own, opened when first used.
-        self.lanes = (Lane(self.link, self.finished.put, "jobsweb-claims"),
-                      Lane(Link(conninfo), self.finished.put, "jobsweb-finishes"))
-        self.returned = []  # trips the lanes handed back, not yet taken
-        # Threads for sync handlers and an event loop for async ones, each started when first needed.
-        self.pool = Pool(app, concurrency, self.finished.put)
-        self.async_pool = AsyncPool(app, concurrency, self.finished.put)
+        self.held = HeldRuns(app, self.id, concurrency=concurrency, lease=lease,
+                             default_timeout=config["JOBSWEB_DEFAULT_TIMEOUT"], failures=Failures.from_config(config),
+                             report=self.finished.put, context=self._context)
+        self.claimer = Claimer(self.id, concurrency=concurrency, lease=lease, queues=self.queues)
+        self.trips = Trips(self.id, self.link, self.finish_link, self.finished.put)
+        self.leases = Leases(self.held, self.link, self.progress_link, self.id, lease)
+        self.stop = Stop(shutdown_timeout, running=self.held.snapshot, duties=self.duties,
+                         links=[self.link, self.finish_link, self.progress_link], wake=lambda: self.finished.put(WAKE))
+        self.outages = Outages(self.stop, [self.link, self.finish_link])
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -99,17 +91,14 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         """Work until nothing is due (or until stopped, with forever), then shut down cleanly."""
         # Signal handlers first: a worker that is in job_workers always stops cleanly on SIGTERM
         # (registered first, a SIGTERM in between killed it and left its row looking alive).
-        self.stopper.start()
-        restore = self._install_signal_handlers()
+        restore = self.stop.install()
         try:
             registered = self._register()
         except BaseException:
             restore()
-            self.stopper.stop()
             raise
         if not registered:
             restore()
-            self.stopper.stop()
             return 0
         if self.listen:
             self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(WAKE)).start()
@@ -123,10 +112,10 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
             while True:
                 now = time.monotonic()
                 # Set by the signal handler: the deadline counts from the signal, not from now.
-                drain_until = self.drain_until
+                drain_until = self.stop.drain_deadline()
                 if drain_until is not None and not draining:
                     draining = True
-                    self._stop_held()
+                    self.trips.add(self.held.stop_all())
                 out_of_time = self.max_runtime is not None and now - started >= self.max_runtime
                 claiming = drain_until is None and not out_of_time and not self.quiet
                 # Quiet, a --forever worker stays up with nothing to do, heartbeating (its row
@@ -135,7 +124,7 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                 idling = self.quiet and self.forever and drain_until is None and not out_of_time
                 found = False
                 try:
-                    self._expire_timeouts()
+                    self.trips.add(self.held.timed_out(time.monotonic()))
                     if claiming:
                         found = self.tick()  # sends pending outcomes together with its claim
                     else:
@@ -143,10 +132,11 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                     if now >= next_beat:
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
-                    self._database_back()
+                    self.outages.answered()
                 except DatabaseUnavailable as exc:
                     self._wait_for_database(exc)
-                    if self.drain_until is not None and (not self.held or time.monotonic() >= self.drain_until):
+                    drain_until = self.stop.drain_deadline()
+                    if drain_until is not None and (not self.held or time.monotonic() >= drain_until):
                         break  # stopping: the last writes try again while time is left
                     continue
                 if drain_until is not None and (not self.held or now >= drain_until):
@@ -177,12 +167,12 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
         while PostgreSQL restarts, it would otherwise exit and its supervisor crash-loop it.
         One cron tick fails fast instead, so that a wrong DATABASE_URL is reported at once.
         """
-        while not self.stop_requested:
+        while not self.stop.requested():
             try:
                 self.link.fetch(upkeep.REGISTER_WORKER,
                                 {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
                                  "job_types": registry.names(), "queues": self.queues})
-                self._database_back()
+                self.outages.answered()
                 return True
             except DatabaseUnavailable as exc:
                 if not self.forever:
@@ -207,69 +197,62 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
                 found = duty.run(self.link)
                 did_work = did_work or found
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
-        if self.claims_in_doubt:
+        if self.outages.claims_in_doubt():
             self._settle()
-            self._release_lost_claims()
+            self.trips.add(self.leases.lost_claims(self.held.ids() + self.trips.pending_ids()))
+            self.outages.claims_settled()
         trips = self._take_back()
         claimed = sum(len(trip.claimed_rows()) for trip in trips)
-        # A claim that came back short is sent again at the loop's next pass (a handler's
-        # return, a wake-up or the poll interval), as before; after a full one, at once.
-        may_claim = self.more_due or not any(trip.limit for trip in trips)
-        claims, finishes = self.lanes
-        if len(self.pending) >= FINISH_APART and finishes.trip is None:
-            self._send(finishes, 0, self.busy)
-        if claims.trip is None:
-            held = self.busy + claimed  # runs held or landing now
-            limit = self.claim_size.limit(self.concurrency, held, now) if may_claim else 0
-            if limit or self.pending:
-                self._send(claims, limit, held)  # with the outcomes still pending, in its one commit
+        if self.trips.pending_count() >= FINISH_APART and self.trips.finish_lane_free():
+            self.trips.send_finishes()
+        if self.trips.claim_lane_free():
+            held = self.held.taken() + claimed  # runs held or landing now
+            limit = self.claimer.limit(held, now, came_back=trips)
+            if limit or self.trips.pending_count():
+                # With the outcomes still pending, in its one commit.
+                self.trips.send_claim(self.claimer.params(limit, held) if limit else None)
         for trip in trips:
             self._land(trip)
-        return did_work or bool(claimed) or self._under_way() > 0
+        return did_work or bool(claimed) or self.trips.under_way() > 0
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
-        if claiming and self.more_due and self.lanes[0].trip is None and \
-                self.claim_size.limit(self.concurrency, self.busy, now) > 0:
+        if claiming and self.trips.claim_lane_free() and self.claimer.at_once(self.held.taken(), now):
             return 0
         wake = [next_beat]
-        if (deadline := self.deadlines.next(self.held)) is not None:
+        if (deadline := self.held.next_deadline()) is not None:
             wake.append(deadline)
         if drain_until is not None:
             wake.append(drain_until)
         wait = min(wake) - now
-        if claiming and self.busy < self.concurrency:
+        if claiming and self.held.taken() < self.concurrency:
             wait = min(wait, self.poll_interval)
         return max(wait, 0)
 
+    def _heartbeat(self):
+        """Extend the held runs' leases and mark this worker seen; an operator may have quieted or
+        resumed it meanwhile."""
+        self.leases.heartbeat()
+        quiet = self.trips.seen()
+        if quiet != self.quiet:
+            self.quiet = quiet
+            if quiet:
+                log.info("worker %s quieted from the admin screen: finishing the %d run(s) it holds, "
+                         "claiming nothing more", self.id, len(self.held))
+            else:
+                log.info("worker %s resumed from the admin screen: claiming again", self.id)
+
     # -- runs starting and ending --------------------------------------------------------
+
+    def _context(self, run_id, job_type, payload, attempt, max_attempts, definition_id):
+        """A held run's JobContext, whose lease, progress and batch calls come to this worker."""
+        return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
+                          _extend_lease=self.leases.extend, _report_progress=self.leases.report_progress,
+                          _read_batch=self.read_batch)
 
     def read_batch(self, run_id):
         """JobContext.batch, called from a handler thread: the batch of run `run_id`."""
         return workflows.batch_of_run(self.link.fetch, run_id)
-
-    def _start(self, run_id, job_type, payload, attempt, max_attempts, definition_id,
-               run_timeout, run_lease, backoff_base, backoff_cap, priority, run_at, landed=None):
-        job = registry.get(job_type)
-        ctx = JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
-                         _extend_lease=self.extend_lease, _report_progress=self.report_progress,
-                         _read_batch=self.read_batch)
-        # A definition's own settings (copied onto its runs) come before the job type's.
-        timeout = run_timeout or job.timeout or self.default_timeout
-        deadline = time.monotonic() + timeout if timeout else None
-        # A definition may lengthen the lease, never shorten it: heartbeats come every third
-        # of this worker's lease, and a shorter one would expire between two of them.
-        self.held[run_id] = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout,
-                                 (backoff_base, backoff_cap), landed=landed, order=(priority, run_at, run_id))
-        self.deadlines.add(run_id, self.held[run_id])
-        self.busy += 1
-        # DEBUG: one INFO line per run, when it ends (its duration says when it started).
-        run_event(log, logging.DEBUG, "started", "run %d %s started (attempt %d of %d)", run_id, job_type,
-                  attempt, max_attempts, run_id=run_id, job_type=job_type, attempt=attempt, worker=self.id)
-        if not job.is_async:
-            return self.held[run_id]  # the caller hands a batch's to the pool at once
-        self.async_pool.submit(self.held[run_id])
-        return None
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""
@@ -279,68 +262,114 @@ class Worker(LeaseHolder, TripKeeper, OutageWaits, Stopping):
             return
         while not self.finished.empty():  # only this thread takes from it
             items.append(self.finished.get_nowait())
-        self.woken = self.woken or any(item is WAKE for item in items)
+        if any(item is WAKE for item in items):
+            self.claimer.woke()
         for item in items:
             if isinstance(item, Trip):
-                self.returned.append(item)
+                self.trips.came_back(item)
             elif item is not WAKE:
-                self._handler_returned(item)
-
-    def _handler_returned(self, finished):
-        self.busy -= 1
-        self.claim_size.finished(1, time.monotonic())
-        held = finished.held
-        ctx = held.ctx
-        if self.held.get(ctx.run_id) is not held:
-            # Timed out or lease lost: the attempt was already finished without this result.
-            log.warning("run %d %s: attempt %d returned after this worker gave it up; result ignored",
-                        ctx.run_id, ctx.job_type, ctx.attempt)
-            return
-        if not finished.begun and self.stop_requested:
-            self._unstarted(held)  # it waited for a thread and saw the stop request first
-            return
-        del self.held[ctx.run_id]
-        self.pending.append(self.failures.outcome_of(self.id, finished, stopping=bool(self.stop_requested)))
-
-    def _expire_timeouts(self):
-        for run_id in self.deadlines.due(self.held, time.monotonic()):
-            held = self.held.pop(run_id)
-            held.stop(force=True)
-            log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
-                        held.ctx.attempt, held.timeout)
-            outcome = self.failures.failed(self.id, held.job, held.ctx, "timeout",
-                                           f"timed out after {held.timeout:g} seconds", backoff=held.backoff)
-            outcome.waited = held.waited()
-            self.pending.append(outcome)
+                self.claimer.finished(1, time.monotonic())
+                if (outcome := self.held.returned(item, stopping=bool(self.stop.requested()))) is not None:
+                    self.trips.add([outcome])
 
     # -- writing to the database ---------------------------------------------------------
 
     def _flush(self):
         """Write every pending outcome now, once the trips under way (if any) are back."""
         self._settle()
-        if self.pending:
-            outcomes, self.pending = self.pending, []
-            trip = Trip.build(self, outcomes, 0, self.busy)
-            self.lanes[0].run(trip)
-            self._check(trip)
+        if (trip := self.trips.write_now()) is not None:
             self._land(trip)
+
+    def _settle(self, start=True):
+        """Wait for the trips under way, if any, and take them back (start: their runs start).
+        A stopping worker's trips end by its cut (engine/link.py: its connects and answers are
+        waited for no later than that, so no lane holds a link's lock past it)."""
+        while self.trips.awaited():
+            self._collect(None)  # handlers' outcomes meanwhile wait with the trips' pending ones
+        for trip in self._take_back(start):
+            self._land(trip, start)
+
+    def _take_back(self, start=True):
+        """The trips the lanes handed back, checked, for the caller to land. If one failed for the
+        database's sake, the others are landed (start: their runs start) before that is raised."""
+        trips, unavailable = self.trips.take_back()
+        if unavailable is not None:
+            for trip in trips:
+                if trip.error is None:
+                    self._land(trip, start)
+            raise unavailable
+        self.claimer.came_back(trips)
+        return trips
 
     def _land(self, trip, start=True):
         """Log the outcomes a trip wrote and start the runs it claimed (with start, and unless the
         worker is stopping: then they go back to the queue, never started)."""
-        if trip.outcomes:
-            self.done += log_finished(trip.outcomes, trip.finished_rows())
-        threaded = []
-        for row in trip.claimed_rows():
-            if start and not self.stop_requested:
-                # Only a run claimed ahead (no slot free as it lands) counts the time it waits for
-                # one: a run with a slot starts now, and its started_at stays the claim's, the time
-                # a limited queue's rate window counts (such a queue gives no runs ahead).
-                landed = trip.back_at if self.busy >= self.concurrency else None
-                if (held := self._start(*row, landed=landed)) is not None:
-                    threaded.append(held)
-            else:
-                run_id, job_type, _, attempt = row[:4]
-                self.pending.append(released(run_id, job_type, attempt, self.id))
-        if threaded:
-            self.pool.submit(threaded)
+        self.trips.written(trip)
+        rows = trip.claimed_rows()
+        if start and not self.stop.requested():
+            self.held.start(rows, trip.back_at)
+        else:
+            self.trips.add([released(run_id, job_type, attempt, self.id)
+                            for run_id, job_type, _, attempt, *_ in rows])
+
+    def _wait_for_database(self, exc):
+        """Wait out one backoff step (handlers keep finishing meanwhile), which ends by a stopping
+        worker's drain deadline (Outages asks Stop). A stop request cuts it short only once
+        nothing is held: waiting nowhere, a stopping worker spun on the dead connection, a log
+        line each pass, and never exited."""
+        if (until := self.outages.step(exc)) is None:
+            return
+        was_stopping = self.stop.requested()
+        while (left := until - time.monotonic()) > 0:
+            if self.stop.requested() and (not self.held or self.stop.requested() > was_stopping):
+                return  # the loop starts draining (or stops) now
+            self._collect(left)  # handlers keep finishing; their outcomes wait in the trips' pending
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _shut_down(self):
+        if self.listener is not None:
+            self.listener.stop()
+        self.stop.on_its_own()
+        try:
+            self._settle(start=False)
+        except DatabaseUnavailable:
+            pass  # its outcomes are pending again: written below if the database comes back in time
+        self._collect(0)  # handlers that ended (or, asked to stop, never began) since the last pass
+        self.trips.add(self.held.release_waiting())
+        self.trips.add(self.held.give_up_all())
+        self._write_last()
+        self.trips.stop()
+        for link in (self.link, self.finish_link, self.progress_link):
+            link.close()
+        self.held.close()
+        until = self.stop.exit_by()
+        for duty in self.duties:
+            duty.stop(until)
+        log.info("worker %s stopped", self.id)
+
+    def _write_last(self):
+        """Write the pending outcomes and this worker's stop, trying again (one backoff step at a
+        time) while the database is away and the last writes' bound leaves time to reconnect: a
+        server that restarts within it gets them, and lease recovery need not run those
+        handlers again. With no outcome pending, one try: only this worker's own row is at stake,
+        and it ages out with its heartbeat."""
+        while True:
+            try:
+                self._flush()
+                self.trips.stopped()
+                return
+            except DatabaseUnavailable as exc:
+                last_try = self.stop.last_writes_by() - MIN_CONNECT_TIMEOUT
+                if self.trips.pending_count() and last_try >= time.monotonic():
+                    until = self.outages.step(exc, until=last_try)
+                    while until is not None and (wait := until - time.monotonic()) > 0:
+                        self._collect(wait)  # a second signal (WAKE) shortens the bound: look again
+                        until = min(until, self.stop.last_writes_by() - MIN_CONNECT_TIMEOUT)
+                    continue
+                if self.trips.pending_count():
+                    log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
+                              "another worker will retry them", self.trips.pending_count(), exc)
+                else:
+                    log.warning("could not record that worker %s stopped (%s)", self.id, exc)
+                return
