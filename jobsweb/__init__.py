@@ -33,7 +33,7 @@ _EXPORTS = {
     "Run": (".engine.run_status", "Run"),
     "batch": (".engine.workflows", "batch"),
     "chain": (".engine.workflows", "chain"),
-    "get_batch": (".engine.workflows", "get_batch"),
+    "get_batch": (".engine.batch_status", "get_batch"),
     "cancel": (".engine.run_control", "cancel"),
     "retry": (".engine.run_control", "retry"),
     "signals": (".engine.signals", None),

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from .core import schema
 from .core.database import db, libpq_url, require_postgresql
 from .core.models import JobRun
-from .engine import registry, statements, upkeep, workflows
+from .engine import batch_status, registry, statements, upkeep
 from .engine.async_execution import run_async_handler, run_coroutine
 from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
 from .engine.link import Link
@@ -128,7 +128,7 @@ def _context(link, worker, run_id, job_type, payload, attempt, max_attempts, def
 
     return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id, _extend_lease=extend_lease,
                       _report_progress=lambda ctx, *said: upkeep.report_progress(link, worker, ctx, *said),
-                      _read_batch=lambda run_id: workflows.batch_of_run(link.fetch, run_id))
+                      _read_batch=lambda run_id: batch_status.batch_of_run(link.fetch, run_id))
 
 
 def _run(app, link, failures, worker, lease, run_id, job_type, payload, attempt, max_attempts,

@@ -10,7 +10,8 @@ from jobsweb import definitions
 from jobsweb.commands import build_worker
 from jobsweb.core.errors import InvalidInput
 from jobsweb.engine import registry, run_actions
-from jobsweb.engine.reported_runs import EXTERNAL_JOB_TYPE, PING_HOLDER
+from jobsweb.engine.registry import EXTERNAL_JOB_TYPE
+from jobsweb.engine.reported_runs import PING_HOLDER
 from jobsweb.ops import alerts, notify
 from jobsweb.scheduling import reports
 from tests.conftest import committed, wait_for

@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from jobsweb import PermanentError, batch, chain, enqueue, enqueue_many, get_run
 from jobsweb.core.database import db, libpq_url
-from jobsweb.engine import flow, registry, run_actions, statements, workflows
+from jobsweb.engine import batch_status, flow, registry, run_actions, statements
 from jobsweb.engine.execution import Failures, Finished, Held, finish_params, interrupted, released
 from jobsweb.engine.leases import lost_claims
 from jobsweb.engine.lease_recovery import recover_expired_leases
@@ -406,7 +406,7 @@ class RunLifecycle(RuleBasedStateMachine):
         """The batch page's "Cancel the rest" (web/batch_pages.py)."""
         self.step()
         batch_id = self.pick(self.model.batches, n)
-        members = workflows.batch_members(batch_id, statements.CANCELLABLE)
+        members = batch_status.batch_members(batch_id, statements.CANCELLABLE)
         run_actions.cancel(members)
         self.commit()
         self.model.cancel(members)

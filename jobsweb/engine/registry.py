@@ -13,8 +13,13 @@ from dataclasses import dataclass
 
 from . import effects
 from .flow import check_priority, check_queue
-from .reported_runs import EXTERNAL_JOB_TYPE
 from ..core.errors import ConfigError, InvalidInput, check_job_type_name, clean_text, has_nul
+
+# The job type of an external definition and its runs. The contract keeps job_type NOT NULL,
+# and a reserved name in jobsweb's own namespace that no handler may register (add refuses it)
+# means CLAIM_RUNS, which takes only job types the worker has a handler for, can never claim one
+# of these runs, whatever state an operator puts it in (engine/reported_runs.py records them).
+EXTERNAL_JOB_TYPE = "jobsweb.external"
 
 # ctx.progress() writes at most this often per run (seconds); the value it holds back is written
 # by the next call past the interval, or when the handler returns.
@@ -169,7 +174,7 @@ class JobContext:
     _report_progress: object = None  # the worker's (or drain()'s) write of ctx.progress
     _progress_unsent: tuple | None = None  # (progress, note, data) held back by the interval
     _progress_sent_at: float = -math.inf  # time.monotonic() of the last write
-    _read_batch: object = None  # run id -> its batch's state (workflows.batch_of_run), from the worker
+    _read_batch: object = None  # run id -> its batch's state (batch_status.batch_of_run), from the worker
 
     @functools.cached_property
     def batch(self):

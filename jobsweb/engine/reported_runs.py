@@ -9,11 +9,6 @@ opened by /start. The scheduling side (which slot a report counts for) is in
 scheduling/reports.py; the engine's other status changes are in statements.py.
 """
 
-# The job type of an external definition and its runs. The contract keeps job_type NOT NULL,
-# and a reserved name in jobsweb's own namespace that no handler may register (registry.add
-# refuses it) means CLAIM_RUNS, which takes only job types the worker has a handler for, can
-# never claim one of these runs, whatever state an operator puts it in.
-EXTERNAL_JOB_TYPE = "jobsweb.external"
 PING_HOLDER = "ping"  # locked_by of a run opened by /ping/<token>/start
 
 # The definition a report is for, locked until the report's transaction commits: concurrent

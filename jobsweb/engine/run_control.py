@@ -19,7 +19,7 @@ from flask import current_app
 from sqlalchemy import insert
 
 from . import run_actions
-from .reported_runs import EXTERNAL_JOB_TYPE
+from .registry import EXTERNAL_JOB_TYPE
 from ..core import conflicts
 from ..core.database import db, require_postgresql
 from ..core.errors import BIGINT_MAX, InvalidInput, RunNotFound, RunStateError, clean_name, clean_text

@@ -21,7 +21,7 @@ import secrets
 import socket
 import time
 
-from . import registry, upkeep, workflows
+from . import batch_status, registry, upkeep
 from ..core.logs import flush_events
 from .claimer import Claimer
 from .execution import Failures, released
@@ -252,7 +252,7 @@ class Worker:
 
     def read_batch(self, run_id):
         """JobContext.batch, called from a handler thread: the batch of run `run_id`."""
-        return workflows.batch_of_run(self.link.fetch, run_id)
+        return batch_status.batch_of_run(self.link.fetch, run_id)
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""

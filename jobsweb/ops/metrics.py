@@ -10,7 +10,7 @@ from prometheus_client.utils import floatToGoString
 
 from . import fleet, queue_stats, stats
 from ..core.database import db, execute
-from ..engine import workflows
+from ..engine import batch_status
 from ..scheduling import definitions
 from .alerts import INCIDENT_KINDS
 from .durations import BOUNDS
@@ -99,7 +99,7 @@ class DatabaseCollector:
         yield from (depth, running, paused)
 
         yield GaugeMetricFamily("jobsweb_batches_open", "Batches with members not yet ended.",
-                                value=workflows.open_batches())
+                                value=batch_status.open_batches())
 
         incidents = GaugeMetricFamily("jobsweb_incidents_open", "Open alert incidents, by kind.",
                                       labels=["kind"])

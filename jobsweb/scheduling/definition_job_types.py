@@ -7,7 +7,7 @@ from sqlalchemy import select
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import JobDefinition, JobRun
-from ..engine.reported_runs import EXTERNAL_JOB_TYPE
+from ..engine.registry import EXTERNAL_JOB_TYPE
 from ..engine.worker_job_types import Unregistered
 
 

@@ -7,7 +7,7 @@ from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
 from ..core.database import db, execute
-from ..engine import run_actions, workflows
+from ..engine import batch_status, run_actions
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
 from .rendering import render
@@ -52,7 +52,7 @@ def index():
 
 
 def _batch_or_404(batch_id):
-    state = workflows.get_batch(batch_id)
+    state = batch_status.get_batch(batch_id)
     if state is None:
         abort(404, f"There is no batch {batch_id}.")
     return state
@@ -80,7 +80,7 @@ def detail(batch_id):
 def _act(batch_id, action):
     _batch_or_404(batch_id)
     statuses = RETRYABLE if action == "retry" else CANCELLABLE
-    ids = workflows.batch_members(batch_id, statuses)
+    ids = batch_status.batch_members(batch_id, statuses)
     size = current_app.config["JOBSWEB_BULK_BATCH"]
     changed, requested = [], []
     try:

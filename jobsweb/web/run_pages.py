@@ -9,8 +9,8 @@ from ..core import conflicts
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine import flow, run_actions, workflows
-from ..engine.reported_runs import EXTERNAL_JOB_TYPE
+from ..engine import batch_status, flow, run_actions
+from ..engine.registry import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats, why_waiting
 from ..ops.job_type_names import job_type_names
@@ -182,7 +182,7 @@ def detail(run_id):
     attempts = db.session.scalars(select(JobAttempt).where(JobAttempt.run_id == run_id)
                                   .order_by(JobAttempt.attempt.desc())).all()
     definition = db.session.get(JobDefinition, run.definition_id) if run.definition_id else None
-    dependencies = workflows.dependencies(run_id)
+    dependencies = batch_status.dependencies(run_id)
     # Why it is not running, and why each run it waits for is not: two batched reads.
     why = why_waiting.reasons([run_id] + [d.id for d in dependencies["waits_for"]])
     return render("run.html", "partials/_run.html", run=run, attempts=attempts, definition=definition,
