@@ -92,7 +92,7 @@ def targets(r):
          ", ".join(f"{c}: {fmt(100 * ratio(v, one), 0)}%" for c, v in low.items()) or "–",
          None if not low else all(v >= 0.8 * one for v in low.values()),
          "a claim takes the free slots plus about 0.1 s of work at the recent finishing rate "
-         "(engine/claim_ahead.py), so the claim's size no longer hangs on --concurrency; the runs waiting "
+         "(engine/worker/claim_ahead.py), so the claim's size no longer hangs on --concurrency; the runs waiting "
          "are held like running ones (heartbeats, SIGTERM release, lease recovery)"),
         ("1 process ≥ 10× Procrastinate's", f"{fmt(one)} vs {fmt(pro)} runs/s = {fmt(ratio(one, pro), 2)}×",
          one >= 10 * pro,

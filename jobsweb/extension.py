@@ -15,7 +15,7 @@ test apps) a thread evaluates alerts (ops/web_alerts.py; JOBSWEB_WEB_ALERTS=fals
 from . import commands
 from .core import database, schema, settings
 from .core.errors import ConfigError
-from .engine import builtin_jobs, registry  # noqa: F401 - importing builtin_jobs registers jobsweb.noop/sleep/fail
+from .engine.jobs import builtin_jobs, registry  # noqa: F401 - importing builtin_jobs registers jobsweb.noop/sleep/fail
 from .ops import retention  # noqa: F401 - importing it registers jobsweb.prune
 from .ops import web_alerts
 from .web import site

@@ -1,7 +1,7 @@
 """Helpers for the tests of an app that uses jobsweb: `create_schema()` and `empty_tables()` for
 the test database (or the `jobsweb_tables` fixture of jobsweb.pytest_plugin), run what is due
 with `drain()`, and see what was enqueued with `enqueued()`. Tests on SQLite use inline mode
-instead (JOBSWEB_INLINE=true, engine/inline.py): no tables, each handler runs as it is enqueued.
+instead (JOBSWEB_INLINE=true, engine/enqueue/inline.py): no tables, each handler runs as it is enqueued.
 
 drain() is a worker without threads or a separate process: on its own connection, it
 materialises due schedule slots, then claims and finishes runs one at a time with the
@@ -20,12 +20,14 @@ from sqlalchemy import select
 from .core import schema
 from .core.database import db, libpq_url, require_postgresql
 from .core.models import JobRun
-from .engine import batch_status, registry, statements, upkeep
-from .engine.async_execution import run_async_handler, run_coroutine
-from .engine.execution import Failures, Held, finish_params, log_finished, run_handler
+from .engine.runs import batch_status
+from .engine.jobs import registry
+from .engine import statements, upkeep
+from .engine.worker.async_execution import run_async_handler, run_coroutine
+from .engine.worker.execution import Failures, Held, finish_params, log_finished, run_handler
 from .engine.link import Link
-from .engine.registry import JobContext
-from .engine.worker import worker_id
+from .engine.jobs.registry import JobContext
+from .engine.worker.loop import worker_id
 from .scheduling.materialise import materialise_due
 
 RETRY_WAIT = 1.0  # seconds: drain() waits for a retry due within this long (see there)

@@ -191,7 +191,7 @@ def registry_snapshot():
     """The job-type registry is process-global: what a test registers is removed afterwards."""
     import importlib
 
-    from jobsweb.engine import registry
+    from jobsweb.engine.jobs import registry
 
     # Registered before the snapshot: first imported during a test, they would be removed with
     # its registrations, and a module is imported once (JOBSWEB_HANDLERS would not bring them back).

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from jobsweb import PermanentError, job
 from jobsweb.core.database import db
-from jobsweb.engine import builtin_jobs
+from jobsweb.engine.jobs import builtin_jobs
 
 
 class NotFound(Exception):

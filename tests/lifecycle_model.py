@@ -10,7 +10,7 @@ Times are symbolic: a run's run_at is a key that sorts as the database's timesta
 (jitter: such runs are not ordered among themselves, and nothing makes them due but a retry),
 (3, n) an explicit time in the future.
 
-Cancel and retry from code (jobsweb.cancel(), jobsweb.retry(): engine/run_control.py) and from
+Cancel and retry from code (jobsweb.cancel(), jobsweb.retry(): engine/runs/run_control.py) and from
 the command line (`flask jobs runs cancel/retry`) are not operations of their own here: they call
 the same run_actions.cancel and run_actions.retry as the operator's steps of the model test, and
 add only an audit entry and their refusals (RunStateError) around them.

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from jobsweb import enqueue
 from jobsweb.core.database import db
-from jobsweb.engine import run_actions
+from jobsweb.engine.runs import run_actions
 from jobsweb.testing import drain
 
 

@@ -111,7 +111,7 @@ def test_a_definition_alerts_when_its_dead_runs_in_a_row_reach_its_own_threshold
 
 
 def test_dead_runs_of_one_job_type_share_an_incident_until_none_of_them_is_dead(alerting, receiver, sql):
-    from jobsweb.engine import run_actions
+    from jobsweb.engine.runs import run_actions
 
     with committed(alerting):
         enqueue("jobsweb.fail", {"permanent": True})
@@ -315,7 +315,7 @@ def test_the_define_command_sets_the_alert_threshold_and_routing(runner, sql):
 
 
 def test_a_dead_run_retried_by_an_operator_that_dies_again_alerts_again(alerting, receiver, sql):
-    from jobsweb.engine import run_actions
+    from jobsweb.engine.runs import run_actions
 
     with committed(alerting):
         run_id = enqueue("jobsweb.fail", {"permanent": True})
@@ -376,7 +376,7 @@ def test_an_alert_email_for_a_name_stored_with_a_line_break_is_still_sent(app, s
 
 
 def test_an_open_dead_incident_says_how_many_attempts_the_newest_death_took(alerting, sql):
-    from jobsweb.engine import run_actions
+    from jobsweb.engine.runs import run_actions
 
     with committed(alerting):
         run_id = enqueue("jobsweb.fail", {"permanent": True})

@@ -8,9 +8,9 @@ import threading
 
 from jobsweb import enqueue, job
 from jobsweb.commands import build_worker
-from jobsweb.engine.async_execution import AsyncPool
-from jobsweb.engine.execution import Held
-from jobsweb.engine.registry import JobContext, JobType
+from jobsweb.engine.worker.async_execution import AsyncPool
+from jobsweb.engine.worker.execution import Held
+from jobsweb.engine.jobs.registry import JobContext, JobType
 from jobsweb.testing import drain
 from tests.conftest import wait_for
 from tests.processes import add_many, finish, insert_many, status_of
@@ -197,7 +197,7 @@ def test_an_async_run_asked_to_stop_while_it_waits_for_the_slot_never_begins(app
         waiting = held_run(2, 0, handler)
         pool.submit(waiting)
         wait_for(lambda: len(pool.slots.waiting) == 1, message="run 2 to wait for the slot")
-        waiting.stop()  # as a SIGTERM asks each held run (engine/held_runs.py)
+        waiting.stop()  # as a SIGTERM asks each held run (engine/worker/held_runs.py)
         # Back at once, while run 1 still holds the slot: not begun, so the worker releases it.
         stopped = finished.get(timeout=10)
         assert (stopped.held, stopped.begun, waiting.began) == (waiting, False, None)

@@ -7,11 +7,11 @@ import pytest
 
 from jobsweb.core.database import libpq_url
 from jobsweb.core.errors import InvalidInput
-from jobsweb.engine import retry
-from jobsweb.engine.enqueuing import enqueue, parse_payload, parse_run_at
-from jobsweb.engine.execution import Outcome, finish_each
-from jobsweb.engine.lease_recovery import recover_expired_leases
-from jobsweb.engine.execution import Failures
+from jobsweb.engine.jobs import retry
+from jobsweb.engine.enqueue.enqueuing import enqueue, parse_payload, parse_run_at
+from jobsweb.engine.worker.execution import Outcome, finish_each
+from jobsweb.engine.worker.lease_recovery import recover_expired_leases
+from jobsweb.engine.worker.execution import Failures
 from jobsweb.engine.link import Link
 from jobsweb.scheduling.definitions import define
 from jobsweb.scheduling.schedule import next_fire_times
@@ -167,7 +167,7 @@ def test_settings_refuse_delays_that_are_not_finite(monkeypatch, database_url_fo
 
 @pytest.mark.parametrize("option", ["timeout", "backoff_base", "backoff_cap"])
 def test_a_job_type_with_a_delay_that_is_not_finite_or_over_a_week_is_refused(option):
-    from jobsweb.engine.registry import get, job
+    from jobsweb.engine.jobs.registry import get, job
 
     with pytest.raises(InvalidInput) as refused:
         job("tests.never_registered", **{option: math.inf})(lambda ctx: None)

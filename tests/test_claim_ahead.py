@@ -11,9 +11,9 @@ import threading
 import pytest
 
 from jobsweb.engine import statements
-from jobsweb.engine.claim_ahead import RATE_WINDOW, ClaimAhead
-from jobsweb.engine.execution import Held, Pool
-from jobsweb.engine.registry import JobContext, JobType
+from jobsweb.engine.worker.claim_ahead import RATE_WINDOW, ClaimAhead
+from jobsweb.engine.worker.execution import Held, Pool
+from jobsweb.engine.jobs.registry import JobContext, JobType
 from tests.conftest import wait_for
 from tests.processes import finish, insert_many
 

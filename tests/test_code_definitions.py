@@ -79,7 +79,7 @@ def test_a_declaration_named_like_an_admin_made_definition_is_refused_and_nothin
 
 
 def test_a_removed_declaration_is_disabled_and_marked_and_its_runs_kept(app, runner, sql, registry_snapshot):
-    from jobsweb.engine import registry
+    from jobsweb.engine.jobs import registry
     from jobsweb.scheduling import definitions
 
     declare("report")
@@ -136,7 +136,7 @@ def test_sync_says_when_nothing_declares_a_schedule(runner):
 
 
 def test_the_admin_shows_which_definitions_come_from_code(app, runner, sign_in, sql, registry_snapshot):
-    from jobsweb.engine import registry
+    from jobsweb.engine.jobs import registry
 
     declare("report")
     declare("gone")
@@ -181,7 +181,7 @@ def test_what_sync_creates_updates_and_disables_is_audited_and_what_it_leaves_is
     sync(runner)
     declare(payload={"v": 2})
     sync(runner)
-    from jobsweb.engine import registry
+    from jobsweb.engine.jobs import registry
 
     registry._registry.pop("report")
     assert sync(runner)[0] == 0

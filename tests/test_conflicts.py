@@ -85,7 +85,7 @@ def test_a_deadlock_is_its_own_kind_and_one_that_never_clears_is_a_conflict_not_
         assert "transaction given up after 8 run(s); 1 given up" in lines[2]
         assert "could not serialize access" in str(raised.value)
         # The worker takes it back without an outage: no line, no backoff, nothing in doubt.
-        from jobsweb.engine.outages import Outages
+        from jobsweb.engine.worker.outages import Outages
 
         outages = Outages(stop=None, links=[])
         assert outages.step(raised.value) is None

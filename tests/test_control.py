@@ -11,7 +11,7 @@ import jobsweb
 from jobsweb import RunNotFound, RunStateError, cancel, create_app, enqueue, get_run, retry
 from jobsweb.core.database import database_url, db
 from jobsweb.core.errors import InvalidInput
-from jobsweb.engine import run_actions, run_waiting
+from jobsweb.engine.runs import run_actions, run_waiting
 from tests.conftest import SECRET_KEY, committed, wait_for
 from tests.test_pooler import pooled_url  # noqa: F401 - the fixture: PgBouncer in transaction mode
 

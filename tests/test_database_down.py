@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jobsweb.engine.outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
+from jobsweb.engine.worker.outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
 from tests import servers
 from tests.conftest import SECRET_KEY, TEST_SETTINGS, wait_for
 from tests.forkserver import python_m

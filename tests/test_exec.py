@@ -227,7 +227,7 @@ def test_a_command_that_does_not_exist_is_a_dead_run_and_exit_code_127(backup, j
 
 
 def test_an_operator_cancelling_the_run_stops_the_command_at_the_next_heartbeat(app, backup, jobs_exec, sql):
-    from jobsweb.engine import run_actions
+    from jobsweb.engine.runs import run_actions
 
     proc = jobs_exec(backup, "--", PY, "-c", "import time; time.sleep(60)", wait=False, JOBSWEB_LEASE_SECONDS=1.5)
     wait_for(lambda: sql("SELECT count(*) FROM job_runs WHERE status = 'running'")[0][0] == 1,

@@ -9,9 +9,10 @@ import pytest
 from jobsweb import definitions
 from jobsweb.commands import build_worker
 from jobsweb.core.errors import InvalidInput
-from jobsweb.engine import registry, run_actions
-from jobsweb.engine.registry import EXTERNAL_JOB_TYPE
-from jobsweb.engine.reported_runs import PING_HOLDER
+from jobsweb.engine.jobs import registry
+from jobsweb.engine.runs import run_actions
+from jobsweb.engine.jobs.registry import EXTERNAL_JOB_TYPE
+from jobsweb.engine.runs.reported_runs import PING_HOLDER
 from jobsweb.ops import alerts, notify
 from jobsweb.scheduling import reports
 from tests.conftest import committed, wait_for

@@ -4,7 +4,8 @@ import pytest
 
 from jobsweb import InvalidInput, definitions, enqueue, enqueue_many
 from jobsweb.core.database import db
-from jobsweb.engine import flow, statements
+from jobsweb.engine.jobs import flow
+from jobsweb.engine import statements
 from tests.conftest import committed, define
 
 
@@ -47,7 +48,7 @@ def test_a_unique_key_returns_the_unfinished_run_and_is_free_again_once_it_ends(
 
 
 def test_retrying_a_dead_run_whose_unique_key_is_taken_again_leaves_it_dead(app, sql):
-    from jobsweb.engine import run_actions
+    from jobsweb.engine.runs import run_actions
 
     with app.app_context():
         dead = enqueue("jobsweb.noop", unique_key="k")
@@ -58,7 +59,7 @@ def test_retrying_a_dead_run_whose_unique_key_is_taken_again_leaves_it_dead(app,
 
 
 def test_retrying_at_once_two_ended_runs_of_one_unique_key_retries_the_older_and_leaves_the_other(app, sql):
-    from jobsweb.engine import run_actions
+    from jobsweb.engine.runs import run_actions
 
     with app.app_context():
         older = enqueue("jobsweb.noop", unique_key="k")

@@ -5,7 +5,7 @@ import pytest
 from flask import Flask
 
 from jobsweb import InvalidInput, JobsWeb, enqueue, enqueue_many, get_run
-from jobsweb.engine.run_status import INLINE_RUNS
+from jobsweb.engine.runs.run_status import INLINE_RUNS
 
 
 @pytest.fixture

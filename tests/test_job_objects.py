@@ -4,7 +4,7 @@ import pytest
 
 from jobsweb import InvalidInput, JobContext, job
 from jobsweb.core.database import db
-from jobsweb.engine import registry
+from jobsweb.engine.jobs import registry
 from jobsweb.testing import drain
 
 pytestmark = pytest.mark.usefixtures("registry_snapshot")

@@ -5,7 +5,7 @@ import pytest
 
 from jobsweb import job
 from jobsweb.core.errors import InvalidInput
-from jobsweb.engine import registry
+from jobsweb.engine.jobs import registry
 
 
 @pytest.mark.parametrize("name", ['report<img src=x onerror=alert(1)>', "send report", 'mail"}', "export/csv",

@@ -18,12 +18,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from jobsweb import PermanentError, batch, chain, enqueue, enqueue_many, get_run
 from jobsweb.core.database import db, libpq_url
-from jobsweb.engine import batch_status, flow, registry, run_actions, statements
-from jobsweb.engine.execution import Failures, Finished, Held, finish_params, interrupted, released
-from jobsweb.engine.leases import lost_claims
-from jobsweb.engine.lease_recovery import recover_expired_leases
+from jobsweb.engine.runs import batch_status, run_actions
+from jobsweb.engine.jobs import flow, registry
+from jobsweb.engine import statements
+from jobsweb.engine.worker.execution import Failures, Finished, Held, finish_params, interrupted, released
+from jobsweb.engine.worker.leases import lost_claims
+from jobsweb.engine.worker.lease_recovery import recover_expired_leases
 from jobsweb.engine.link import Link
-from jobsweb.engine.registry import JobContext
+from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.ops import retention
 from jobsweb.scheduling import definitions
 from jobsweb.scheduling.materialise import materialise_due
@@ -255,7 +257,7 @@ class RunLifecycle(RuleBasedStateMachine):
     @rule(w=st.integers(0, 2), ahead=st.integers(0, 2))
     def a_claim_is_lost_with_the_connection_and_its_runs_released(self, w, ahead):
         """The claim commits, its rows never reach the worker (the connection broke): once back,
-        the worker finds them with LOST_CLAIMS and gives them back unstarted (engine/leases.py)."""
+        the worker finds them with LOST_CLAIMS and gives them back unstarted (engine/worker/leases.py)."""
         self.step()
         worker = self.workers[w]
         if (claimed := self.claim(worker, ahead)) is None:
@@ -352,7 +354,7 @@ class RunLifecycle(RuleBasedStateMachine):
     @precondition(lambda self: any(worker.held for worker in self.workers))
     @rule(w=st.integers(0, 2))
     def a_worker_is_stopped_and_releases_its_runs(self, w):
-        """SIGTERM: what Worker._shut_down (engine/worker.py) writes for the runs it holds: a run
+        """SIGTERM: what Worker._shut_down (engine/worker/loop.py) writes for the runs it holds: a run
         whose handler began is an interrupted attempt; one claimed ahead and never begun is released."""
         self.step()
         worker = [worker for worker in self.workers if worker.held][w % sum(1 for x in self.workers if x.held)]

@@ -264,7 +264,7 @@ class FrozenClock:
 
 
 def test_after_an_idle_pass_the_worker_waits_before_materialising_again(app, sql, monkeypatch):
-    from jobsweb.engine import worker as worker_module
+    from jobsweb.engine.worker import loop as worker_module
     from jobsweb.scheduling.materialise import IDLE_INTERVAL
 
     clock = FrozenClock()

@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 
-from jobsweb.engine import output
+from jobsweb.engine.worker import output
 from jobsweb.testing import drain
 from tests.conftest import wait_for
 from tests.processes import add_many, finish

@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 
 from jobsweb import create_app, definitions, enqueue
 from jobsweb.core.database import database_url, libpq_url
-from jobsweb.engine.wakeup import Listener
+from jobsweb.engine.worker.wakeup import Listener
 from tests.conftest import PASSWORD, SECRET_KEY, TEST_DATABASE, committed, csrf_token, wait_for
 
 PGBOUNCER = "/usr/sbin/pgbouncer"

@@ -7,7 +7,7 @@ import pytest
 
 import jobsweb
 from jobsweb import InvalidInput, enqueue, get_run
-from jobsweb.engine.registry import JobContext
+from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.testing import drain
 from tests.conftest import wait_for
 

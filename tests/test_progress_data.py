@@ -8,7 +8,7 @@ import pytest
 
 import jobsweb
 from jobsweb import InvalidInput, enqueue, get_run
-from jobsweb.engine.registry import PROGRESS_DATA_MAX_BYTES, JobContext
+from jobsweb.engine.jobs.registry import PROGRESS_DATA_MAX_BYTES, JobContext
 from jobsweb.testing import drain
 
 SECRET = "Zq9xK7wP"

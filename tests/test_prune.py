@@ -1,7 +1,7 @@
 import pytest
 
 from jobsweb.engine import statements
-from jobsweb.engine.registry import JobContext
+from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.ops import retention
 from tests.conftest import committed
 

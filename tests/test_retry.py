@@ -1,6 +1,6 @@
 import pytest
 
-from jobsweb.engine.retry import backoff_seconds
+from jobsweb.engine.jobs.retry import backoff_seconds
 
 
 @pytest.mark.parametrize("attempt, expected", [(1, 10), (2, 20), (3, 40), (4, 80), (10, 3600), (5000, 3600)])

@@ -1,13 +1,13 @@
 """The worker's finish-and-claim round trips, sent on its two lanes' threads while the loop works
-(engine/round_trips.py), and the loop's per-pass bookkeeping that must stay cheap."""
+(engine/worker/round_trips.py), and the loop's per-pass bookkeeping that must stay cheap."""
 
 import logging
 
 from jobsweb.core.logs import RunEventRecord
-from jobsweb.engine.execution import Deadlines, Held
-from jobsweb.engine.round_trips import Trip
-from jobsweb.engine.stop import WAKE
-from jobsweb.engine.worker import FINISH_APART
+from jobsweb.engine.worker.execution import Deadlines, Held
+from jobsweb.engine.worker.round_trips import Trip
+from jobsweb.engine.worker.stop import WAKE
+from jobsweb.engine.worker.loop import FINISH_APART
 from tests.processes import insert_many
 from tests.test_worker import add, make_worker
 

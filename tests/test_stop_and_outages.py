@@ -11,8 +11,8 @@ import logging
 import pytest
 
 from jobsweb.engine.link import Conflicted, DatabaseUnavailable
-from jobsweb.engine.outages import Outages
-from jobsweb.engine.stop import Stop
+from jobsweb.engine.worker.outages import Outages
+from jobsweb.engine.worker.stop import Stop
 
 
 class Clock:

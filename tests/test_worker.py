@@ -6,9 +6,9 @@ import threading
 from jobsweb import enqueue
 from jobsweb.engine import statements, upkeep
 from jobsweb.commands import build_worker
-from jobsweb.engine.execution import Outcome, finish_params
-from jobsweb.engine.lease_recovery import RECOVER_BATCH
-from jobsweb.engine.outages import RECONNECT_FIRST_DELAY
+from jobsweb.engine.worker.execution import Outcome, finish_params
+from jobsweb.engine.worker.lease_recovery import RECOVER_BATCH
+from jobsweb.engine.worker.outages import RECONNECT_FIRST_DELAY
 from jobsweb.engine.link import DatabaseUnavailable
 from tests.conftest import wait_for
 from tests.processes import insert_many
@@ -303,7 +303,7 @@ def test_a_lost_claim_is_released_and_logged_alone_while_an_ended_runs_outcome_w
     gate = tmp_path / "gate"
     first = add(app, "test.until_file", {"file": str(gate)})
     worker = make_worker(app)
-    # A duty's pass writes the pending outcomes first (engine/duties.py), and build_worker's
+    # A duty's pass writes the pending outcomes first (engine/worker/duties.py), and build_worker's
     # materialising is due every 0.25 s: without duties, the pass after the outage is one where
     # none is due, and LOST_CLAIMS meets the ended run's outcome still unwritten.
     worker.duties = []

@@ -12,7 +12,7 @@ from playwright import sync_api
 from jobsweb import JobsWeb, enqueue, enqueue_many
 from jobsweb.core.database import db
 from jobsweb.core.errors import ConfigError, InvalidInput
-from jobsweb.engine import registry
+from jobsweb.engine.jobs import registry
 from jobsweb.ops.job_type_names import job_type_names
 from tests.conftest import SECRET_KEY, csrf_token, wait_for
 from tests.test_web_look import sign_in as sign_in_page

@@ -9,10 +9,10 @@ one stop deadline hid between them (issue 50).
 import ast
 from pathlib import Path
 
-import jobsweb.engine.worker
+import jobsweb.engine.worker.loop
 
-WORKER = Path(jobsweb.engine.worker.__file__)
-PART_MODULES = ["worker", "held_runs", "claimer", "round_trips", "leases", "stop", "outages"]
+WORKER = Path(jobsweb.engine.worker.loop.__file__)
+PART_MODULES = ["loop", "held_runs", "claimer", "round_trips", "leases", "stop", "outages"]
 
 
 def classes():

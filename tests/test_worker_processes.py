@@ -135,7 +135,7 @@ def test_three_deploys_during_one_run_leave_it_every_attempt_it_had(app, sql, sp
         (1, "interrupted"), (2, "interrupted"), (3, "interrupted"), (4, "succeeded")]
 
 
-# A thread's heartbeat and an awaited handler's (engine/async_execution.py) alike.
+# A thread's heartbeat and an awaited handler's (engine/worker/async_execution.py) alike.
 @pytest.mark.parametrize("job_type", ["test.until_file", "test.async_until_file"])
 def test_heartbeats_keep_a_long_run_from_being_taken_over(app, sql, spawn_worker, job_type, tmp_path):
     done = tmp_path / "done"

@@ -3,7 +3,7 @@
 import pytest
 
 from jobsweb import definitions, enqueue, enqueue_many
-from jobsweb.engine import run_actions
+from jobsweb.engine.runs import run_actions
 
 from .conftest import committed, define, wait_for
 

@@ -11,7 +11,7 @@ from flask_migrate import downgrade, upgrade
 
 from jobsweb import batch, enqueue, enqueue_many
 from jobsweb.core.database import db, libpq_url
-from jobsweb.engine import run_actions
+from jobsweb.engine.runs import run_actions
 from jobsweb.web import outage
 from tests.conftest import csrf_token
 from tests.test_migrations import at

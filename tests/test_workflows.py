@@ -7,7 +7,7 @@ import pytest
 
 from jobsweb import InvalidInput, batch, chain, enqueue, get_batch
 from jobsweb.core.database import db, libpq_url
-from jobsweb.engine import run_actions
+from jobsweb.engine.runs import run_actions
 from tests.test_metrics import metrics_app, scrape  # noqa: F401, F811 (a fixture)
 from tests.test_worker import make_worker
 

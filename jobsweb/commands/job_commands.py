@@ -8,10 +8,10 @@ import click
 from flask import current_app
 
 from ..core import schema, schema_objects
-from ..engine.enqueuing import enqueue, parse_payload, parse_run_at
-from ..engine.flow import check_priority
+from ..engine.enqueue.enqueuing import enqueue, parse_payload, parse_run_at
+from ..engine.jobs.flow import check_priority
 from ..engine.statements import RUN_STATUSES
-from ..engine.batch_status import get_batch
+from ..engine.runs.batch_status import get_batch
 from ..ops import deploy_marks, retention
 from ..web import audit
 from .groups import committed, jobs, plain_errors, when

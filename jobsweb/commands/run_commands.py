@@ -14,8 +14,8 @@ from ..core import conflicts
 from ..core.database import db
 from ..core.errors import RunStateError
 from ..core.models import JobRun
-from ..engine import run_actions, run_control
-from ..engine.run_status import get_run
+from ..engine.runs import run_actions, run_control
+from ..engine.runs.run_status import get_run
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..web import audit, runlist
 from .groups import plain_errors, runs

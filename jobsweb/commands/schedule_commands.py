@@ -8,9 +8,9 @@ from sqlalchemy import select
 from ..core.database import db
 from ..core.models import JobDefinition
 from ..core.errors import InvalidInput, check_job_type_name
-from ..engine import flow
-from ..engine.enqueuing import parse_payload
-from ..engine.flow import check_priority
+from ..engine.jobs import flow
+from ..engine.enqueue.enqueuing import parse_payload
+from ..engine.jobs.flow import check_priority
 from ..scheduling import code_definitions, definitions
 from ..scheduling.definitions import MISFIRE_POLICIES, OVERLAP_POLICIES
 from ..scheduling.schedule import Schedule

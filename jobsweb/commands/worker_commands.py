@@ -19,9 +19,9 @@ from sqlalchemy.exc import OperationalError
 
 from ..core import schema, schema_objects, settings
 from ..core.database import db, execute, libpq_url
-from ..engine import lease_recovery
-from ..engine.flow import check_queue
-from ..engine.worker import Worker
+from ..engine.worker import lease_recovery
+from ..engine.jobs.flow import check_queue
+from ..engine.worker.loop import Worker
 from ..ops import alerts
 from ..scheduling import materialise
 from .finite_floats import FiniteFloatRange
@@ -102,7 +102,7 @@ DEMO_RUNS = [
 @jobs.command("demo")
 def demo_command():
     """Enqueue a few runs of the built-in job types, to watch a worker at work."""
-    from ..engine.enqueuing import enqueue
+    from ..engine.enqueue.enqueuing import enqueue
 
     with plain_errors():
         for job_type, payload in DEMO_RUNS:
@@ -130,7 +130,7 @@ SELECT EXISTS (SELECT 1 FROM job_workers WHERE pid = %(pid)s AND stopped_at IS N
 def dev_command(host, port, demo):
     """Migrate, then run the web app (gunicorn) and a worker together until Ctrl-C."""
     # Here, not at the top: `flask run-jobs`, in this module too, needs none of the web.
-    from ..engine.enqueuing import enqueue
+    from ..engine.enqueue.enqueuing import enqueue
     from ..web.accounts import ensure_demo_admin
 
     with plain_errors():

@@ -91,7 +91,7 @@ class DatabaseUnavailable(Exception):
 class Conflicted(DatabaseUnavailable):
     """A transaction still met a conflict (core/conflicts.py) after conflicts.TRIES runs. The
     database answered: the worker takes it back as it takes back a failed trip (outcomes kept,
-    written again) but neither logs an outage nor backs off (engine/outages.py)."""
+    written again) but neither logs an outage nor backs off (engine/worker/outages.py)."""
 
 
 def _close_if_opened(opening):

@@ -31,7 +31,7 @@ DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # w
 # runs) unique_key decide between concurrent enqueuers: the loser inserts nothing and reads the
 # winner's id afterwards (RUN_BY_KEY). The queue's job_queues row is created on first use.
 # A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
-# status is 'queued', or, for a run of after= (engine/workflows.py decided it under
+# status is 'queued', or, for a run of after= (engine/enqueue/workflows.py decided it under
 # LOCK_DEPENDENCIES' locks), 'waiting' for `waiting_for` runs, or 'cancelled' at once because
 # one of them had ended dead or cancelled (`reason` says which). batch_id: a batch's member.
 # The payload travels as JSON text cast here: a host's session may be on psycopg2, which cannot
@@ -70,13 +70,13 @@ ORDER BY p.n
 RETURNING id
 """
 
-# Wake the workers LISTENing on this channel (engine/wakeup.py) when a run becomes due now.
+# Wake the workers LISTENing on this channel (engine/worker/wakeup.py) when a run becomes due now.
 # Delivered when the transaction commits, and PostgreSQL folds identical notifications of one
 # transaction into one: a bulk enqueue wakes each worker once, not once per run.
 NOTIFY_CHANNEL = "jobsweb_runs"
 NOTIFY = "SELECT pg_notify('jobsweb_runs', '')"
 
-# Wake Run.wait() (engine/run_waiting.py), which LISTENs on this channel, when runs end. The
+# Wake Run.wait() (engine/runs/run_waiting.py), which LISTENs on this channel, when runs end. The
 # payload is the ended runs' ids, comma-separated (FINISH_RUNS), or '' for "look at yours again"
 # (an operator's cancel, which also ends the runs waiting below, or delete). A channel of its own:
 # the workers' listeners are not woken by runs ending.
@@ -180,7 +180,7 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # nothing from it. The rate window is in the row (rate_starts). Starts and leases count from the clock
 # read at the call's start: no run that ended before it seems to overlap, no lease ends before
 # started_at + lease. A limited queue gives at most `free` runs (slots free now, none ahead:
-# engine/claim_ahead.py): no run waits holding its slot. Runs beyond the first `free` are claimed
+# engine/worker/claim_ahead.py): no run waits holding its slot. Runs beyond the first `free` are claimed
 # ahead up to the first on its last attempt (a killed worker would spend it), which waits for a slot.
 # The runs are read front by front: each (queue, priority) with claimable runs that this claim may
 # take from, through job_runs_queue_claimable up to the first run not yet due, smallest priority

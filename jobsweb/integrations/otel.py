@@ -18,8 +18,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from sqlalchemy import text
 
 from ..core.database import db
-from ..engine import signals
-from ..engine.enqueuing import TRACE_CONTEXT
+from ..engine.jobs import signals
+from ..engine.enqueue.enqueuing import TRACE_CONTEXT
 from . import outcome
 
 W3C = TraceContextTextMapPropagator()

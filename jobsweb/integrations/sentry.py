@@ -16,8 +16,8 @@ from sentry_sdk.integrations.logging import ignore_logger
 from sqlalchemy import text
 
 from ..core.database import db
-from ..engine import signals
-from ..engine.registry import Cancelled
+from ..engine.jobs import signals
+from ..engine.jobs.registry import Cancelled
 from ..web.shown_text import MASK, is_secret, shown
 from . import outcome
 

@@ -36,7 +36,7 @@ from . import notify, stalls, why_waiting
 from ..core import conflicts, deadlines
 from ..core.database import db, execute
 from ..core.models import AlertDelivery, AlertIncident
-from ..engine.duties import Duty
+from ..engine.worker.duties import Duty
 from ..scheduling import definitions
 
 log = logging.getLogger("jobsweb.alerts")

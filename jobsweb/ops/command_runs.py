@@ -37,7 +37,7 @@ from ..core import conflicts, deadlines
 from ..core.database import db, execute, outage
 from ..core.errors import InvalidInput
 from ..engine.upkeep import EXTEND_LEASES
-from ..engine.worker import worker_id
+from ..engine.worker.loop import worker_id
 from ..scheduling import reports
 from .command_process import Command, Forwarder, signal_name
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ..core.database import db, execute
-from ..engine.registry import EXTERNAL_JOB_TYPE
+from ..engine.jobs.registry import EXTERNAL_JOB_TYPE
 
 # Upper bounds (seconds) of the histograms' buckets, 1 ms to a day, each 1.5 times the last (as
 # Sidekiq's metrics); +Inf is implied. Changing them starts the rollup over.

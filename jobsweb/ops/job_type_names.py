@@ -7,8 +7,8 @@ the wrong runs).
 """
 
 from ..core.database import execute
-from ..engine import registry
-from ..engine.worker_job_types import worker_job_types
+from ..engine.jobs import registry
+from ..engine.jobs.worker_job_types import worker_job_types
 
 # A distinct over a million runs reads them all; this walks index job_runs_job_type_id
 # (job_type, id) instead, one index probe per job type ("loose index scan"). The walk stops

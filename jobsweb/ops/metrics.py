@@ -10,7 +10,7 @@ from prometheus_client.utils import floatToGoString
 
 from . import fleet, queue_stats, stats
 from ..core.database import db, execute
-from ..engine import batch_status
+from ..engine.runs import batch_status
 from ..scheduling import definitions
 from .alerts import INCIDENT_KINDS
 from .durations import BOUNDS

@@ -25,7 +25,7 @@ from flask import current_app, url_for
 
 from ..core.database import db, execute
 from ..core.models import AlertDelivery
-from ..engine import retry
+from ..engine.jobs import retry
 from . import webhook
 
 log = logging.getLogger("jobsweb.notify")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from flask import current_app
 
 from ..core.database import db, execute
-from ..engine.registry import job
+from ..engine.jobs.registry import job
 from ..engine.statements import PRUNE_RUNS
 
 # status -> the setting that says how many days its runs are kept (0: forever).

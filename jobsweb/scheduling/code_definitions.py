@@ -23,9 +23,9 @@ from . import definitions
 from ..core.database import db, execute
 from ..core.errors import InvalidInput, check_emails, check_url
 from ..core.models import JobDefinition
-from ..engine import registry
-from ..engine.enqueuing import Job, check_payload
-from ..engine.flow import check_priority, check_queue
+from ..engine.jobs import registry
+from ..engine.enqueue.enqueuing import Job, check_payload
+from ..engine.jobs.flow import check_priority, check_queue
 from .schedule import Schedule
 
 # define()'s options a declaration may give besides its schedule, with define()'s defaults.

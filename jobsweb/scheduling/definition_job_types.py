@@ -7,8 +7,8 @@ from sqlalchemy import select
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import JobDefinition, JobRun
-from ..engine.registry import EXTERNAL_JOB_TYPE
-from ..engine.worker_job_types import Unregistered
+from ..engine.jobs.registry import EXTERNAL_JOB_TYPE
+from ..engine.jobs.worker_job_types import Unregistered
 
 
 def external(name, job_type, max_attempts):

@@ -19,9 +19,9 @@ from sqlalchemy.orm import aliased
 from ..core.database import db, execute
 from ..core.errors import InvalidInput, check_emails, check_url, clean_name
 from ..core.models import JobDefinition, JobRun
-from ..engine.enqueuing import check_job_type, check_max_attempts, check_payload
-from ..engine.flow import check_priority, check_queue, ensure_queue
-from ..engine.retry import MAX_DELAY
+from ..engine.enqueue.enqueuing import check_job_type, check_max_attempts, check_payload
+from ..engine.jobs.flow import check_priority, check_queue, ensure_queue
+from ..engine.jobs.retry import MAX_DELAY
 from ..engine.statements import ACTIVE_STATUSES, RUN_NOW
 from . import definition_job_types
 from .schedule import Schedule

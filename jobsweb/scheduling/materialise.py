@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 
 from ..core.errors import InvalidInput
 from ..engine.statements import INSERT_SLOTS
-from ..engine.duties import Duty
+from ..engine.worker.duties import Duty
 from .schedule import Schedule, local_time
 
 log = logging.getLogger("jobsweb.materialise")

@@ -22,8 +22,8 @@ from datetime import timedelta
 
 from ..core.database import execute
 from ..core.errors import InvalidInput
-from ..engine import reported_runs
-from ..engine.reported_runs import PING_HOLDER
+from ..engine.runs import reported_runs
+from ..engine.runs.reported_runs import PING_HOLDER
 from ..engine.statements import INSERT_SLOTS
 from .materialise import ADVANCE_DEFINITIONS, due_slots, missed_rows
 from .schedule import Schedule, local_time

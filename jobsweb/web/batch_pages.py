@@ -7,7 +7,7 @@ from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
 from ..core.database import db, execute
-from ..engine import batch_status, run_actions
+from ..engine.runs import batch_status, run_actions
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
 from .rendering import render

@@ -15,7 +15,7 @@ from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
 from ..core.models import JobDefinition
-from ..engine.enqueuing import parse_payload
+from ..engine.enqueue.enqueuing import parse_payload
 from ..scheduling import definitions
 from ..scheduling.schedule import Schedule, next_fire_times
 from .access import role_required

@@ -5,7 +5,7 @@ from flask import Blueprint, current_app, flash, url_for
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput
-from ..engine.enqueuing import enqueue, parse_payload
+from ..engine.enqueue.enqueuing import enqueue, parse_payload
 from .access import role_required, viewer
 from .forms import EnqueueForm, job_type_choices
 from .local_time import read_local, viewer_zone

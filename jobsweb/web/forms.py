@@ -9,10 +9,16 @@ from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
 from ..core.errors import InvalidInput, clean_text
 from ..core.models import ROLES
-from ..engine import registry
-from ..engine.worker_job_types import worker_job_types
-from ..scheduling.definitions import (DEFAULT_GRACE, FAILING_AFTER, MAX_GRACE, MAX_SECONDS, MISFIRE_POLICIES,
-                                      OVERLAP_POLICIES)
+from ..engine.jobs import registry
+from ..engine.jobs.worker_job_types import worker_job_types
+from ..scheduling.definitions import (
+    DEFAULT_GRACE,
+    FAILING_AFTER,
+    MAX_GRACE,
+    MAX_SECONDS,
+    MISFIRE_POLICIES,
+    OVERLAP_POLICIES,
+)
 from ..core.passwords import PASSWORD_MIN_CHARS
 
 # A number field bounded by NumberRange accepts "nan" (every comparison with it is false).

@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 
 from ..core import deadlines
 from ..core.database import db, outage
-from ..engine import run_actions
+from ..engine.runs import run_actions
 from .rendering import render
 
 log = logging.getLogger("jobsweb.web")

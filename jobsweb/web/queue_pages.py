@@ -6,7 +6,7 @@ from flask import Blueprint, abort, flash, request, url_for
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput, check_job_type_name
-from ..engine import flow
+from ..engine.jobs import flow
 from ..ops import job_type_metrics, queue_stats
 from ..ops.job_type_names import job_type_names
 from .access import role_required

@@ -12,7 +12,8 @@ from ..core import conflicts
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobRun
-from ..engine import dependencies, run_actions
+from ..engine.enqueue import dependencies
+from ..engine.runs import run_actions
 from ..engine.statements import DELETABLE
 from .access import role_required
 from .local_time import read_local, viewer_zone, zone_name

@@ -9,8 +9,9 @@ from ..core import conflicts
 from ..core.database import db
 from ..core.errors import InvalidInput, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine import batch_status, flow, run_actions
-from ..engine.registry import EXTERNAL_JOB_TYPE
+from ..engine.runs import batch_status, run_actions
+from ..engine.jobs import flow
+from ..engine.jobs.registry import EXTERNAL_JOB_TYPE
 from ..engine.statements import ACTIVE_STATUSES, CANCELLABLE, RETRYABLE, RUN_STATUSES
 from ..ops import stats, why_waiting
 from ..ops.job_type_names import job_type_names

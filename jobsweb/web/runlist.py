@@ -23,8 +23,8 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 from ..core.database import db, execute
 from ..core.errors import InvalidInput, clean_text, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine.enqueuing import parse_payload
-from ..engine.flow import check_priority
+from ..engine.enqueue.enqueuing import parse_payload
+from ..engine.jobs.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..ops import stats
 from .local_time import read_local, viewer_zone, zone_name

@@ -13,9 +13,27 @@ import sqlalchemy as sa
 from flask import Blueprint, g, has_request_context, send_from_directory
 from flask_wtf.csrf import CSRFError
 
-from . import (access, audit_pages, batch_pages, dashboard, definition_form, definition_pages, enqueue_form,
-               guards, incident_pages, metrics_pages, outage, pings, probes, queue_pages, run_admin_pages, run_pages,
-               sign_in, user_pages, worker_pages)
+from . import (
+    access,
+    audit_pages,
+    batch_pages,
+    dashboard,
+    definition_form,
+    definition_pages,
+    enqueue_form,
+    guards,
+    incident_pages,
+    metrics_pages,
+    outage,
+    pings,
+    probes,
+    queue_pages,
+    run_admin_pages,
+    run_pages,
+    sign_in,
+    user_pages,
+    worker_pages,
+)
 from ..core import conflicts
 from ..core.database import db
 from ..core.package_files import resource

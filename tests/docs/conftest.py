@@ -360,7 +360,7 @@ def docs(request, postgres_server, tmp_path_factory):
     suite's server (jobsweb's tables made, unless the module sets DOCS_MIGRATED = False), a
     scratch directory holding docs_host.py (the scratch host app) and standalone/ (wsgi.py,
     gunicorn.conf.py). The job types its blocks register are forgotten after."""
-    from jobsweb.engine import registry
+    from jobsweb.engine.jobs import registry
     from jobsweb.testing import create_schema
 
     name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")

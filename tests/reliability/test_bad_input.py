@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from jobsweb.engine.enqueuing import parse_payload, parse_run_at
+from jobsweb.engine.enqueue.enqueuing import parse_payload, parse_run_at
 from jobsweb.core.errors import InvalidInput
 from jobsweb.scheduling.schedule import Schedule
 from tests.conftest import csrf_token

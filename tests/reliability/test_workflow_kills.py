@@ -3,7 +3,7 @@ callback is enqueued and run exactly once, and no run starts before what it wait
 
 import time
 
-from jobsweb.engine.workflows import batch
+from jobsweb.engine.enqueue.workflows import batch
 from tests.conftest import wait_for
 from tests.processes import kill_at_random, stop_workers
 from tests.reliability.conftest import size

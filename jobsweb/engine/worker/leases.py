@@ -3,15 +3,16 @@ and the claims a broken connection may have committed unseen."""
 
 import logging
 
-from . import retry, upkeep
+from .. import upkeep
+from ..jobs import retry
+from ..link import DatabaseUnavailable
 from .execution import released
-from .link import DatabaseUnavailable
 
 log = logging.getLogger("jobsweb.worker")
 
 
 class Leases:
-    """The leases of the runs `held` (engine/held_runs.py) holds for worker `worker`: extended on
+    """The leases of the runs `held` (engine/worker/held_runs.py) holds for worker `worker`: extended on
     `link` at each heartbeat (every third of `lease` seconds), by handlers on demand, and their
     progress written on `progress_link`, a connection of its own (made at the first write), so
     that progress never waits on, nor holds up, the claim and finish round trips."""
@@ -59,7 +60,7 @@ class Leases:
         return bool(rows)
 
     def report_progress(self, ctx, progress, note, data):
-        """JobContext.progress's write (engine/registry.py throttles it): from a handler's thread,
+        """JobContext.progress's write (engine/jobs/registry.py throttles it): from a handler's thread,
         on the progress link, never the claims' or outcomes'."""
         try:
             upkeep.report_progress(self.progress_link, self.worker, ctx, progress, note, data)

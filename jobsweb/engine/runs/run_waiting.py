@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from . import statements
-from ..core.errors import InvalidInput, RunNotFound
-from .link import CONNECT_TIMEOUT, NO_PREPARE
+from ...core.errors import InvalidInput, RunNotFound
+from .. import statements
+from ..link import CONNECT_TIMEOUT, NO_PREPARE
 
 log = logging.getLogger("jobsweb.wait")
 

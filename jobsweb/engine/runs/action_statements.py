@@ -5,7 +5,7 @@ DELETE) whose WHERE names the statuses it may act on; READ COMMITTED re-checks t
 waiting for a worker's row lock, so a run a worker claimed meanwhile is left alone (and, for
 cancel, gets a cancellation request instead). What they do to the runs that wait for these, and
 to their batches, is the trigger job_runs_workflow's (migrations 0024_seams, 0026_retry_seams);
-engine/run_actions.py sends them."""
+engine/runs/run_actions.py sends them."""
 
 # failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
 # next claim records attempt n+1. The status guard leaves a run a worker just claimed alone. A

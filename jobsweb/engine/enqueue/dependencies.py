@@ -1,8 +1,8 @@
 """after=: a run waits for other runs. What it waits for is decided here, under locks; what
 releases or cancels it later is the trigger job_runs_workflow (migration 0020_workflows)."""
 
-from ..core.database import execute
-from ..core.errors import BIGINT_MAX, InvalidInput
+from ...core.database import execute
+from ...core.errors import BIGINT_MAX, InvalidInput
 
 AFTER_FAILURE = ("cancel", "run")  # what a dependency ending dead or cancelled does to the run
 FAILED = ("dead", "cancelled", "skipped", "missed")  # ended without succeeding

@@ -14,9 +14,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import output, signals
+from ..jobs import signals
+from ..jobs.registry import Cancelled
+from . import output
 from .execution import Finished, check_result
-from .registry import Cancelled
 
 STOP_WAIT = 1.0  # seconds the loop gets to unwind cancelled handlers when the worker exits
 

@@ -12,7 +12,7 @@ within the shutdown timeout and 2 s more on every path to the database: a blackh
 link, a stopped server, a handler that ignores the stop.
 
 `Stop` is the one keeper of that deadline: the loop's waits, the outage backoff
-(engine/outages.py), the last writes and the duties' exit all ask it, so no two clocks can
+(engine/worker/outages.py), the last writes and the duties' exit all ask it, so no two clocks can
 disagree about when the worker must be gone.
 """
 

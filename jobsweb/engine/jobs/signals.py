@@ -61,7 +61,7 @@ def send(signal, **details):
 
 
 def attempt_ended(held, result=None, exc=None):
-    """attempt_succeeded or attempt_failed for a held run (engine/execution.py's Held), on the
+    """attempt_succeeded or attempt_failed for a held run (engine/worker/execution.py's Held), on the
     handler's thread in its app context; nothing for an operator's cancel (run_cancelled follows
     its write)."""
     if exc is None:

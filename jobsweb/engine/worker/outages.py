@@ -2,7 +2,7 @@
 the database has answered again.
 
 The backoff doubles while the worker runs (0.5 s up to 30 s), so that a long outage costs a
-connect attempt now and then. A stopping worker has a deadline instead (engine/stop.py): its
+connect attempt now and then. A stopping worker has a deadline instead (engine/worker/stop.py): its
 steps go back to the first one, and none ends past the deadline, so a database that comes back
 inside the stop window is reached within half a second and gets the last outcomes. With the
 doubling kept, a server back 6.8 s after SIGTERM was not tried again before the stop gave up.
@@ -11,7 +11,7 @@ doubling kept, a server back 6.8 s after SIGTERM was not tried again before the 
 import logging
 import time
 
-from .link import Conflicted
+from ..link import Conflicted
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -21,7 +21,7 @@ RECONNECT_MAX_DELAY = 30.0  # seconds
 
 class Outages:
     """A worker's outage state: the next backoff step, when the outage began, and whether a claim
-    may have committed unseen. `stop` (engine/stop.py) bounds every step; `links` are the
+    may have committed unseen. `stop` (engine/worker/stop.py) bounds every step; `links` are the
     connections whose answers end an outage; `clock` is time.monotonic (a test's fake one aside)."""
 
     def __init__(self, stop, links, clock=time.monotonic):

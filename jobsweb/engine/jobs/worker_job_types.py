@@ -5,7 +5,7 @@ filters, enqueue() and define() take the job types a live worker registered when
 
 from dataclasses import dataclass
 
-from ..core.database import db, execute, require_postgresql
+from ...core.database import db, execute, require_postgresql
 
 # A worker seen within the last week: one stopped for a deploy still counts, one retention is
 # about to delete (not seen for days) does not. job_workers holds a few rows: no index.

@@ -7,10 +7,11 @@ from datetime import datetime
 from flask import current_app
 from sqlalchemy import select
 
-from . import run_waiting, statements
-from ..core.database import db, libpq_url, require_postgresql
-from ..core.errors import BIGINT_MAX, InvalidInput
-from ..core.models import JobRun
+from ...core.database import db, libpq_url, require_postgresql
+from ...core.errors import BIGINT_MAX, InvalidInput
+from ...core.models import JobRun
+from .. import statements
+from . import run_waiting
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Run:
         LISTEN/NOTIFY as it ends: TimeoutError after `timeout` seconds (None: no limit),
         RunNotFound if it is deleted meanwhile. Behind a pooler in transaction mode without
         JOBSWEB_DIRECT_DATABASE_URL, a poll every run_waiting.POLL_EVERY seconds
-        (engine/run_waiting.py)."""
+        (engine/runs/run_waiting.py)."""
         timeout = run_waiting.check_timeout(timeout)
         if self.done or current_app.config.get("JOBSWEB_INLINE"):  # inline runs end before enqueue() returns
             return self
@@ -57,7 +58,7 @@ class Run:
         return Run(**run_waiting.until_ended(self.id, timeout, FIELDS, where))
 
 
-INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/inline.py), by id
+INLINE_RUNS = "jobsweb_inline_runs"  # app.extensions key: inline mode's runs (engine/enqueue/inline.py), by id
 RENAMED = {"traceback": "last_stack"}  # Run's field: its job_runs column, where the names differ
 COLUMNS = [getattr(JobRun, RENAMED.get(field.name, field.name)).label(field.name) for field in fields(Run)]
 FIELDS = [f"{RENAMED[name]} AS {name}" if name in RENAMED else name for name in (f.name for f in fields(Run))]

@@ -7,8 +7,8 @@ A queue gets its job_queues row on first use; a queue without one is unlimited a
 import logging
 import re
 
-from ..core.database import execute
-from ..core.errors import InvalidInput, fits_integer, has_nul
+from ...core.database import execute
+from ...core.errors import InvalidInput, fits_integer, has_nul
 
 DEFAULT_QUEUE = "default"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")

@@ -7,11 +7,13 @@ from datetime import datetime, timezone
 
 from flask import current_app
 
-from . import dependencies, inline, registry, signals, statements, upkeep
-from ..core.database import db, require_postgresql
-from ..core.errors import InvalidInput, clean_text, has_nul
-from .flow import check_priority, check_queue, check_unique_key
-from .worker_job_types import Unregistered, worker_job_types
+from ...core.database import db, require_postgresql
+from ...core.errors import InvalidInput, clean_text, has_nul
+from .. import statements, upkeep
+from ..jobs import registry, signals
+from ..jobs.flow import check_priority, check_queue, check_unique_key
+from ..jobs.worker_job_types import Unregistered, worker_job_types
+from . import dependencies, inline
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 PAYLOAD_MAX_DEPTH = 64  # nested objects and lists; deeper ones overflowed json's recursion (a 500)

@@ -11,11 +11,19 @@ from contextlib import ExitStack
 
 from flask import current_app
 
-from .enqueuing import check_job_type, check_max_attempts, check_payload, insert, insert_many, many_params, \
-    run_params, trace_context
-from .flow import check_priority, check_queue
-from ..core.database import db, require_postgresql
-from ..core.errors import InvalidInput
+from ...core.database import db, require_postgresql
+from ...core.errors import InvalidInput
+from ..jobs.flow import check_priority, check_queue
+from .enqueuing import (
+    check_job_type,
+    check_max_attempts,
+    check_payload,
+    insert,
+    insert_many,
+    many_params,
+    run_params,
+    trace_context,
+)
 
 # The payload travels as JSON text cast here, as ENQUEUE's: a host's session may be on psycopg2.
 CREATE_BATCH = "INSERT INTO job_batches (payload, on_finish, on_success) VALUES (%(payload)s::jsonb, " \

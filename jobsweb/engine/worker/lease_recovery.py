@@ -6,10 +6,11 @@ A duty of every worker, handed to it by the command that builds it, like Oban's 
 
 import psycopg
 
-from . import registry, statements, upkeep
-from .execution import Failures, finish_each, finish_params, log_finished
-from .registry import JobContext
+from .. import statements, upkeep
+from ..jobs import registry
+from ..jobs.registry import JobContext
 from .duties import Duty
+from .execution import Failures, finish_each, finish_params, log_finished
 
 RECOVER_BATCH = 100  # expired leases recovered per statement
 
@@ -54,7 +55,7 @@ def _in_savepoint(conn, sql, params):
 def duty(config):
     """Recover expired leases as often as a worker heartbeats (a third of the lease), and batch
     after batch while there are more: a busy worker killed outright held thousands of runs
-    (claimed ahead, engine/claim_ahead.py), which at one batch a heartbeat took minutes."""
+    (claimed ahead, engine/worker/claim_ahead.py), which at one batch a heartbeat took minutes."""
     failures = Failures.from_config(config)
     return Duty("lease recovery", lambda link: recover_expired_leases(link, failures) > 0,
                 every=config["JOBSWEB_LEASE_SECONDS"] / 3, after_work=0)

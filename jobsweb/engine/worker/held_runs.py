@@ -1,7 +1,7 @@
 """The runs a worker holds: started on its pools as their claims land, timed out, stopped, and
 turned into outcomes when their handlers return or the worker gives them up.
 
-Runs claimed ahead of a free slot (engine/claim_ahead.py) are held like running ones: they wait
+Runs claimed ahead of a free slot (engine/worker/claim_ahead.py) are held like running ones: they wait
 for a thread (sync handlers) or for the event loop's semaphore (async ones). Only the loop thread
 changes what is held; the stopper and handler threads read it (`snapshot`, `get`).
 """
@@ -9,8 +9,8 @@ changes what is held; the stopper and handler threads read it (`snapshot`, `get`
 import logging
 import time
 
-from ..core.logs import run_event
-from . import registry
+from ...core.logs import run_event
+from ..jobs import registry
 from .async_execution import AsyncPool
 from .execution import Deadlines, Held, Pool, released
 

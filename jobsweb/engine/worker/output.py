@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from contextvars import ContextVar
 
-from ..core.logs import TEXT_FORMAT
+from ...core.logs import TEXT_FORMAT
 
 _attempt = ContextVar("jobsweb_attempt_output", default=None)
 

@@ -18,10 +18,10 @@ from datetime import datetime, timezone
 
 from flask import current_app
 
-from . import registry
-from .async_execution import run_coroutine
-from .execution import check_result
-from .run_status import INLINE_RUNS
+from ..jobs import registry
+from ..runs.run_status import INLINE_RUNS
+from ..worker.async_execution import run_coroutine
+from ..worker.execution import check_result
 
 log = logging.getLogger("jobsweb.inline")
 

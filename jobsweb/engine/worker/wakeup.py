@@ -20,8 +20,9 @@ import time
 
 import psycopg
 
-from . import statements
-from .link import CONNECT_TIMEOUT, NO_PREPARE, describe
+from .. import statements
+from ..link import CONNECT_TIMEOUT, NO_PREPARE, describe
+
 # Listening again after the connection broke: the worker loop's own backoff steps.
 from .outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from . import statements, upkeep
+from .. import statements, upkeep
+from ..link import DatabaseUnavailable
 from .execution import Outcome, finish_each, finish_params, log_finished
-from .link import DatabaseUnavailable
 
 
 @dataclass

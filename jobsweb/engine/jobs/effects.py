@@ -19,8 +19,8 @@ from contextlib import contextmanager
 
 import psycopg
 
-from ..core.database import db
-from ..core.errors import InvalidInput
+from ...core.database import db
+from ...core.errors import InvalidInput
 
 # Uses job_effects' primary key: the conflict is the "already done" answer.
 RECORD_EFFECT = """

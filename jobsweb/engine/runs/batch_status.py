@@ -1,10 +1,10 @@
 """What a batch is now, and what a run waits for: the reads of batches and dependencies, for
 handlers (`ctx.batch`), the public `get_batch`, and the admin screen. Batches and chains are
-made by engine/workflows.py."""
+made by engine/enqueue/workflows.py."""
 
 from dataclasses import dataclass, field
 
-from ..core.database import execute, require_postgresql
+from ...core.database import execute, require_postgresql
 
 # A batch's state: its row, its members' counts by status (job_runs_batch, index only) and its
 # callback runs, newest first (job_runs_batch_callbacks).

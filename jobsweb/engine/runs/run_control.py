@@ -18,12 +18,19 @@ import sys
 from flask import current_app
 from sqlalchemy import insert
 
+from ...core import conflicts
+from ...core.database import db, require_postgresql
+from ...core.errors import (
+    BIGINT_MAX,
+    InvalidInput,
+    RunNotFound,
+    RunStateError,
+    clean_name,
+    clean_text,
+)
+from ...core.models import AuditEntry
+from ..jobs.registry import EXTERNAL_JOB_TYPE
 from . import run_actions
-from .registry import EXTERNAL_JOB_TYPE
-from ..core import conflicts
-from ..core.database import db, require_postgresql
-from ..core.errors import BIGINT_MAX, InvalidInput, RunNotFound, RunStateError, clean_name, clean_text
-from ..core.models import AuditEntry
 
 ACTOR_MAX_CHARS = 200
 REASON_MAX_CHARS = 1000

@@ -12,14 +12,14 @@ that the server stops the statement and releases its locks instead of going on a
 caller has gone.
 
 Each takes `conn`: the connection of the transaction to act in (jobsweb.cancel() and retry() from
-code, engine/run_control.py); without it, db.session's (the admin screen, the commands).
+code, engine/runs/run_control.py); without it, db.session's (the admin screen, the commands).
 """
 
 from collections import namedtuple
 
+from ...core.database import execute
+from ..statements import ENDED_NOTIFY, NOTIFY
 from . import action_statements, reported_runs
-from .statements import ENDED_NOTIFY, NOTIFY
-from ..core.database import execute
 
 Deleted = namedtuple("Deleted", "id job_type status")  # status: the run's before the delete
 # A run a retry left alone for waiting for `after_id`, which ended `after_status`; whether that

@@ -11,14 +11,20 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ...core.errors import (
+    ConfigError,
+    InvalidInput,
+    check_job_type_name,
+    clean_text,
+    has_nul,
+)
 from . import effects
 from .flow import check_priority, check_queue
-from ..core.errors import ConfigError, InvalidInput, check_job_type_name, clean_text, has_nul
 
 # The job type of an external definition and its runs. The contract keeps job_type NOT NULL,
 # and a reserved name in jobsweb's own namespace that no handler may register (add refuses it)
 # means CLAIM_RUNS, which takes only job types the worker has a handler for, can never claim one
-# of these runs, whatever state an operator puts it in (engine/reported_runs.py records them).
+# of these runs, whatever state an operator puts it in (engine/runs/reported_runs.py records them).
 EXTERNAL_JOB_TYPE = "jobsweb.external"
 
 # ctx.progress() writes at most this often per run (seconds); the value it holds back is written
@@ -264,7 +270,7 @@ class JobContext:
 
     def once(self, key, conn=None):
         """`with ctx.once("invoice_charge:812") as first:` True only for the first attempt to
-        record `key`, in the same transaction as the effect's writes (see engine/effects.py).
+        record `key`, in the same transaction as the effect's writes (see engine/jobs/effects.py).
 
         `conn`: a psycopg connection or SQLAlchemy session; default Flask-SQLAlchemy's db.session.
         """

@@ -1,7 +1,7 @@
-"""What a worker claims: how many runs (engine/claim_ahead.py), whether to claim again at once,
+"""What a worker claims: how many runs (engine/worker/claim_ahead.py), whether to claim again at once,
 and the claim's parameters."""
 
-from . import registry
+from ..jobs import registry
 from .claim_ahead import ClaimAhead
 
 

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import output, retry, signals, statements
-from ..core.errors import has_nul
-from ..core.logs import run_event
-from .registry import Cancelled, JobContext, JobType
+from ...core.errors import has_nul
+from ...core.logs import run_event
+from .. import statements
+from ..jobs import retry, signals
+from ..jobs.registry import Cancelled, JobContext, JobType
+from . import output
 
 # Run events are the worker's lines, whichever module writes them.
 log = logging.getLogger("jobsweb.worker")

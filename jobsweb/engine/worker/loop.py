@@ -21,16 +21,18 @@ import secrets
 import socket
 import time
 
-from . import batch_status, registry, upkeep
-from ..core.logs import flush_events
+from ...core.logs import flush_events
+from .. import upkeep
+from ..jobs import registry
+from ..jobs.flow import LimitWait
+from ..jobs.registry import JobContext
+from ..link import MIN_CONNECT_TIMEOUT, DatabaseUnavailable, Link
+from ..runs import batch_status
 from .claimer import Claimer
 from .execution import Failures, released
-from .flow import LimitWait
 from .held_runs import HeldRuns
 from .leases import Leases
-from .link import MIN_CONNECT_TIMEOUT, DatabaseUnavailable, Link
 from .outages import Outages
-from .registry import JobContext
 from .round_trips import Trip, Trips
 from .stop import WAKE, Stop
 from .wakeup import Listener

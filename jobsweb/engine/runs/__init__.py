@@ -1,0 +1,2 @@
+"""Operations on runs that exist: their status and batches read, an operator's actions
+(retry, cancel, delete, run now), waiting for a run, and runs reported from outside."""
