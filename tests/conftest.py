@@ -1,6 +1,7 @@
 """Fixtures: a real PostgreSQL started by the suite, migrated once; each test on empty tables."""
 
 import json
+import logging
 import os
 from contextlib import contextmanager
 import subprocess
@@ -134,6 +135,17 @@ def _admin_url():
     # clients" (a fresh-clone make test, both servers). Closing them is the lasting fix.
     server = servers.start(TEST_SERVER, {"max_connections": 300})
     return server.get_uri("postgres"), server
+
+
+@pytest.fixture(autouse=True)
+def jobswebs_loggers_left_enabled():
+    """A host app's Alembic fileConfig (test_host_app's `flask db migrate`, in this process)
+    disables every logger that exists when it runs: jobsweb's stayed disabled for the rest of the
+    process, and a later test's caplog saw none of their lines (test_stop_and_outages, whole suite)."""
+    yield
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("jobsweb") and isinstance(logger, logging.Logger):
+            logger.disabled = False
 
 
 @pytest.fixture(scope="session")
