@@ -61,3 +61,14 @@ forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 # gunicorn 24+ opens a control socket in ~/.gunicorn, one path per user: two apps on one host
 # would share it. jobsweb does not use it. (Older gunicorns ignore the setting.)
 control_socket_disable = True
+
+
+def post_worker_init(worker):
+    """Each web process checks its database once after loading the app and before its first
+    request (at most a few seconds: web/probes.py, WARM_WAIT), so that its first /healthz finds
+    a connection open: that probe connecting and reading the migrations inside its 1.5 s
+    answered 503 from a healthy database on a loaded machine. A host's own gunicorn settings
+    file gets the same with `from jobsweb.gunicorn_conf import post_worker_init`."""
+    from jobsweb.web.probes import warm_process  # the worker has imported the app: nothing new
+
+    warm_process()

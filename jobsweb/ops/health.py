@@ -56,7 +56,9 @@ class Probe:
     own timeout (often 2 s), from a database that may be silent. The check runs on a thread of
     its own, one at a time per process: probes that come while one waits share its answer, so
     an outage never piles up threads or connections. Its round trips are bounded too (by
-    `round_trip` seconds on jobsweb's own engine), so the thread ends soon after the answer."""
+    `round_trip` seconds on jobsweb's own engine), so the thread ends soon after the answer.
+    A new web process runs its first check before it serves (web/probes.py, warm_process): the
+    first connection and the migrations' read are not paid inside a probe's budget."""
 
     def __init__(self, app, round_trip):
         self.app = app
@@ -65,14 +67,18 @@ class Probe:
         self.done = None  # the Event of the check under way (or of the last one)
         self.answer = {}
 
-    def problem(self, budget):
-        """What problem() says, or that the database did not answer within `budget` seconds."""
+    def start(self):
+        """Start a check unless one is under way; (its Event, its answer once the Event is set)."""
         with self.lock:
             if self.done is None or self.done.is_set():
                 self.done, self.answer = threading.Event(), {}
                 threading.Thread(target=self._check, args=(self.done, self.answer), daemon=True,
                                  name="jobsweb-health").start()
-            done, answer = self.done, self.answer
+            return self.done, self.answer
+
+    def problem(self, budget):
+        """What problem() says, or that the database did not answer within `budget` seconds."""
+        done, answer = self.start()
         if done.wait(budget):
             return answer["problem"]
         return f"database did not answer within {budget:g} s"

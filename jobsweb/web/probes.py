@@ -2,32 +2,76 @@
 
 /healthz says only a status and a reason. /metrics answers only with `Authorization: Bearer
 <JOBSWEB_METRICS_TOKEN>`; without that setting the endpoint does not exist (404).
+
+A new web process checks its database once before it serves (warm_process, from gunicorn's
+post_worker_init hook in gunicorn_conf.py), so that its first probe finds a connection open and
+the migrations read instead of paying for them inside its budget.
 """
 
 import hmac
+import logging
+import time
+import weakref
 
 from flask import Blueprint, abort, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..core.deadlines import CONNECT_TIMEOUT
 from ..ops import health, metrics as queue_metrics
 from .outage import ROUND_TRIP_LIMIT
+
+log = logging.getLogger("jobsweb.web")
 
 bp = Blueprint("probes", __name__)
 
 # Seconds /healthz waits for the database before answering 503: under the 2 s that load
 # balancers commonly give a probe, with room for the request itself.
 HEALTH_BUDGET = 1.5
+# Seconds a starting process gives its first check before it serves anyway. That check opens
+# the process's first connection and reads the migrations from disk: 1.3 s through a path slow
+# to connect, 1.5 s and more on a loaded machine, where the first probe, paying for it inside
+# its budget, answered 503 from a healthy database. A check still under way when the process
+# serves is shared by the probes that come meanwhile, each answering within HEALTH_BUDGET (a
+# database really away is reported as promptly as ever): so the first check has this and a
+# probe's budget, a connection's whole timeout and then its statements.
+WARM_WAIT = CONNECT_TIMEOUT
+
+_apps = weakref.WeakSet()  # the apps of this process that serve /healthz, for warm_process
+
+
+@bp.record_once
+def _served(state):
+    _apps.add(state.app)
+
+
+def probe(app):
+    """The app's health.Probe, made at its first use: one per app and process."""
+    found = app.extensions.get("jobsweb_health_probe")
+    if found is None:
+        found = app.extensions.setdefault("jobsweb_health_probe", health.Probe(app, ROUND_TRIP_LIMIT))
+    return found
+
+
+def warm_process(wait=WARM_WAIT):
+    """Check the database of every app of this process that serves /healthz, as its first probe
+    would, waiting at most `wait` seconds in all: for a web process about to serve (after a fork,
+    never before one: the connection opened stays in the pool). One warning line per app whose
+    database is not ready."""
+    apps = list(_apps)
+    for app in apps:  # every check under way at once: the waits overlap
+        probe(app).start()
+    until = time.monotonic() + wait
+    for app in apps:
+        reason = probe(app).problem(max(0.0, until - time.monotonic()))
+        if reason is not None:
+            log.warning("health check at start: %s (/healthz answers 503 until it passes)", reason)
 
 
 @bp.get("/healthz")
 def healthz():
     """200 when the database answers and its schema is at the migration head, complete (or newer
     than this code, mid-deploy), 503 with the reason otherwise, within HEALTH_BUDGET seconds."""
-    probe = current_app.extensions.get("jobsweb_health_probe")
-    if probe is None:
-        probe = current_app.extensions.setdefault("jobsweb_health_probe",
-                                                  health.Probe(current_app._get_current_object(), ROUND_TRIP_LIMIT))
-    reason = probe.problem(HEALTH_BUDGET)
+    reason = probe(current_app._get_current_object()).problem(HEALTH_BUDGET)
     if reason is not None:
         return {"status": "unavailable", "reason": reason}, 503
     return {"status": "ok"}
