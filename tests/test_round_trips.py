@@ -3,7 +3,10 @@
 
 import logging
 
+import pytest
+
 from jobsweb.core.logs import RunEventRecord
+from jobsweb.engine.link import DatabaseUnavailable
 from jobsweb.engine.worker.execution import Deadlines, Held
 from jobsweb.engine.worker.round_trips import Trip
 from jobsweb.engine.worker.stop import WAKE
@@ -122,3 +125,34 @@ def test_a_run_event_record_has_every_attribute_a_log_record_has():
     assert (record.getMessage(), record.levelname, record.event) == ("run 7", "INFO", "succeeded")
     assert abs(record.created - plain.created) < 5 and 0 <= record.msecs < 1000
     assert logging.Formatter("%(threadName)s %(process)s %(filename)s").format(record)
+
+
+def test_a_release_whose_answer_was_lost_is_logged_as_written_when_its_resend_is_refused(app, sql, monkeypatch,
+                                                                                         caplog):
+    # As a finish's (test_worker): the release committed, its answer was lost, the resend is
+    # refused since the run is no longer held, and the line says it was written (issue 51).
+    caplog.set_level(logging.INFO, logger="jobsweb.worker")
+    run_id = add(app, "test.record")
+    worker = make_worker(app)
+    worker._register()
+    worker.trips.lanes[0].send(Trip.build(worker.id, [], worker.claimer.params(1, 0)))
+    worker.stop.request()  # its run goes back unstarted
+    worker._settle(start=False)
+    real, lost = worker.link.fetch_together, []
+
+    def loses_the_answer(batch):
+        rows = real(batch)
+        if not lost:
+            lost.append(True)
+            raise DatabaseUnavailable("server closed the connection unexpectedly")
+        return rows
+
+    monkeypatch.setattr(worker.link, "fetch_together", loses_the_answer)
+    with pytest.raises(DatabaseUnavailable):
+        worker._flush()  # the release commits; its answer is lost
+    worker._flush()  # sent again, and refused
+    lines = [r.getMessage() for r in caplog.records if f"run {run_id} " in r.getMessage()]
+    assert lines == [f"run {run_id} test.record: outcome of attempt 1 (released) was written by its first send, "
+                     "whose answer was lost"], lines
+    assert sql("SELECT status, attempts, locked_by FROM job_runs WHERE id = %s", [run_id]) == [("queued", 0, None)]
+    worker._shut_down()

@@ -103,8 +103,8 @@ def test_a_worker_whose_handler_ignores_the_stop_exits_by_its_deadline_although_
         # cancellation flag.
         idle = stop_cost(sql, spawn_worker("--forever", "--queues", "idle", "--shutdown-timeout", "1",
                                            DATABASE_URL=proxy.url(url)))
-        sql("INSERT INTO job_runs (job_type, payload) VALUES ('test.started', %s)",
-            [Jsonb({"until": str(tmp_path / "never")})])
+        [(run_id,)] = sql("INSERT INTO job_runs (job_type, payload) VALUES ('test.started', %s) RETURNING id",
+                          [Jsonb({"until": str(tmp_path / "never")})])
         log = tmp_path / "worker.log"
         with open(log, "w") as output:
             proc = spawn_worker("--forever", "--poll-interval", "0.05", "--shutdown-timeout", "1", output=output,
@@ -127,16 +127,27 @@ def test_a_worker_whose_handler_ignores_the_stop_exits_by_its_deadline_although_
     # 1 s of --shutdown-timeout, and at most 2 s past it for the last writes (docs/REFERENCE.md).
     assert took - idle <= 3.0, f"{took:.2f} s, an idle worker {idle:.2f} s\n{output}"
     assert proc.returncode == 0, output
-    assert "could not record the last" in output and "Traceback" not in output, output
+    assert "Traceback" not in output, output
+    # Said as it is: the attempt interrupted, not written, and the run left to lease recovery.
+    assert f"run {run_id} test.started: still running at the shutdown deadline; its attempt 1 is interrupted" \
+        in output, output
+    assert "could not record the last 1 outcome(s) (" in output and f"): run(s) {run_id} stay running until " \
+        "their leases expire (lease 3s), then lease recovery takes them" in output, output
+    assert "released back to the queue" not in output, output
     assert took >= 1.0  # it did wait for the handler until the shutdown deadline
 
 
-def test_a_server_back_inside_the_stop_window_gets_the_stopping_workers_outcomes(own_server, tmp_path, figures):
+@pytest.mark.parametrize("back_after", [0, 6, 8.8])
+def test_a_server_back_inside_the_stop_window_gets_the_stopping_workers_outcomes(own_server, tmp_path, figures,
+                                                                                 back_after):
     # Issue 51's drill: the outage's backoff had doubled to 4 s, then 8 s, before the SIGTERM,
     # and stopping kept it: the next try was due after the last writes' bound, so a server back
     # inside the window never got the outcomes, and each run was charged a lease_expired attempt
-    # a minute later. Stopping, the worker tries every half second until its deadline.
+    # a minute later. Stopping, the worker tries every half second until its deadline, the cut
+    # at 10.75 s: started 8.8 s after the SIGTERM, past the 8.75 s after which a worker that
+    # wanted 2 s for a connect no longer tried (the drill's T+11 with SIGTERM at T+2).
     server, url = own_server
+    idle = stop_cost(on(url), worker(url, "--forever", "--queues", "idle", "--shutdown-timeout", "10"))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO job_runs (job_type, payload, run_at) "
                      "SELECT 'jobsweb.sleep', '{\"seconds\": 1}', now() FROM generate_series(1, 4)")
@@ -151,16 +162,20 @@ def test_a_server_back_inside_the_stop_window_gets_the_stopping_workers_outcomes
     wait_for(lambda: "trying again in 8.0s" in log.read_text(), timeout=30, message="the fifth backoff step")
     began = time.monotonic()
     proc.send_signal(signal.SIGTERM)
+    time.sleep(back_after)  # the scenario: the server stays down this long after the signal
     server.start()
     back = time.monotonic() - began
     proc.wait(timeout=30)
     took = time.monotonic() - began
     output = log.read_text()
-    figures(server_back_after_sigterm_seconds=round(back, 2), sigterm_to_exit_seconds=round(took, 2))
+    figures(server_back_after_sigterm_seconds=round(back, 2), sigterm_to_exit_seconds=round(took, 2),
+            idle_worker_seconds=round(idle, 2))
     assert proc.returncode == 0 and "Traceback" not in output, output
+    assert took - idle <= 12, f"{took:.2f} s, an idle worker {idle:.2f} s\n{output}"
     assert "could not record" not in output, output
     assert statuses(url) == {"succeeded": 4}, output
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT outcome, count(*) FROM job_attempts GROUP BY outcome").fetchall() == [
             ("succeeded", 4)]
-        assert conn.execute("SELECT stopped_at IS NOT NULL FROM job_workers").fetchall() == [(True,)]
+        assert conn.execute("SELECT count(*), bool_and(stopped_at IS NOT NULL) FROM job_workers").fetchall() == [
+            (2, True)]  # the idle worker and this one, each with its stop written

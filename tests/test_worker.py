@@ -394,3 +394,35 @@ def test_when_the_loop_sees_the_stop_before_the_stopper_thread_it_asks_the_handl
     assert [r.getMessage() for r in caplog.records if "running job(s) to stop" in r.getMessage()] == [
         "worker is shutting down: asked 1 running job(s) to stop"]
     assert sql("SELECT status, attempts FROM job_runs WHERE id = %s", [run_id]) == [("queued", 1)]
+
+
+def test_a_finish_whose_answer_was_lost_is_logged_as_written_when_its_resend_is_refused(app, sql, monkeypatch, caplog):
+    # The finish committed and its answer was lost (a reset, a blackhole that swallowed the
+    # reply): sent again, the guard refuses it, since the run is no longer held. It was logged
+    # "outcome of attempt 1 rejected: the run is no longer held by <this worker>", while
+    # job_attempts showed the attempt succeeded by that same worker (issue 51).
+    import logging
+
+    caplog.set_level(logging.INFO, logger="jobsweb.worker")
+    run_id = add(app, "jobsweb.noop")
+    worker = make_worker(app)
+    worker.duties = []
+    real, lost = worker.link.fetch_together, []
+
+    def loses_the_finishs_answer(batch):
+        rows = real(batch)
+        if not lost and any(sql_ is statements.FINISH_RUNS for sql_, _ in batch):
+            lost.append(True)
+            raise DatabaseUnavailable("server closed the connection unexpectedly")
+        return rows
+
+    monkeypatch.setattr(worker.link, "fetch_together", loses_the_finishs_answer)
+    assert worker.run() == 0
+    assert lost == [True]
+    lines = [r.getMessage() for r in caplog.records if f"run {run_id} " in r.getMessage()]
+    assert not [line for line in lines if "rejected" in line], lines
+    assert f"run {run_id} jobsweb.noop: outcome of attempt 1 (succeeded) was written by its first send, " \
+           "whose answer was lost" in lines, lines
+    assert sql("SELECT attempt, outcome, worker FROM job_attempts WHERE run_id = %s", [run_id]) == [
+        (1, "succeeded", worker.id)]
+    assert sql("SELECT runs_done FROM job_workers WHERE id = %s", [worker.id]) == [(1,)]

@@ -94,6 +94,34 @@ class Conflicted(DatabaseUnavailable):
     written again) but neither logs an outage nor backs off (engine/worker/outages.py)."""
 
 
+class SchemaIncomplete(DatabaseUnavailable):
+    """A statement named a function or table the database lacks (one dropped, a restore under
+    way or of the tables alone): an outage of jobsweb's schema until `flask jobs migrate`,
+    backed off as one. Raised through, it stopped a running worker with a traceback."""
+
+
+SCHEMA_ERRORS = (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedTable)
+
+
+# libpq's words for the state a broken connection left the driver in, not for what broke it: a
+# fast stop logged "database unavailable (cannot exit pipeline mode while busy)".
+DRIVER_STATES = ("pipeline mode", "another command is already in progress")
+
+
+def _what_broke(exc, conn):
+    """What `exc` says broke the connection; when it names only the driver's state, what the
+    server or libpq said last on `conn` (its FATAL, "server closed the connection"), else that
+    the connection was lost."""
+    text = describe(exc)
+    if not any(state in text for state in DRIVER_STATES):
+        return text
+    said = conn.pgconn.error_message.decode(errors="replace").strip() if conn is not None else ""
+    said = said.splitlines()[0].removeprefix("FATAL:").strip() if said else ""
+    if said and not any(state in said for state in DRIVER_STATES):
+        return said
+    return "the connection was lost"
+
+
 def _close_if_opened(opening):
     if opening.exception() is None:
         opening.result().close()
@@ -126,11 +154,11 @@ class Link:
         if self.conn is not None and not self.conn.closed and _ended_by_server(self.conn):
             self.conn.close()  # reopened below, quietly: the database is there, this session is not
         if self.conn is None or self.conn.closed:
-            if self.cut_at is not None and seconds < MIN_CONNECT_TIMEOUT:
-                # A stopping worker: less than libpq's shortest connect_timeout is left.
-                raise DatabaseUnavailable("no time left to reach the database")
-            # Whole seconds rounded down: a connect begun 2.7 s before a stopping worker's
-            # deadline gives up by it (rounded up, it outlasted the deadline by 0.3 s).
+            # A stopping worker connects while any time is left before its cut, however little: a
+            # connect to a stopped server fails at once, one to a server just back takes
+            # milliseconds, and one that hangs is given up at the cut (_connect). Refused with
+            # less than libpq's 2 s connect_timeout left, a server back 1.5 s before the cut
+            # never got the outcomes (issue 51). Whole seconds rounded down.
             timeout = max(MIN_CONNECT_TIMEOUT, min(CONNECT_TIMEOUT, int(seconds)))
             try:
                 self.conn = self._connect(timeout)
@@ -165,10 +193,11 @@ class Link:
                     raise DatabaseUnavailable("no answer by the stop deadline") from None
 
     def _lost(self, exc):
+        text = _what_broke(exc, self.conn)
         if self.conn is not None:
             self.conn.close()
         self.conn = None
-        return DatabaseUnavailable(describe(exc))
+        return DatabaseUnavailable(text)
 
     def _round_trip(self, work):
         """work(conn) under the lock, cut past its time; a broken connection is DatabaseUnavailable."""
@@ -184,6 +213,9 @@ class Link:
                     # fetch_together, in_transaction): a conflict rolled it back whole, so it
                     # runs again at once on the same connection, which is sound.
                     result = conflicts.retried(lambda: work(conn))
+                except SCHEMA_ERRORS as exc:  # rolled back; the connection is sound
+                    raise SchemaIncomplete(f"jobsweb's schema lacks what a statement needs ({describe(exc)}): "
+                                           "run `flask jobs migrate`") from exc
                 except psycopg.OperationalError as exc:
                     if conflicts.kind(exc):
                         self.answered_at = time.monotonic()

@@ -25,6 +25,19 @@ SELECT id, job_type, attempts FROM job_runs
 WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s))
 """
 
+# Which outcomes FINISH_RUNS's guard refused had been written by an earlier send of the same
+# finish: its commit's answer was lost (a reset, a blackhole that swallowed the reply), the
+# worker sent it again, and the guard saw the run no longer held. The attempt row is then this
+# worker's (index job_attempts_worker); a released run (no attempt row) has its claim's attempt
+# given back. Read only for refused outcomes: a few after a lost answer, none otherwise.
+WRITTEN_BEFORE = """
+SELECT o.id FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(released)s::bool[]) AS o(id, attempt, released)
+WHERE CASE WHEN o.released
+           THEN EXISTS (SELECT 1 FROM job_runs r WHERE r.id = o.id AND r.attempts < o.attempt)
+           ELSE EXISTS (SELECT 1 FROM job_attempts a
+                        WHERE a.worker = %(worker)s AND a.run_id = o.id AND a.attempt = o.attempt) END
+"""
+
 # Push out the leases of runs this worker still holds. A run missing from RETURNING was taken
 # over (its lease had expired) or cancelled: the worker must stop treating it as its own.
 # cancel_requested says an operator asked a running run to stop (admin "cancel"): the worker
@@ -64,13 +77,33 @@ def report_progress(link, worker, ctx, progress, note, data):
 
 # Runs whose holder stopped heartbeating. Locked here (SKIP LOCKED: one recoverer per run)
 # and finished with statements.FINISH_RUNS in the same transaction. Uses index job_runs_running.
+# unbegun_claims > 0: claimed ahead, and its handler not known to have begun (RUNS_BEGAN).
 EXPIRED_LEASES = """
-SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap
+SELECT id, attempts, locked_by, job_type, backoff_base, backoff_cap, unbegun_claims
 FROM job_runs
 WHERE status = 'running' AND locked_until < now()
 ORDER BY locked_until
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
+"""
+
+# The runs claimed ahead whose handlers began since the worker's last round trip
+# (HeldRuns.began_ahead): their claim marked them not begun (unbegun_claims, 0032_unbegun_claims),
+# and from this commit on lease recovery charges them a failed attempt if the worker is lost. It
+# rides on the next round trip (round_trips.Trip.build), never one of its own per run; a run that
+# returned before it is left out (its finish sets 0), and so is one no longer marked: no new row
+# version for nothing. Guarded like every write of a held run; by id, through the primary key.
+# SKIP LOCKED: a run locked now is being finished (on the worker's other lane, whose finish sets
+# 0), cancelled or recovered, and waiting for it could close a circle with that finish's locks
+# (definitions, batches); a mark left so errs towards a release, which UNBEGUN_CLAIMS bounds.
+# NO KEY: FINISH_RUNS's attempt rows take KEY SHARE locks on their runs.
+RUNS_BEGAN = """
+UPDATE job_runs SET unbegun_claims = 0
+WHERE id = ANY (ARRAY(
+    SELECT r.id FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS b(id, attempt)
+    JOIN job_runs r ON r.id = b.id
+    WHERE r.attempts = b.attempt AND r.locked_by = %(worker)s AND r.status = 'running' AND r.unbegun_claims > 0
+    FOR NO KEY UPDATE OF r SKIP LOCKED))
 """
 
 # Sent again when the connection broke before the answer came: the first one may have

@@ -325,9 +325,11 @@ def finish_params(outcomes):
         for o in outcomes])}
 
 
-def log_finished(outcomes, rows):
-    """One log line per written outcome; a warning for each the guard rejected. Returns the count
-    of attempts written (a run released unstarted is not one)."""
+def log_finished(outcomes, rows, written_before=None):
+    """One log line per written outcome; a warning for each the guard rejected, unless
+    `written_before(outcomes)` (the ids among them an earlier send of the same finish wrote)
+    says it was written all along. Returns the count of attempts this send wrote (a run released
+    unstarted is not one)."""
     by_id = {o.run_id: o for o in outcomes}
     unstarted = 0
     for run_id, status, retry_in, seconds in rows:
@@ -358,10 +360,20 @@ def log_finished(outcomes, rows):
         else:
             run_event(log, logging.INFO, "released", "run %d %s released back to the queue (attempt %d "
                       "interrupted)", run_id, o.job_type, o.attempt, **fields)
+    earlier = written_before(list(by_id.values())) if by_id and written_before is not None else set()
     for o in by_id.values():
+        if o.run_id in earlier:
+            # Its first send committed and only the answer was lost: written, once.
+            run_event(log, logging.INFO, "written", "run %d %s: outcome of attempt %d (%s) was written by its "
+                      "first send, whose answer was lost", o.run_id, o.job_type, o.attempt, o.outcome,
+                      run_id=o.run_id, job_type=o.job_type, attempt=o.attempt, worker=o.worker)
+            continue
         run_event(log, logging.WARNING, "rejected", "run %d %s: outcome of attempt %d rejected: the run is no "
                   "longer held by %s", o.run_id, o.job_type, o.attempt, o.worker, run_id=o.run_id,
                   job_type=o.job_type, attempt=o.attempt, worker=o.worker)
+    # Those written before are not counted here: the send that wrote them counted them on
+    # job_workers (its WORKER_SEEN committed with them), and this resend's count of them is
+    # given back by the worker's next one.
     return len(rows) - unstarted
 
 

@@ -16,6 +16,11 @@ from .execution import Deadlines, Held, Pool, released
 
 log = logging.getLogger("jobsweb.worker")
 
+# Seconds at most between a run claimed ahead beginning and the loop looking whether it did, when
+# nothing else wakes the loop (a slot freed by a handler's return does, but the run it starts
+# begins just after): lease recovery gives back uncharged a run whose beginning was not yet said.
+BEGAN_WITHIN = 0.5
+
 
 class HeldRuns:
     """The runs worker `worker` holds, run by up to `concurrency` handlers at once.
@@ -35,6 +40,9 @@ class HeldRuns:
         self.runs = {}  # run id -> Held
         self.deadlines = Deadlines()  # of the held runs that have a timeout
         self.busy = 0  # slots taken: runs held, including handlers this worker gave up on
+        # Per claim, [its runs held ahead (CLAIM_RUNS marked them not begun), how many of them the
+        # worker has said began or stopped holding]: began_ahead() reads them (0032_unbegun_claims).
+        self.unmarked = []
         # Threads for sync handlers and an event loop for async ones, each started when first needed.
         self.pool = Pool(app, concurrency, report)
         self.async_pool = AsyncPool(app, concurrency, report)
@@ -71,9 +79,12 @@ class HeldRuns:
         """time.monotonic() when the first held run times out, or None."""
         return self.deadlines.next(self.runs)
 
-    def start(self, rows, back_at):
-        """Start the claimed `rows` (CLAIM_RUNS's), whose claim came back at `back_at`."""
+    def start(self, rows, back_at, free=None):
+        """Start the claimed `rows` (CLAIM_RUNS's), whose claim came back at `back_at`. `free`: the
+        claim's free slots (its `free`; None: not a claim of this worker's loop); the rows after
+        that many were claimed ahead and marked not begun until began_ahead() says they began."""
         threaded = []
+        helds = []
         for (run_id, job_type_name, payload, attempt, max_attempts, definition_id, run_timeout, run_lease,
              backoff_base, backoff_cap, priority, run_at) in rows:
             job = registry.get(job_type_name)
@@ -90,6 +101,7 @@ class HeldRuns:
             held = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout, (backoff_base, backoff_cap),
                         landed=landed, order=(priority, run_at, run_id))
             self.runs[run_id] = held
+            helds.append(held)
             self.deadlines.add(run_id, held)
             self.busy += 1
             # DEBUG: one INFO line per run, when it ends (its duration says when it started).
@@ -102,6 +114,42 @@ class HeldRuns:
                 threaded.append(held)
         if threaded:
             self.pool.submit(threaded)  # one lock and one wake-up for the batch
+        # The database's "ahead" (beyond `free` when the claim was sent) and `landed` above (no slot
+        # as it lands) may differ: slots free up meanwhile. The mark is the database's, so that is
+        # what is tracked; a run ahead that starts at once is said to have begun like any other.
+        if free is not None and len(helds) > free:
+            self.unmarked.append([helds[free:], 0])
+
+    def began_ahead(self):
+        """(run ids, attempts) of the runs claimed ahead whose handlers began since the last call and
+        that are still held, for the next round trip to clear their claim's mark (upkeep.RUNS_BEGAN).
+
+        Both pools start the runs waiting for a slot smallest (priority, run_at, id) first, and a
+        claim's rows come in that order: the runs of a claim that began are the first ones, and
+        the look stops at its first run not begun yet, so it costs a run once, not a pass over
+        every held run each trip. (Two threads taking two runs at once may set `began` out of
+        order: the later one is said a trip later.) A run no longer held is passed over: its
+        outcome is pending or written, and its finish sets 0 itself."""
+        ids, attempts = [], []
+        for claim in self.unmarked:
+            runs, said = claim
+            while said < len(runs):
+                held = runs[said]
+                is_held = self.runs.get(held.ctx.run_id) is held
+                if held.began is None and is_held:
+                    break
+                if is_held:
+                    ids.append(held.ctx.run_id)
+                    attempts.append(held.ctx.attempt)
+                said += 1
+            claim[1] = said
+        self.unmarked = [claim for claim in self.unmarked if claim[1] < len(claim[0])]
+        return ids, attempts
+
+    def awaits_beginning(self):
+        """Whether a run claimed ahead is held whose handler has not been said to begin: the loop then
+        looks again within BEGAN_WITHIN seconds, as its beginning frees no one to wake it."""
+        return bool(self.unmarked)
 
     def returned(self, finished, stopping):
         """The outcome of a handler's return (execution.Finished), or None when the worker had
@@ -161,8 +209,9 @@ class HeldRuns:
         outcomes = []
         for held in leftover:
             held.stop(force=True)  # an async one claimed ahead and not started must now never start
-            log.warning("run %d %s: still running at the shutdown deadline; released back to the queue",
-                        held.ctx.run_id, held.ctx.job_type)
+            # "released back to the queue" is said once FINISH_RUNS has written it (log_finished).
+            log.warning("run %d %s: still running at the shutdown deadline; its attempt %d is interrupted",
+                        held.ctx.run_id, held.ctx.job_type, held.ctx.attempt)
             outcome = self.failures.interrupted(self.worker, held.ctx, "shut down before the run finished")
             outcome.waited = held.waited()
             outcomes.append(outcome)

@@ -26,11 +26,11 @@ from .. import upkeep
 from ..jobs import registry
 from ..jobs.flow import LimitWait
 from ..jobs.registry import JobContext
-from ..link import MIN_CONNECT_TIMEOUT, DatabaseUnavailable, Link
+from ..link import DatabaseUnavailable, Link
 from ..runs import batch_status
 from .claimer import Claimer
 from .execution import Failures, released
-from .held_runs import HeldRuns
+from .held_runs import BEGAN_WITHIN, HeldRuns
 from .leases import Leases
 from .outages import Outages
 from .round_trips import Trip, Trips
@@ -210,9 +210,10 @@ class Worker:
         if self.trips.claim_lane_free():
             held = self.held.taken() + claimed  # runs held or landing now
             limit = self.claimer.limit(held, now, came_back=trips)
-            if limit or self.trips.pending_count():
+            began = self.held.began_ahead()  # runs claimed ahead that began: lease recovery charges them
+            if limit or self.trips.pending_count() or began[0]:
                 # With the outcomes still pending, in its one commit.
-                self.trips.send_claim(self.claimer.params(limit, held) if limit else None)
+                self.trips.send_claim(self.claimer.params(limit, held) if limit else None, began)
         for trip in trips:
             self._land(trip)
         return did_work or bool(claimed) or self.trips.under_way() > 0
@@ -229,6 +230,8 @@ class Worker:
         wait = min(wake) - now
         if claiming and self.held.taken() < self.concurrency:
             wait = min(wait, self.poll_interval)
+        if claiming and self.held.awaits_beginning():
+            wait = min(wait, BEGAN_WITHIN)  # tick() says which runs claimed ahead began
         return max(wait, 0)
 
     def _heartbeat(self):
@@ -309,7 +312,7 @@ class Worker:
         self.trips.written(trip)
         rows = trip.claimed_rows()
         if start and not self.stop.requested():
-            self.held.start(rows, trip.back_at)
+            self.held.start(rows, trip.back_at, trip.free())
         else:
             self.trips.add([released(run_id, job_type, attempt, self.id)
                             for run_id, job_type, _, attempt, *_ in rows])
@@ -362,16 +365,17 @@ class Worker:
                 self.trips.stopped()
                 return
             except DatabaseUnavailable as exc:
-                last_try = self.stop.last_writes_by() - MIN_CONNECT_TIMEOUT
-                if self.trips.pending_count() and last_try >= time.monotonic():
-                    until = self.outages.step(exc, until=last_try)
+                if self.trips.pending_count() and self.stop.last_try_by() > time.monotonic():
+                    until = self.outages.step(exc, until=self.stop.last_try_by())
                     while until is not None and (wait := until - time.monotonic()) > 0:
                         self._collect(wait)  # a second signal (WAKE) shortens the bound: look again
-                        until = min(until, self.stop.last_writes_by() - MIN_CONNECT_TIMEOUT)
+                        until = min(until, self.stop.last_try_by())
                     continue
                 if self.trips.pending_count():
-                    log.error("could not record the last %d outcome(s) (%s): their leases will expire and "
-                              "another worker will retry them", self.trips.pending_count(), exc)
+                    ids = self.trips.pending_ids()
+                    log.error("could not record the last %d outcome(s) (%s): run(s) %s stay running until their "
+                              "leases expire (lease %gs), then lease recovery takes them", len(ids), exc,
+                              ", ".join(map(str, ids)), self.lease)
                 else:
                     log.warning("could not record that worker %s stopped (%s)", self.id, exc)
                 return

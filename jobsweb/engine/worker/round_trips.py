@@ -49,13 +49,17 @@ class Trip:
     back_at: float | None = None  # time.monotonic() when it came back: its claimed runs are held from then
 
     @classmethod
-    def build(cls, worker, outcomes, claim=None, counted=0):
-        """The statements for worker `worker`: write `outcomes`, claim with CLAIM_RUNS's `claim`
-        parameters (Claimer.params; None: no claim), and add `counted` runs done to its
-        job_workers row."""
+    def build(cls, worker, outcomes, claim=None, counted=0, began=None):
+        """The statements for worker `worker`: write `outcomes`, say that the runs claimed ahead in
+        `began` began (HeldRuns.began_ahead's (ids, attempts); None or no ids: nothing to say),
+        claim with CLAIM_RUNS's `claim` parameters (Claimer.params; None: no claim), and add
+        `counted` runs done to its job_workers row."""
         trip = cls(outcomes, claim["limit"] if claim else 0, counted)
         if outcomes:
             trip.batch.append((statements.FINISH_RUNS, finish_params(outcomes)))
+        if began and began[0]:
+            # After the finish (results[0]) and before the claim (results[-1]), in the same commit.
+            trip.batch.append((upkeep.RUNS_BEGAN, {"worker": worker, "ids": began[0], "attempts": began[1]}))
         if counted:
             # The count of runs done is written with them (at heartbeats only, the Workers page said 0).
             trip.batch.append((upkeep.WORKER_SEEN, {"worker": worker, "done": counted}))
@@ -67,6 +71,11 @@ class Trip:
     def claim(self):
         """The CLAIM_RUNS (sql, params) of this trip, if it claims."""
         return self.batch[-1] if self.limit else None
+
+    def free(self):
+        """The free slots its claim was sent for (CLAIM_RUNS's `free`; None: no claim): the runs
+        after that many were claimed ahead (HeldRuns.start)."""
+        return self.batch[-1][1]["free"] if self.limit else None
 
     def finished_rows(self):
         return self.results[0] if self.outcomes else []
@@ -155,23 +164,23 @@ class Trips:
     def finish_lane_free(self):
         return self.lanes[1].trip is None
 
-    def send_claim(self, claim):
-        """Send the pending outcomes and a claim (CLAIM_RUNS's parameters; None: none) on the
-        claims' lane, in one commit."""
-        self._send(self.lanes[0], claim)
+    def send_claim(self, claim, began=None):
+        """Send the pending outcomes, the runs claimed ahead that `began` (Trip.build) and a claim
+        (CLAIM_RUNS's parameters; None: none) on the claims' lane, in one commit."""
+        self._send(self.lanes[0], claim, began)
 
     def send_finishes(self):
         """Send the pending outcomes alone, on the finishes' lane."""
         self._send(self.lanes[1], None)
 
-    def _send(self, lane, claim):
+    def _send(self, lane, claim, began=None):
         """With the runs done so far, unless another trip under way writes them (this module's
         docstring)."""
         outcomes, self.pending = self.pending, []
         counted = 0
         if not any(other.trip is not None and other.trip.counted for other in self.lanes):
             counted, self.done = self.done + len(outcomes), -len(outcomes)
-        lane.send(Trip.build(self.worker, outcomes, claim, counted))
+        lane.send(Trip.build(self.worker, outcomes, claim, counted, began))
 
     def take_back(self):
         """The trips the lanes handed back, checked, and the DatabaseUnavailable one of them met
@@ -200,7 +209,18 @@ class Trips:
     def written(self, trip):
         """Log the outcomes `trip` wrote and count them as runs done."""
         if trip.outcomes:
-            self.done += log_finished(trip.outcomes, trip.finished_rows())
+            self.done += log_finished(trip.outcomes, trip.finished_rows(), self._written_before)
+
+    def _written_before(self, outcomes):
+        """The ids of `outcomes`, refused by FINISH_RUNS's guard, that an earlier send of theirs
+        wrote (upkeep.WRITTEN_BEFORE); none when the database cannot say."""
+        try:
+            rows = self.link.fetch(upkeep.WRITTEN_BEFORE, {
+                "worker": self.worker, "ids": [o.run_id for o in outcomes], "attempts": [o.attempt for o in outcomes],
+                "released": [o.outcome == "released" for o in outcomes]})
+        except DatabaseUnavailable:
+            return set()
+        return {run_id for (run_id,) in rows}
 
     def check(self, trip):
         """Raise DatabaseUnavailable if the trip's transaction failed for the database's sake;

@@ -33,6 +33,7 @@ log = logging.getLogger("jobsweb.worker")
 LAST_WRITES_SECONDS = 0.75
 WAKE = object()  # put on the finished queue to wake the loop (a signal or a new run arrived)
 EXIT_SECONDS = 0.25  # of the exit's half second, what the duties may take to stop after the last writes
+LAST_TRY_SECONDS = 0.1  # a last write needs at least this before the cut: a local round trip takes milliseconds
 
 
 class HandlerStopper:
@@ -101,14 +102,21 @@ class Stop:
         """clock() after which no round trip lasts, or None while the worker is not stopping."""
         return self.cut_at
 
+    def last_try_by(self):
+        """clock() after which a last write is not worth sending: its round trip would be cut."""
+        return self.cut_at - LAST_TRY_SECONDS
+
     def exit_by(self):
         """clock() by which the duties have stopped too (the last writes' bound and EXIT_SECONDS)."""
         return self.cut_at + EXIT_SECONDS
 
     def bound(self, until):
-        """`until` (a clock() time), or sooner when a stopping worker's drain must end before it:
-        no wait of the loop outlasts the drain deadline."""
-        return until if self.drain_until is None else min(until, self.drain_until)
+        """`until` (a clock() time), or sooner when a stopping worker must act before it: no wait
+        outlasts the drain deadline while handlers may still run, nor, after it, the last try of
+        the last writes."""
+        if self.drain_until is None:
+            return until
+        return min(until, self.drain_until if self.clock() < self.drain_until else self.last_try_by())
 
     # -- starting and stopping -----------------------------------------------------------
 
