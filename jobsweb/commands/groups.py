@@ -10,7 +10,7 @@ from flask import current_app
 from flask.cli import AppGroup, ScriptInfo
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from ..core import logs
+from ..core import conflicts, logs
 from ..core.database import db, require_postgresql
 from ..core.errors import ConfigError, InvalidInput, clean_text
 from ..engine.link import DatabaseUnavailable, describe
@@ -86,6 +86,12 @@ def plain_errors():
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from None
     except (DatabaseUnavailable, OperationalError) as exc:
+        if state := conflicts.kind(exc):
+            # The database answered, and rolled back a transaction that met another: not an
+            # outage, and DATABASE_URL is fine (a statement not run again, or the worker's
+            # Conflicted). The run commands say their own conflicts.Conflict, given up.
+            raise click.ClickException(f"{conflicts.GAVE_UP} ({conflicts.KINDS[state]}: "
+                                       f"{conflicts.first_line(exc)})") from None
         reason = describe(getattr(exc, "orig", None) or exc)
         raise click.ClickException(f"cannot reach the database: {reason}\n"
                                    "Check DATABASE_URL and that PostgreSQL is running.") from None

@@ -106,7 +106,7 @@ def _each(action, run_ids, reason):
     if missing:
         raise click.UsageError(f"RUN_ID: there is no run {', '.join(map(str, missing))}; nothing was changed")
     actor, refused = _command_user(), 0
-    for run_id in run_ids:
+    for position, run_id in enumerate(run_ids):
         try:
             if action == "cancel":
                 done = run_control.cancel(run_id, reason=reason, actor=actor)
@@ -118,6 +118,12 @@ def _each(action, run_ids, reason):
         except RunStateError as exc:
             click.echo(f"run {run_id}: not changed: {exc.message}", err=True)
             refused += 1
+        except conflicts.Conflict as exc:
+            # Seconds of conflicts on one run (cancel() and retry() ran it again meanwhile): the
+            # database is busy with these runs; the rest wait for the operator to try again.
+            after = len(run_ids) - position - 1
+            raise click.ClickException(f"run {run_id}: not changed: {exc}" + (
+                f"; the {after} run{'s' * (after != 1)} after it were not tried" if after else "")) from None
     if refused:
         raise click.exceptions.Exit(1)
 
@@ -135,25 +141,36 @@ def _matching(action, takes, job_type, statuses, queue, dry_run, reason):
         count = db.session.scalar(select(func.count()).where(*run_filter.conditions(), JobRun.status.in_(wanted)))
         click.echo(f"{count} run{'s' * (count != 1)} to {action} (dry run: nothing was changed)")
         return
-    changed, requested, considered, waiting, ids_changed = 0, 0, 0, 0, []
-    for ids in runlist.matching_ids_in_batches(run_filter, takes, current_app.config["JOBSWEB_BULK_BATCH"]):
-        # A conflict with a worker claiming or finishing one of these runs runs the batch again.
-        if action == "cancel":
-            done, asked = conflicts.retried(lambda ids=ids: _committed(run_actions.cancel, ids),
-                                            undo=db.session.rollback)
-            requested += len(asked)
-            ids_changed += done + asked
-        else:
-            done = conflicts.retried(lambda ids=ids: _committed(run_actions.retry, ids), undo=db.session.rollback)
-            waiting += len(run_actions.waits_for_failed(set(ids).difference(done)))
-            ids_changed += done
-        changed += len(done)
-        considered += len(ids)
-    audit.record_command(f"bulk_{action}", "runs", None, scope="matching", filter=run_filter.args(),
-                         changed=changed, cancel_requested=requested, left=considered - changed - requested,
-                         waiting_for_failed=waiting, ids=sorted(ids_changed, reverse=True)[:AUDITED_IDS],
-                         **({"reason": reason} if reason else {}))
-    db.session.commit()
+    changed, requested, considered, waiting, ids_changed, gave_up = 0, 0, 0, 0, [], None
+    try:
+        for ids in runlist.matching_ids_in_batches(run_filter, takes, current_app.config["JOBSWEB_BULK_BATCH"]):
+            # A conflict with a worker claiming or finishing one of these runs runs the batch
+            # again, for seconds if need be (core/conflicts.py: INTERACTIVE).
+            if action == "cancel":
+                done, asked = conflicts.retried(lambda ids=ids: _committed(run_actions.cancel, ids),
+                                                undo=db.session.rollback, patience=conflicts.INTERACTIVE)
+                requested += len(asked)
+                ids_changed += done + asked
+            else:
+                done = conflicts.retried(lambda ids=ids: _committed(run_actions.retry, ids),
+                                         undo=db.session.rollback, patience=conflicts.INTERACTIVE)
+                waiting += len(run_actions.waits_for_failed(set(ids).difference(done)))
+                ids_changed += done
+            changed += len(done)
+            considered += len(ids)
+    except conflicts.Conflict as exc:
+        gave_up = exc  # the batches before it stay done: audited and said, then the error
+        db.session.rollback()
+    if gave_up is None or considered:
+        audit.record_command(f"bulk_{action}", "runs", None, scope="matching", filter=run_filter.args(),
+                             changed=changed, cancel_requested=requested, left=considered - changed - requested,
+                             waiting_for_failed=waiting, ids=sorted(ids_changed, reverse=True)[:AUDITED_IDS],
+                             **({"reason": reason} if reason else {}), **({"stopped": str(gave_up)} if gave_up else {}))
+        db.session.commit()
+    if gave_up is not None:
+        raise click.ClickException(f"{gave_up}; " + (
+            f"{changed + requested} of the runs that match were changed by the batches before it, the rest were not"
+            if considered else "nothing was changed")) from None
     verb = "Cancelled" if action == "cancel" else "Retried"
     click.echo(f"{verb} {changed} of {considered} run{'s' * (considered != 1)} that match.")
     if requested:

@@ -6,6 +6,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, request, url_f
 from sqlalchemy.exc import OperationalError
 
 from . import audit, outage, runlist
+from ..core import conflicts
 from ..core.database import db, execute
 from ..engine.runs import batch_status, run_actions
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
@@ -86,16 +87,19 @@ def _act(batch_id, action):
     try:
         # JOBSWEB_BULK_BATCH members per transaction, as the runs list's bulk actions: each member's
         # end updates the batch's row, and 100,000 updates of one row in one transaction walk an
-        # ever longer chain of its versions (minutes); each transaction is bounded on the server.
+        # ever longer chain of its versions (minutes); each transaction is bounded on the server,
+        # and run again whole if it met a conflict, for seconds if need be (core/conflicts.py).
         for start in range(0, len(ids), size):
-            outage.limit_action()
-            if action == "retry":
-                done, asked = run_actions.retry(ids[start:start + size]), []
-            else:
-                done, asked = run_actions.cancel(ids[start:start + size])
-            db.session.commit()
+            done, asked = conflicts.retried(lambda part=ids[start:start + size]: _act_on(action, part),
+                                            undo=db.session.rollback, patience=conflicts.INTERACTIVE)
             changed += done
             requested += asked
+    except conflicts.Conflict as exc:
+        db.session.rollback()
+        if changed or requested:
+            _audit(batch_id, action, changed, requested)
+        return outage.conflicted(exc, "The steps before it stay done: " + bulk_message(
+            action, len(changed), len(requested), "member") if changed or requested else "")
     except OperationalError as exc:
         if not outage.stopped(exc):
             raise
@@ -108,6 +112,14 @@ def _act(batch_id, action):
     _audit(batch_id, action, changed, requested)
     flash(bulk_message(action, len(changed), len(requested), "member", f" of batch {batch_id}"))
     return redirect(url_for("jobsweb.batches.detail", batch_id=batch_id))
+
+
+def _act_on(action, ids):
+    """Retry or cancel the members `ids` in one committed transaction; (those changed, those asked to stop)."""
+    outage.limit_action()
+    done, asked = (run_actions.retry(ids), []) if action == "retry" else run_actions.cancel(ids)
+    db.session.commit()
+    return done, asked
 
 
 def _audit(batch_id, action, changed, requested):

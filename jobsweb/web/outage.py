@@ -11,6 +11,11 @@ for one another) has a longer bound, ACTION_ROUND_TRIP_LIMIT, and is also bounde
 little under it (`limit_action`): past that the server stops the statement and releases its
 locks, instead of going on for minutes after a cut socket, and the page says in words that
 nothing was changed (`gave_up`).
+
+A conflict (core/conflicts.py: another transaction, a worker's claim or finish, changed the same
+rows) is not an outage either: the request, or each batch of a bulk action, is run again for
+conflicts.INTERACTIVE seconds, and past that the page says so (`conflicted`), never "Database
+unavailable".
 """
 
 import logging
@@ -19,7 +24,7 @@ from contextlib import ExitStack
 from flask import g
 from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 
-from ..core import deadlines
+from ..core import conflicts, deadlines
 from ..core.database import db, outage
 from ..engine.runs import run_actions
 from .rendering import render
@@ -33,6 +38,7 @@ log = logging.getLogger("jobsweb.web")
 ROUND_TRIP_LIMIT = 5.0
 RETRY_AFTER = 5  # seconds, in the 503's Retry-After
 ERRORS = (OperationalError, PoolTimeout)
+CONFLICT_RETRY_AFTER = 1  # seconds, in a conflict's 503: the workers' trips that met it last milliseconds
 # An operator's action on runs (cancel, delete, retry) may change 100,000 runs waiting for one
 # another: seconds of writing on a busy server (about 3 s on a quiet one), a statement that
 # answers, not a silent path. Its round trips get this longer bound (gunicorn's timeout is 60 s),
@@ -105,4 +111,22 @@ def gave_up(what, unchanged, done=""):
     response = render("error.html", "partials/_error.html", code=503, title="Took too long", message=message)
     response.status_code = 503
     response.headers["Retry-After"] = str(RETRY_AFTER)
+    return response
+
+
+def conflicted(exc, done=""):
+    """The 503 page of a request, or a bulk action's batch, that met a conflict at every run
+    (conflicts.Conflict, or a conflict that could not be run again: the request had committed),
+    rolled back; `done`, what earlier batches did."""
+    db.session.rollback()
+    if isinstance(exc, conflicts.Conflict):
+        words = str(exc)
+    else:
+        words = f"{conflicts.GAVE_UP} ({conflicts.KINDS[conflicts.kind(exc)]}: {conflicts.first_line(exc)})"
+    message = (f"{words[0].upper()}{words[1:]}. Another transaction (a worker claiming or finishing these runs) "
+               f"changed the same rows at the same moment every time this was tried, and the database rolled it "
+               f"back: nothing of it was changed. {done}")
+    response = render("error.html", "partials/_error.html", code=503, title="Busy", message=message.strip())
+    response.status_code = 503
+    response.headers["Retry-After"] = str(CONFLICT_RETRY_AFTER)
     return response

@@ -122,11 +122,18 @@ def bulk_delete():
     try:
         for batch in batches:
             # One short transaction per batch, run again whole if it met a conflict (a worker
-            # claimed or finished one of these runs at the same moment): core/conflicts.py.
-            rows = conflicts.retried(lambda batch=batch: _delete_batch(batch), undo=db.session.rollback)
+            # claimed or finished one of these runs at the same moment), for seconds if need be:
+            # core/conflicts.py.
+            rows = conflicts.retried(lambda batch=batch: _delete_batch(batch), undo=db.session.rollback,
+                                     patience=conflicts.INTERACTIVE)
             for row in rows:
                 deleted.append(row.id)
                 by_type[row.job_type] = by_type.get(row.job_type, 0) + 1
+    except conflicts.Conflict as exc:
+        db.session.rollback()
+        if deleted:  # the batches before it stay deleted: audited as such
+            _audit_bulk_delete(ids, run_filter, deleted, by_type, running=None)
+        return outage.conflicted(exc, f"{len(deleted):,} runs were deleted before it." if deleted else "")
     except OperationalError as exc:
         if not outage.stopped(exc):
             raise

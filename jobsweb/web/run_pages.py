@@ -108,15 +108,26 @@ def bulk():
     try:
         for ids in batches:
             # One short transaction per batch, run again whole if it met a conflict (a worker
-            # claimed or finished one of these runs at the same moment): core/conflicts.py.
+            # claimed or finished one of these runs at the same moment), for seconds if need be:
+            # core/conflicts.py.
             if action == "retry":
-                retried, waits = conflicts.retried(lambda ids=ids: _retry_batch(ids), undo=db.session.rollback)
+                retried, waits = conflicts.retried(lambda ids=ids: _retry_batch(ids), undo=db.session.rollback,
+                                                   patience=conflicts.INTERACTIVE)
                 changed += len(retried)
                 waiting += len(waits)
             else:
-                done, asked = conflicts.retried(lambda ids=ids: _cancel_batch(ids), undo=db.session.rollback)
+                done, asked = conflicts.retried(lambda ids=ids: _cancel_batch(ids), undo=db.session.rollback,
+                                                patience=conflicts.INTERACTIVE)
                 changed, requested = changed + len(done), requested + len(asked)
             considered += len(ids)
+    except conflicts.Conflict as exc:
+        db.session.rollback()
+        if considered:  # the batches before it stay changed: audited as such
+            audit.record(f"bulk_{action}", "runs", None, scope=scope, filter=run_filter.args(),
+                         changed=changed, cancel_requested=requested, stopped=str(exc))
+            db.session.commit()
+        return outage.conflicted(exc, "The batches before it stay done: " + bulk_message(action, changed, requested)
+                                 if considered else "")
     except OperationalError as exc:
         if not outage.stopped(exc):
             raise

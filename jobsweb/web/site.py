@@ -86,18 +86,13 @@ def database_unavailable(exc):
     trace; the next request tries again. A conflict that came back at every run (logged by
     core/conflicts.py) is not an outage and does not say so."""
     if conflicts.kind(exc):
-        db.session.rollback()
-        response = error_page(503, "Busy", "Another transaction changed the same rows at the same moment, every time "
-                                           "this was tried, and the database rolled it back: nothing of it was "
-                                           "changed. Try again in a moment.")
-        response.headers["Retry-After"] = "1"
-        return response
+        return outage.conflicted(exc)
     response = error_page(503, "Database unavailable", outage.explain(exc))
     response.headers["Retry-After"] = str(outage.RETRY_AFTER)
     return response
 
 
-for _error in outage.ERRORS:
+for _error in outage.ERRORS + (conflicts.Conflict,):
     admin.register_error_handler(_error, database_unavailable)
 
 
@@ -145,14 +140,15 @@ def _committed(session):
 
 
 def _run_again(view):
-    """`view` run again at once when the database rolled its transaction back for a conflict
-    (core/conflicts.py), as long as nothing of the request was committed before: then it was
-    rolled back whole and the view, jobsweb's own code, repeats nothing. A view that commits
-    several transactions (a bulk action's batches) retries each batch itself."""
+    """`view` run again when the database rolled its transaction back for a conflict
+    (core/conflicts.py), for conflicts.INTERACTIVE seconds, as long as nothing of the request was
+    committed before: then it was rolled back whole and the view, jobsweb's own code, repeats
+    nothing. A view that commits several transactions (a bulk action's batches) retries each
+    batch itself."""
     @functools.wraps(view)
     def run(*args, **kwargs):
         return conflicts.retried(lambda: view(*args, **kwargs), undo=db.session.rollback,
-                                 may_retry=lambda: not g.get("jobsweb_committed"))
+                                 may_retry=lambda: not g.get("jobsweb_committed"), patience=conflicts.INTERACTIVE)
 
     return run
 

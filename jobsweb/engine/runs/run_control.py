@@ -8,9 +8,10 @@ says who: "code:<the calling module>" unless given. What the screen would say in
 raise: RunNotFound, or RunStateError for a run its status does not allow.
 
 Without `session`, each is a transaction of its own, committed before it returns, and run again
-whole if it meets a conflict (core/conflicts.py). With `session` (db.session), it joins the
-caller's transaction: nothing is changed, and no worker is asked to stop, unless the caller
-commits.
+whole if it meets a conflict (core/conflicts.py), with a growing wait for conflicts.INTERACTIVE
+seconds: past that, conflicts.Conflict ("conflict with concurrent work, try again"), nothing
+changed. With `session` (db.session), it joins the caller's transaction: nothing is changed, and
+no worker is asked to stop, unless the caller commits (a conflict is the caller's to run again).
 """
 
 import sys
@@ -137,7 +138,8 @@ def _audit(conn, actor, action, run_id, **detail):
 
 def _in_transaction(act, session):
     """act(connection) in the caller's session, or in a transaction of its own, committed and run
-    again whole on a conflict."""
+    again whole on a conflict, as an operator's action is (the caller may be a request or a
+    shell: seconds of backoff, not the worker's 8 quick tries)."""
     if session is not None:
         return act(session.connection())
 
@@ -145,4 +147,4 @@ def _in_transaction(act, session):
         with db.engine.begin() as conn:
             return act(conn)
 
-    return conflicts.retried(own)
+    return conflicts.retried(own, patience=conflicts.INTERACTIVE)
