@@ -10,6 +10,8 @@ Every named statement of jobsweb takes psycopg's `%(name)s` parameters, whoever 
 worker on its own psycopg connection, the web app and the CLI in db.session (execute below).
 """
 
+import re
+
 import sqlalchemy as sa
 from flask import current_app
 from flask_sqlalchemy import SQLAlchemy
@@ -93,16 +95,63 @@ def outage(exc):
 
 def database_url(raw):
     """A DATABASE_URL as a SQLAlchemy URL: postgres:// and postgresql:// on the psycopg 3 driver,
-    postgresql+<driver>:// as given. Any other database is passed on unchanged: the host's own
-    commands and pages may use it; jobsweb's refuse it (require_postgresql)."""
+    postgresql+<driver>:// as given, several hosts in the query string (_hosts_in_query). Any other
+    database is passed on unchanged: the host's own commands and pages may use it; jobsweb's
+    refuse it (require_postgresql)."""
     if raw.startswith("postgres://"):
         raw = "postgresql://" + raw[len("postgres://"):]
     if raw.startswith("postgresql://"):
-        return "postgresql+psycopg://" + raw[len("postgresql://"):]
+        return _hosts_in_query("postgresql+psycopg://" + raw[len("postgresql://"):])
+    if raw.startswith("postgresql+"):
+        return _hosts_in_query(raw)
     return raw
 
 
+# Several hosts, for failover: libpq's URI lists them (postgresql://u:p@h1:5432,h2:5432/db?
+# target_session_attrs=read-write, what DEPLOY.md recommends and providers with a standby give),
+# and a connection goes to the first that takes writes. SQLAlchemy's URL takes one host (that
+# list was "DATABASE_URL has a port that is not a number"), and its own spelling,
+# host=h1:p1&host=h2:p2, is one host named "h2:p2" to libpq, which keeps the last of a repeated
+# key (the worker's connections, its LISTEN, the processes it starts). host=h1,h2&port=p1,p2 is
+# the spelling both read as every host in order, so jobsweb keeps either in that one.
+_HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:]*)(?::(.*))?")
+
+
+def _hosts_in_query(url):
+    """`url` (a string) with a list of hosts in its host part moved to host=h1,h2&port=p1,p2 in
+    its query string; any other URL, or one whose query already names a host or port, unchanged."""
+    scheme, _, tail = url.partition("://")
+    ends = [i for i in (tail.find("/"), tail.find("?")) if i >= 0]
+    netloc, rest = tail[:min(ends, default=len(tail))], tail[min(ends, default=len(tail)):]
+    userinfo, at, hostlist = netloc.rpartition("@")
+    path, _, query = rest.partition("?")
+    if "," not in hostlist or re.search(r"(^|&)(host|port)=", query):
+        return url
+    pairs = [_HOST_PORT.fullmatch(part).groups() for part in hostlist.split(",")]
+    hosts = ",".join(host.strip("[]") for host, _ in pairs)  # percent-encoded as in the URI (a socket folder)
+    ports = ",".join(port or "" for _, port in pairs)
+    moved = f"host={hosts}" + (f"&port={ports}" if ports.strip(",") else "")
+    return f"{scheme}://{userinfo}{at}{path or '/'}?{moved}" + (f"&{query}" if query else "")
+
+
+def _host_list(url):
+    """(hosts, ports) of a SQLAlchemy URL that names its hosts in the query string (host=h1,h2&
+    port=p1,p2, or SQLAlchemy's host=h1:p1&host=h2:p2), ports as given ('' for libpq's default);
+    None when the URL's own host part names the host."""
+    hosts = url.query.get("host")
+    if hosts is None:
+        return None
+    if isinstance(hosts, tuple):
+        pairs = [h.rpartition(":")[::2] if ":" in h else (h, "") for h in hosts]
+        return [h for h, _ in pairs], [p for _, p in pairs]
+    hosts = hosts.split(",")
+    ports = url.query.get("port", "")
+    ports = ",".join(ports) if isinstance(ports, tuple) else ports
+    return hosts, ports.split(",") if ports else [""] * len(hosts)
+
+
 EXAMPLE_URL = "postgresql://user:password@host:5432/dbname"
+MULTI_HOST_EXAMPLE = "postgresql://user:password@host1:5432,host2:5432/dbname?target_session_attrs=read-write"
 
 
 def check_database_url(name, url, *, postgresql=False):
@@ -120,6 +169,14 @@ def check_database_url(name, url, *, postgresql=False):
         raise ConfigError(f"{name} is not a database URL (it lacks {missing}): expected {EXAMPLE_URL}") from None
     if url.port is not None and not 0 < url.port <= 65535:
         raise ConfigError(f"{name} has port {url.port}, which is no port number (1-65535): expected {EXAMPLE_URL}")
+    hosts, ports = _host_list(url) or ((), ())
+    if len(hosts) > 1 and len(ports) != len(hosts):
+        raise ConfigError(f"{name} names {len(hosts)} hosts and {len(ports)} port(s): give each host its port "
+                          f"(expected {MULTI_HOST_EXAMPLE})")
+    for host, port in zip(hosts, ports):
+        if port and not (port.isdigit() and 0 < int(port) <= 65535):
+            raise ConfigError(f"{name} has port {port!r} for host {host!r}, which is no port number (1-65535): "
+                              f"expected {MULTI_HOST_EXAMPLE}")
     try:
         url.get_dialect().import_dbapi()  # what creating the engine would import
         loaded = True
@@ -164,8 +221,12 @@ def libpq_url(url):
     Only a PostgreSQL URL: `sqlite://` made `postgresql://`, which libpq completes from its
     defaults and PG* variables, so drain() ran the queued jobs of whatever database those named."""
     require_postgresql(url, from_code=True)
-    url = getattr(url, "url", url)
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    url = make_url(getattr(url, "url", url))
+    if isinstance(url.query.get("host"), tuple):  # SQLAlchemy's host=h1:p1&host=h2:p2: libpq's spelling
+        hosts, ports = _host_list(url)
+        url = url.difference_update_query(["host", "port"]).update_query_dict(
+            {"host": ",".join(hosts), "port": ",".join(ports)})
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def execute(statement, params=None):

@@ -39,6 +39,14 @@ KEEPALIVE_FRACTION = 0.4
 IDLE_SESSION_TIMEOUT = "SELECT setting::int FROM pg_settings WHERE name = 'idle_session_timeout'"  # ms; 0: none
 
 
+def server_of(conn):
+    """Which server `conn` reached: host (or socket folder) and port, and the address a host name
+    resolved to, which is what a provider's failover behind one name changes."""
+    info = conn.info
+    address = info.hostaddr if not info.host.startswith("/") else ""
+    return f"{info.host}:{info.port}" + (f" ({address})" if address and address != info.host else "")
+
+
 class Listener:
     """A daemon thread that calls wake() for every notification on statements.NOTIFY_CHANNEL."""
 
@@ -48,6 +56,7 @@ class Listener:
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
         self.unusable = threading.Event()  # set when LISTEN got no notification: polling only
+        self.server = None  # where the last LISTEN was in force (server_of)
         self.thread = threading.Thread(target=self._serve, name="jobsweb-listener", daemon=True)
 
     def start(self):
@@ -72,6 +81,7 @@ class Listener:
                                     "direct connection for immediate wake-ups.")
                         return
                     self.listening.set()
+                    self._say_where(server_of(conn))
                     delay = RECONNECT_FIRST_DELAY
                     # A run may have been enqueued while we were not listening: look once.
                     self.wake()
@@ -98,6 +108,14 @@ class Listener:
             if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
                 conn.execute("SELECT 1")
                 quiet_since = time.monotonic()
+
+    def _say_where(self, server):
+        """One line when LISTEN is back on another server than before: the database failed over
+        (a multi-host DATABASE_URL reached the next host, or the provider moved its name to
+        another address). The worker's own lines say only that the database was away, then back."""
+        if self.server is not None and server != self.server:
+            log.warning("database failed over: now at %s (was %s); listening there", server, self.server)
+        self.server = server
 
     @staticmethod
     def _keepalive_seconds(conn):
