@@ -40,6 +40,7 @@ DRILLS = {  # name -> test file under tests/
     "web-outage": "test_web_outage.py",
     "exec-outage": "test_exec_outage.py",
     "slots": "test_server_limits.py",
+    "failover": "test_failover.py",
 }
 
 

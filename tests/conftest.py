@@ -90,7 +90,8 @@ ON_BOTH_SERVERS = (
 # timeouts and backoff steps, so `make test` runs them in a process of their own (-m own_servers)
 # beside the rest, which their waits held back.
 OWN_SERVERS = ("test_stop_during_outage.py", "test_exec_outage.py", "test_network_faults.py", "test_web_outage.py",
-               "test_database_down.py", "test_server_limits.py", "test_hosted_settings.py", "test_stop_deadline.py")
+               "test_database_down.py", "test_server_limits.py", "test_hosted_settings.py", "test_stop_deadline.py",
+               "test_failover.py")
 
 
 # What `make check`, a contributor's quick loop, leaves out besides the slow and own-server tests:
