@@ -22,6 +22,7 @@ _EXPORTS = {
     "JobContext": (".engine.jobs.registry", "JobContext"),
     "PermanentError": (".engine.jobs.registry", "PermanentError"),
     "Cancelled": (".engine.jobs.registry", "Cancelled"),
+    "Retry": (".engine.jobs.registry", "Retry"),
     "InvalidInput": (".core.errors", "InvalidInput"),
     "RunNotFound": (".core.errors", "RunNotFound"),
     "RunStateError": (".core.errors", "RunStateError"),

@@ -8,7 +8,7 @@ import click
 from flask import current_app
 
 from ..core import schema, schema_objects
-from ..engine.enqueue.enqueuing import enqueue, parse_payload, parse_run_at
+from ..engine.enqueue.enqueuing import enqueue, parse_delay, parse_payload, parse_run_at
 from ..engine.jobs.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..engine.runs.batch_status import get_batch
@@ -39,17 +39,19 @@ def migrate_command():
 @click.argument("job_type")
 @click.option("--payload", default="{}", help="A JSON object passed to the handler.")
 @click.option("--run-at", help="ISO 8601 time with its timezone; default now.")
+@click.option("--delay", help="Due this long from the database's now instead: seconds, or 90s, 5m, 2h, 1d.")
 @click.option("--idempotency-key", help="Enqueue at most one run for this key.")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before the run is dead.")
 @click.option("--queue", help="The run's queue (created on first use) [the job type's, or default].")
 @click.option("--priority", help="-1000..1000, smaller runs first [the job type's, or 0].")
 @click.option("--unique-key", help="At most one unfinished run for this key: prints the existing one's id.")
-def enqueue_command(job_type, payload, run_at, idempotency_key, max_attempts, queue, priority, unique_key):
+def enqueue_command(job_type, payload, run_at, delay, idempotency_key, max_attempts, queue, priority, unique_key):
     """Enqueue a run of JOB_TYPE and print its id."""
     with plain_errors():
         max_bytes = current_app.config["JOBSWEB_MAX_PAYLOAD_BYTES"]
         run_id = enqueue(job_type, parse_payload(payload, max_bytes),
                          run_at=parse_run_at(run_at) if run_at else None,
+                         delay=None if delay is None else parse_delay(delay),
                          idempotency_key=idempotency_key, max_attempts=max_attempts, queue=queue,
                          priority=None if priority is None else check_priority(priority),
                          unique_key=unique_key)

@@ -3,7 +3,8 @@
 import functools
 import json
 import math
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 
 from flask import current_app
 
@@ -22,6 +23,12 @@ INT_MAX = 2**31 - 1  # an integer column
 # then broke the runs list for everyone.
 RUN_AT_MIN = datetime(1970, 1, 1, tzinfo=timezone.utc)
 RUN_AT_MAX = datetime(9999, 1, 1, tzinfo=timezone.utc)
+# delay= beyond this is a unit slip (a timestamp, milliseconds), not a plan: give run_at instead.
+DELAY_MAX = 3650 * 86400  # seconds: ten years
+# A delayed run's run_at, by the database's clock: the now() of the enqueue's own transaction,
+# the one ENQUEUE gives a run without run_at (and created_at), plus the delay.
+DELAYED_RUN_AT = "SELECT now() + make_interval(secs => %(delay)s)"
+DELAY_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}  # the shell's --delay 90, 90s, 5m, 2h, 1d
 ENQUEUE_MANY_CHUNK = 10_000  # runs per INSERT statement of enqueue_many
 KEY_CONFLICT_TRIES = 5  # inserts tried while the run holding a unique key keeps finishing
 
@@ -121,6 +128,36 @@ def check_run_at(value):
     return value
 
 
+def check_delay(delay, run_at):
+    """`delay` in seconds (a number or a timedelta, 0 to DELAY_MAX), None if not given, or
+    InvalidInput naming `delay`; given with a `run_at` too, InvalidInput."""
+    if delay is None:
+        return None
+    if run_at is not None:
+        raise InvalidInput("delay", "cannot be combined with run_at: give one or the other")
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int past a float's range
+            seconds = math.inf
+    else:
+        raise InvalidInput("delay", f"must be a number of seconds or a timedelta, got {type(delay).__name__}")
+    if not (math.isfinite(seconds) and 0 <= seconds <= DELAY_MAX):
+        raise InvalidInput("delay", f"must be from 0 to {DELAY_MAX} seconds (3650 days; for a later time give "
+                                    f"run_at), got {delay!r}")
+    return seconds
+
+
+def parse_delay(text):
+    """The shell's --delay: seconds, or a number with a unit (90, 90s, 1.5m, 2h, 1d), checked."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*", text or "")
+    if match is None:
+        raise InvalidInput("delay", f"{text!r} is not a delay such as 90 (seconds), 90s, 5m, 2h or 1d")
+    return check_delay(float(match[1]) * DELAY_UNITS[match[2]], None)
+
+
 def check_job_type(job_type, *, workers=False, in_session=False):
     """Return the registered JobType; with `workers`, for one only a worker registered (a web
     process without the handlers), its defaults (an Unregistered), read in db.session's
@@ -136,19 +173,21 @@ def check_job_type(job_type, *, workers=False, in_session=False):
     raise InvalidInput("job_type", f"{job_type!r} is not a registered job type (known: {known})")
 
 
-def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_attempts=None,
+def enqueue(job_type, payload=None, *, run_at=None, delay=None, idempotency_key=None, max_attempts=None,
             queue=None, priority=None, unique_key=None, after=None, after_failure="cancel", session=None):
     """Create a run of `job_type` and return its id.
 
     With an idempotency key that already exists, nothing is created and the existing run's id
     is returned; with a unique key, the same while a run with that key is unfinished (queued,
     running, or failed and due a retry). `queue` and `priority` default to the job type's.
+    `run_at` (an aware datetime) or `delay` (seconds or a timedelta, from the database's now())
+    makes it due later; without either it is due now.
     With `after` (run ids), the run waits until every one of them succeeded; one ending dead
     or cancelled cancels it, unless after_failure="run".
     Without `session` the run is committed at once; with `session` (for example db.session)
     it joins that transaction, so the run exists only if your own writes commit.
     """
-    params, after = run_params(job_type, payload, run_at=run_at, idempotency_key=idempotency_key,
+    params, after = run_params(job_type, payload, run_at=run_at, delay=delay, idempotency_key=idempotency_key,
                                max_attempts=max_attempts, queue=queue, priority=priority,
                                unique_key=unique_key, after=after, after_failure=after_failure,
                                in_session=session is not None)
@@ -162,7 +201,7 @@ def enqueue(job_type, payload=None, *, run_at=None, idempotency_key=None, max_at
 
 
 def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queue, priority, unique_key,
-               after, after_failure, in_session=False):
+               after, after_failure, in_session=False, delay=None):
     """ENQUEUE's parameters for one run, every input checked, and its after= as run ids; with
     `in_session` (enqueue with session=), a worker's job type is looked up in that transaction."""
     config = current_app.config
@@ -170,6 +209,7 @@ def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queu
     registered = check_job_type(job_type, workers=not inline.active(config), in_session=in_session)
     payload_text = _checked_payload(payload, config["JOBSWEB_MAX_PAYLOAD_BYTES"])[1]
     run_at = check_run_at(run_at)
+    delay = check_delay(delay, run_at)
     max_attempts = check_max_attempts(max_attempts, registered, config)
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not idempotency_key.strip():
@@ -178,7 +218,7 @@ def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queu
         if len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
             raise InvalidInput("idempotency_key", f"must be at most {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
-    params = {"job_type": job_type, "payload": payload_text, "run_at": run_at,
+    params = {"job_type": job_type, "payload": payload_text, "run_at": run_at, "delay": delay,
               "max_attempts": max_attempts, "idempotency_key": idempotency_key,
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
@@ -192,17 +232,17 @@ def run_params(job_type, payload, *, run_at, idempotency_key, max_attempts, queu
     return params, after
 
 
-def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=None, priority=None,
+def enqueue_many(job_type, payloads, *, run_at=None, delay=None, max_attempts=None, queue=None, priority=None,
                  after=None, after_failure="cancel", session=None):
     """Create one run of `job_type` per payload, in a few statements; return their ids in order.
 
     For bulk loads (tens of thousands of runs a second): every payload is checked first, so
     one bad payload writes nothing. No idempotency keys here: use enqueue() for those.
-    With `after`, every run waits for those runs, as with enqueue().
+    With `after`, every run waits for those runs, and `run_at` or `delay`, as with enqueue().
     Without `session` the runs are committed at once; with it they join that transaction.
     """
-    params, texts, after = many_params(job_type, payloads, run_at=run_at, max_attempts=max_attempts, queue=queue,
-                                       priority=priority, after=after, after_failure=after_failure)
+    params, texts, after = many_params(job_type, payloads, run_at=run_at, delay=delay, max_attempts=max_attempts,
+                                       queue=queue, priority=priority, after=after, after_failure=after_failure)
     if inline.active(current_app.config):
         return [inline.run(job_type, json.loads(text), params["max_attempts"]) for text in texts]
     require_postgresql(from_code=True)
@@ -212,7 +252,7 @@ def enqueue_many(job_type, payloads, *, run_at=None, max_attempts=None, queue=No
         return insert_many(conn, params, texts, after)
 
 
-def many_params(job_type, payloads, *, run_at, max_attempts, queue, priority, after, after_failure):
+def many_params(job_type, payloads, *, run_at, max_attempts, queue, priority, after, after_failure, delay=None):
     """ENQUEUE_MANY's parameters, the payloads as checked JSON texts, and after= as run ids."""
     config = current_app.config
     registered = check_job_type(job_type, workers=not inline.active(config))
@@ -223,7 +263,8 @@ def many_params(job_type, payloads, *, run_at, max_attempts, queue, priority, af
             texts.append(_checked_payload(payload, max_bytes)[1])
         except InvalidInput as exc:
             raise InvalidInput("payloads", f"item {index}: {exc.message}") from None
-    params = {"job_type": job_type, "run_at": check_run_at(run_at),
+    run_at = check_run_at(run_at)
+    params = {"job_type": job_type, "run_at": run_at, "delay": check_delay(delay, run_at),
               "max_attempts": check_max_attempts(max_attempts, registered, config),
               "queue": check_queue(registered.queue if queue is None else queue),
               "priority": check_priority(registered.priority if priority is None else priority),
@@ -265,7 +306,7 @@ def check_max_attempts(max_attempts, registered, config):
 
 def insert_many(conn, params, texts, after):
     """Insert the runs of many_params() on `conn`; their ids in order."""
-    params = dict(params, **dependencies.wait_state(conn, after, params["after_failure"]))
+    params = dict(delayed(conn, params), **dependencies.wait_state(conn, after, params["after_failure"]))
     ids = []
     for start in range(0, len(texts), ENQUEUE_MANY_CHUNK):
         rows = conn.exec_driver_sql(statements.ENQUEUE_MANY,
@@ -275,15 +316,28 @@ def insert_many(conn, params, texts, after):
     if signals.run_enqueued.receivers:
         for run_id, text in zip(ids, texts):
             enqueued(run_id, params, text)
-    if ids and params["status"] == "queued" and (params["run_at"] is None
-                                                  or params["run_at"] <= datetime.now(timezone.utc)):
+    if ids and params["status"] == "queued" and _due_now(params):
         conn.exec_driver_sql(statements.NOTIFY)
     return ids
 
 
+def _due_now(params):
+    if params["delay"] is not None:
+        return params["delay"] == 0
+    return params["run_at"] is None or params["run_at"] <= datetime.now(timezone.utc)
+
+
+def delayed(conn, params):
+    """`params` with the run_at of their delay, if any, read from the database's clock in the
+    transaction of `conn` (DELAYED_RUN_AT), where the insert will run."""
+    if params["delay"] is None:
+        return params
+    return dict(params, run_at=conn.exec_driver_sql(DELAYED_RUN_AT, {"delay": params["delay"]}).scalar())
+
+
 def insert(conn, params, after):
     """Insert the run of run_params() on `conn`; its id (or the id of the run holding its key)."""
-    params = dict(params, **dependencies.wait_state(conn, after, params["after_failure"]))
+    params = dict(delayed(conn, params), **dependencies.wait_state(conn, after, params["after_failure"]))
     for _ in range(KEY_CONFLICT_TRIES):
         row = conn.exec_driver_sql(statements.ENQUEUE, params).first()
         if row is not None and signals.run_enqueued.receivers:

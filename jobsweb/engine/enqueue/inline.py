@@ -2,8 +2,8 @@
 enqueue() checks its input as always, then runs the handler at once, in the caller's thread and
 app context, and keeps the run in memory for jobsweb.get_run() instead of in the database.
 
-What differs from a worker: one attempt, no retries (an exception is logged and the run is
-dead); no timeout, lease, cancellation, queue, priority, rate limit, schedule or idempotency
+What differs from a worker: one attempt, no retries (an exception, a Retry too, is logged and
+the run is dead); a run_at or delay is not waited for; no timeout, lease, cancellation, queue, priority, rate limit, schedule or idempotency
 key; the handler runs before enqueue() returns, inside the caller's transaction (with
 session=db.session too), not after its commit.
 """
@@ -32,7 +32,8 @@ _lock = threading.Lock()
 async def _awaited(job, ctx):
     """An async handler, awaited as the worker's event loop does: its `await ctx.sleep()` works."""
     ctx._cancel_waker = asyncio.Event()
-    return await job.func(ctx)
+    with registry.handler_running(ctx):  # this task's own context (run_coroutine may use a thread)
+        return await job.func(ctx)
 
 
 def active(config):
@@ -57,7 +58,11 @@ def run(job_type, payload, max_attempts):
     ctx = registry.JobContext(run_id, job_type, payload, 1, max_attempts,
                               _extend_lease=lambda ctx, seconds=None: True, _report_progress=report_progress)
     try:
-        result = check_result(run_coroutine(_awaited(job, ctx)) if job.is_async else job.func(ctx))
+        if job.is_async:
+            result = check_result(run_coroutine(_awaited(job, ctx)))
+        else:
+            with registry.handler_running(ctx):  # Run.wait() refuses here as in a worker
+                result = check_result(job.func(ctx))
         ctx.flush_progress()
         # As stored and read back by a worker: JSON (a tuple comes back a list).
         record.update(status="succeeded", result=json.loads(json.dumps(result)),

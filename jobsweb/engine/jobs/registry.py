@@ -1,6 +1,8 @@
 """The job-type registry: `@job` registers a handler; the worker looks handlers up by type."""
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import importlib
 import inspect
@@ -10,6 +12,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from ...core.errors import (
     ConfigError,
@@ -69,6 +72,32 @@ class Cancelled(Exception):
     """Raised by a handler (or ctx.raise_if_cancelled) when its cancellation flag is set."""
 
 
+class Retry(Exception):
+    """Raised by a handler (Celery's `raise self.retry(countdown=30)`): this attempt failed, retry
+    the run `in_` seconds (a number or a timedelta) from the end of the attempt, by the database's
+    clock, instead of after the backoff (None: after the backoff, as any other exception).
+
+    It counts as a failed attempt: on the last one the run is dead, as usual. `in_` is bounded as
+    the backoff is (retry.bounded: below 0 is 0, above 7 days is 7 days, NaN is 10 s); `reason` is
+    the attempt's error message. E.g. `raise Retry(int(reply.headers["Retry-After"]), "rate limited")`.
+    """
+
+    def __init__(self, in_=None, reason=None):
+        if isinstance(in_, timedelta):
+            in_ = in_.total_seconds()
+        elif in_ is not None and (isinstance(in_, bool) or not isinstance(in_, (int, float))):
+            raise TypeError(f"Retry(in_=...) takes seconds (a number) or a timedelta, got {in_!r}")
+        if reason is not None and not isinstance(reason, str):
+            reason = str(reason)
+        try:
+            self.in_ = None if in_ is None else float(in_)
+        except OverflowError:  # an int past a float's range: bounded to the longest delay
+            self.in_ = math.inf
+        self.reason = reason
+        when = "after the backoff" if in_ is None else f"in {self.in_:g} s"
+        super().__init__(f"retry {when}" + (f": {reason}" if reason else " (asked by the handler)"))
+
+
 @dataclass(frozen=True)
 class JobType:
     name: str
@@ -90,7 +119,8 @@ class JobType:
         return inspect.iscoroutinefunction(self.func)
 
     def is_permanent(self, exc):
-        return isinstance(exc, (PermanentError, *self.permanent))
+        # A Retry asks for a retry, even where `permanent` lists Exception.
+        return isinstance(exc, (PermanentError, *self.permanent)) and not isinstance(exc, Retry)
 
 
 _registry: dict[str, JobType] = {}
@@ -153,6 +183,28 @@ def load(modules):
             importlib.import_module(module)
         except ImportError as exc:
             raise ConfigError(f"JOBSWEB_HANDLERS names {module!r}, which cannot be imported: {exc}") from exc
+
+
+# The JobContext of the handler this thread or task is running, set around the handler's call by
+# the worker (execution.run_handler, async_execution), drain() and inline mode: Run.wait() refuses
+# to block inside a handler (engine/runs/run_waiting.py). A context variable, so each pool
+# thread and each asyncio task has its own; threads a handler starts itself do not inherit it.
+_running = contextvars.ContextVar("jobsweb_running_handler", default=None)
+
+
+def running_handler():
+    """The JobContext of the handler running in this thread or task, else None."""
+    return _running.get()
+
+
+@contextlib.contextmanager
+def handler_running(ctx):
+    """Mark this thread or task as running `ctx`'s handler while the block lasts."""
+    token = _running.set(ctx)
+    try:
+        yield
+    finally:
+        _running.reset(token)
 
 
 _WAKER_LOCK = threading.Lock()
@@ -233,6 +285,11 @@ class JobContext:
         except TimeoutError:
             pass
         self.raise_if_cancelled()
+
+    def retry(self, in_=None, reason=None):
+        """Stop here and retry this run `in_` seconds (or a timedelta) from now: raises Retry
+        (see there). `raise ctx.retry(30)` reads as Celery's `raise self.retry(countdown=30)`."""
+        raise Retry(in_, reason)
 
     def extend_lease(self, seconds=None):
         """Hold this run for `seconds` more (default: the worker's lease); False if it was lost."""

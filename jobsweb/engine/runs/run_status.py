@@ -43,12 +43,14 @@ class Run:
         """True once the run will not execute again (succeeded, dead, cancelled, skipped, missed)."""
         return self.status in statements.ENDED_STATUSES
 
-    def wait(self, timeout):
+    def wait(self, timeout, *, allow_inside_job=False):
         """This run once it has ended (a new Run; this one if it had ended already), woken by
         LISTEN/NOTIFY as it ends: TimeoutError after `timeout` seconds (None: no limit),
         RunNotFound if it is deleted meanwhile. Behind a pooler in transaction mode without
         JOBSWEB_DIRECT_DATABASE_URL, a poll every run_waiting.POLL_EVERY seconds
-        (engine/runs/run_waiting.py)."""
+        (engine/runs/run_waiting.py). Inside a handler, RuntimeError unless `allow_inside_job`:
+        whatever the run's status, so a test sees what could deadlock in production."""
+        run_waiting.refuse_inside_handler(allow_inside_job)
         timeout = run_waiting.check_timeout(timeout)
         if self.done or current_app.config.get("JOBSWEB_INLINE"):  # inline runs end before enqueue() returns
             return self

@@ -17,6 +17,10 @@ second connection; if it does not come back, waits on that connection string pol
 POLL_EVERY seconds instead (a bounded poll: one primary-key read each), and say so once.
 JOBSWEB_DIRECT_DATABASE_URL gives the waits a direct connection, as it gives the worker's
 listener; JOBSWEB_LISTEN=false makes them poll.
+
+Inside a handler a wait is refused (refuse_inside_handler), as Celery refuses result.get() inside a
+task: a handler that waits holds its worker slot, so with every slot of the workers that could run
+the awaited run taken by waiting handlers (one is enough at --concurrency 1), nothing ever ends.
 """
 
 import logging
@@ -31,6 +35,7 @@ from psycopg.rows import dict_row
 
 from ...core.errors import InvalidInput, RunNotFound
 from .. import statements
+from ..jobs.registry import running_handler
 from ..link import CONNECT_TIMEOUT, NO_PREPARE
 
 log = logging.getLogger("jobsweb.wait")
@@ -60,6 +65,18 @@ def check_timeout(timeout):
             or timeout < 0:
         raise InvalidInput("timeout", f"must be a number of seconds from 0, or None, got {timeout!r}")
     return float(timeout)
+
+
+def refuse_inside_handler(allow_inside_job):
+    """RuntimeError if this thread or task is running a handler, unless `allow_inside_job`."""
+    ctx = running_handler()
+    if ctx is None or allow_inside_job:
+        return
+    raise RuntimeError(
+        f"Run.wait() inside a handler (run {ctx.run_id} {ctx.job_type}) is refused: it could deadlock, its "
+        "worker slot held while the run it waits for needs a free one. Enqueue what comes next with "
+        "after=[run_id], chain() or batch(on_finish=...) instead; pass allow_inside_job=True to wait anyway "
+        "(only if another worker with free slots is sure to run that run)")
 
 
 def until_ended(run_id, timeout, columns, waiting):

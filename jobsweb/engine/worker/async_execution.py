@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..jobs import signals
-from ..jobs.registry import Cancelled
+from ..jobs.registry import Cancelled, handler_running
 from . import output
 from .execution import Finished, check_result
 
@@ -159,7 +159,7 @@ async def _await_handler(app, held, slots):
             if ctx.cancelled:  # asked from another thread as the slot came: `cancelled` not yet run
                 raise asyncio.CancelledError
             held.began = started = time.monotonic()
-            with app.app_context():
+            with app.app_context(), handler_running(ctx):
                 signals.send(signals.attempt_started, ctx=ctx)
                 try:
                     result = check_result(await held.job.func(ctx))

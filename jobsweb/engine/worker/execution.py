@@ -16,7 +16,7 @@ from ...core.errors import has_nul
 from ...core.logs import run_event
 from .. import statements
 from ..jobs import retry, signals
-from ..jobs.registry import Cancelled, JobContext, JobType
+from ..jobs.registry import Cancelled, JobContext, JobType, Retry, handler_running
 from . import output
 
 # Run events are the worker's lines, whichever module writes them.
@@ -152,7 +152,7 @@ def run_handler(app, held):
         return Finished(held, exc=Cancelled(f"run {held.ctx.run_id} was asked to stop before it started"),
                         begun=False)
     held.began = started = time.monotonic()
-    with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged:
+    with output.capture(app.config["JOBSWEB_OUTPUT_MAX_CHARS"]) as logged, handler_running(held.ctx):
         finished = _call(app, held, started)
     finished.output = logged.text()
     return finished
@@ -269,14 +269,16 @@ class Failures:
         return cls((config["JOBSWEB_BACKOFF_BASE"], config["JOBSWEB_BACKOFF_CAP"]),
                    config["JOBSWEB_ERROR_MAX_CHARS"], config["JOBSWEB_STACK_MAX_CHARS"])
 
-    def failed(self, worker, job, ctx, error_type, message, stack=None, give_up=False, backoff=(None, None)):
-        """A failed attempt, retried after the backoff of the run (its definition's), else of its
-        job type, else of the settings; dead instead when give_up or out of attempts."""
+    def failed(self, worker, job, ctx, error_type, message, stack=None, give_up=False, backoff=(None, None),
+               retry_in=None):
+        """A failed attempt, retried after `retry_in` s (a handler's Retry), else the backoff of the run
+        (its definition's), its job type or the settings; dead instead if give_up or out of attempts."""
         base = backoff[0] or (job and job.backoff_base) or self.backoff[0]
         cap = backoff[1] or (job and job.backoff_cap) or self.backoff[1]
+        delay = retry.backoff_seconds(ctx.attempt, base, cap) if retry_in is None else retry.bounded(retry_in)
         return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "failed", error_type=error_type,
                        error=clip(message, self.error_chars), stack=clip(stack, self.stack_chars),
-                       delay=retry.backoff_seconds(ctx.attempt, base, cap), give_up=give_up)
+                       delay=delay, give_up=give_up)
 
     def outcome_of(self, worker, finished, stopping):
         """What a handler's return comes to: succeeded, cancelled by an operator, released by a
@@ -297,8 +299,8 @@ class Failures:
         if was_cancelled(exc) and stopping:
             return self.interrupted(worker, ctx, "stopped by worker shutdown")
         error_type, message, stack = describe_error(exc)
-        return self.failed(worker, held.job, ctx, error_type, message, stack,
-                           give_up=held.job.is_permanent(exc), backoff=held.backoff)
+        return self.failed(worker, held.job, ctx, error_type, message, stack, give_up=held.job.is_permanent(exc),
+                           backoff=held.backoff, retry_in=exc.in_ if isinstance(exc, Retry) else None)
 
     def interrupted(self, worker, ctx, why):
         return interrupted(ctx.run_id, ctx.job_type, ctx.attempt, worker, why)
