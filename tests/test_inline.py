@@ -4,7 +4,8 @@ handler at once and keeps the run in memory for get_run; nothing touches the dat
 import pytest
 from flask import Flask
 
-from jobsweb import InvalidInput, JobsWeb, enqueue, enqueue_many, get_run
+from jobsweb import InvalidInput, JobsWeb, cancel, enqueue, enqueue_many, get_run, retry
+from jobsweb.core.errors import RunNotFound, RunStateError
 from jobsweb.engine.runs.run_status import INLINE_RUNS
 
 
@@ -54,3 +55,21 @@ def test_bad_input_is_refused_as_on_postgresql_and_runs_nothing(sqlite_app, call
         call()
     assert raised.value.field == field
     assert sqlite_app.extensions.get(INLINE_RUNS, {}) == {}  # nothing ran
+
+
+def test_cancel_and_retry_of_an_inline_run_say_it_ended_before_enqueue_returned(sqlite_app):
+    # They told a host already on JOBSWEB_INLINE=True to set JOBSWEB_INLINE=True (issue 52).
+    dead = enqueue("jobsweb.fail", max_attempts=1)
+    done = enqueue("jobsweb.noop")
+    with pytest.raises(RunStateError) as cancelling:
+        cancel(done)
+    assert cancelling.value.message == (f"run {done} is succeeded: inline mode (JOBSWEB_INLINE) ran it before enqueue() "
+                                     "returned, and has no queue to cancel it in")
+    with pytest.raises(RunStateError) as retrying:
+        retry(dead)
+    assert (retrying.value.status, retrying.value.message) == ("dead", (
+        f"run {dead} is dead: inline mode (JOBSWEB_INLINE) ran it before enqueue() returned, and has no queue to "
+        "retry it in"))
+    with pytest.raises(RunNotFound):
+        cancel(dead + 100)
+    assert get_run(done).wait(timeout=1).status == "succeeded"  # ended already: no wait, no database

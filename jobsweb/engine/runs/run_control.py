@@ -32,6 +32,7 @@ from ...core.errors import (
 from ...core.models import AuditEntry
 from ..jobs.registry import EXTERNAL_JOB_TYPE
 from . import run_actions
+from .run_status import INLINE_RUNS
 
 ACTOR_MAX_CHARS = 200
 REASON_MAX_CHARS = 1000
@@ -47,7 +48,7 @@ def cancel(run_id, reason=None, actor=None, session=None):
     (and what waits for it) is cancelled now, a running one's worker is asked to stop it (it
     ends cancelled at its next heartbeat). Returns CANCELLED or STOP_REQUESTED; RunNotFound or
     RunStateError (an ended run) otherwise. `reason` goes into the audit entry."""
-    run_id = _check_run_id(run_id)
+    run_id = _check_run_id(run_id, "cancel")
     actor = _actor(actor)
     if reason is not None:
         if not isinstance(reason, str) or len(reason) > REASON_MAX_CHARS:
@@ -77,7 +78,7 @@ def retry(run_id, actor=None, session=None):
     RunNotFound, or RunStateError for a run in another status, one reported from outside, one
     whose unique key another unfinished run holds, or one that waits for a run that ended dead or
     cancelled (retry that one)."""
-    run_id = _check_run_id(run_id)
+    run_id = _check_run_id(run_id, "retry")
     actor = _actor(actor)
 
     def act(conn):
@@ -103,14 +104,25 @@ def retry(run_id, actor=None, session=None):
     return _in_transaction(act, session)
 
 
-def _check_run_id(run_id):
-    require_postgresql(from_code=True)  # first: on SQLite, before any other word about the call
+def _check_run_id(run_id, action):
+    # Inline mode first: on SQLite, require_postgresql's word was to set JOBSWEB_INLINE, set already.
+    if current_app.config.get("JOBSWEB_INLINE"):
+        _refuse_inline(run_id, action)
+    require_postgresql(from_code=True)  # on SQLite, before any other word about the call
     if isinstance(run_id, bool) or not isinstance(run_id, int) or not 1 <= run_id <= BIGINT_MAX:
         raise InvalidInput("run_id", f"must be a run id (a whole number above 0), got {run_id!r}")
-    if current_app.config.get("JOBSWEB_INLINE"):
-        raise InvalidInput("run_id", "inline mode (JOBSWEB_INLINE) runs every run before enqueue() returns: "
-                                     "there is nothing to cancel or retry")
     return run_id
+
+
+def _refuse_inline(run_id, action):
+    """Inline mode ran the run before enqueue() returned: it has ended, and there is no queue to
+    take it out of or put it back in. As for an ended run on PostgreSQL, RunStateError (or
+    RunNotFound for an id inline mode never gave), saying so."""
+    record = current_app.extensions.get(INLINE_RUNS, {}).get(run_id) if isinstance(run_id, int) else None
+    if record is None:
+        raise RunNotFound(run_id)
+    raise RunStateError(run_id, record["status"], f"run {run_id} is {record['status']}: inline mode (JOBSWEB_INLINE) "
+                                                  f"ran it before enqueue() returned, and has no queue to {action} it in")
 
 
 def _actor(actor):
