@@ -27,3 +27,27 @@ def test_a_run_whose_cancel_was_requested_is_not_retried_when_it_fails(sql, spaw
     assert worker.wait(timeout=30) == 0
     assert sql("SELECT status FROM job_runs WHERE id = %s", [run]) == [("cancelled",)]
     assert sql("SELECT outcome FROM job_attempts WHERE run_id = %s", [run]) == [("failed",)]
+
+
+def test_a_handler_that_returns_successfully_after_a_cancel_ends_succeeded_and_the_page_says_so(
+        sign_in, sql, spawn_worker, tmp_path):
+    # One meaning for "cancelled" (issue 52): the docs said a running run asked to stop ends
+    # cancelled "whatever its attempt comes to", while FINISH_RUNS ends one whose handler returns
+    # successfully succeeded. The work was done: it stays succeeded, result kept, and its page
+    # says the cancel came and the handler finished anyway.
+    gate = tmp_path / "gate"
+    [(run,)] = sql("INSERT INTO job_runs (job_type, payload) VALUES ('test.until_file', %s) RETURNING id",
+                   [f'{{"file": "{gate}"}}'])
+    worker = spawn_worker("--poll-interval", "0.1", JOBSWEB_LEASE_SECONDS="0.9")
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [run]) == [("running",)],
+             message="the worker to claim the run")
+    client = sign_in("operator")
+    client.post(f"/runs/{run}/cancel", data={"csrf_token": csrf_token(client, "/")})
+    wait_for(lambda: sql("SELECT cancel_requested_at IS NOT NULL FROM job_runs WHERE id = %s", [run]) == [(True,)],
+             message="the cancel to be recorded")
+    gate.touch()  # the handler, which never looks at ctx.cancelled, returns
+    assert worker.wait(timeout=15) == 0
+    assert sql("SELECT status FROM job_runs WHERE id = %s", [run]) == [("succeeded",)]
+    assert sql("SELECT outcome FROM job_attempts WHERE run_id = %s", [run]) == [("succeeded",)]
+    page = client.get(f"/runs/{run}").get_data(as_text=True)
+    assert "; the handler finished anyway, and its result is kept" in page
