@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import click
 from flask import current_app
 
-from ..core import schema, schema_objects
+from ..core import schema, schema_objects, workflow_repair
 from ..engine.enqueue.enqueuing import enqueue, parse_delay, parse_payload, parse_run_at
 from ..engine.jobs.flow import check_priority
 from ..engine.statements import RUN_STATUSES
@@ -22,12 +22,21 @@ def migrate_command():
     """Create jobsweb's tables, or upgrade them to this version (safe to run from several processes)."""
     with plain_errors():
         applied = schema.upgrade()
-        # A restore of jobsweb's tables alone leaves its functions and trigger behind (DEPLOY.md).
-        made, lacking = schema_objects.recreate() if schema.current_revision() == schema_objects.HEAD else ([], [])
-    if made:
-        click.echo(f"jobsweb's schema: recreated {', '.join(made)}")
-    if lacking:
-        raise click.ClickException(schema_objects.describe(lacking))
+        at_head = schema.current_revision() == schema_objects.HEAD
+        # A restore of jobsweb's tables alone leaves its functions and trigger behind (DEPLOY.md),
+        # and a bulk load may leave the trigger disabled.
+        fixed = schema_objects.recreate() if at_head else schema_objects.Recreated([], [], [])
+        # What ended while the trigger was missing or disabled left its dependents waiting.
+        released = workflow_repair.release_stranded(fixed.trigger_back()) if at_head and not fixed.still else None
+    if fixed.made:
+        click.echo(f"jobsweb's schema: recreated {', '.join(fixed.made)}")
+    if fixed.enabled:
+        click.echo(f"jobsweb's schema: enabled {', '.join(fixed.enabled)} (it was disabled)")
+    if released is not None and sum(released):
+        click.echo(f"jobsweb's schema: moved on {sum(released):,} run(s) the workflow trigger had left waiting: "
+                   f"{released.queued:,} released to the queue, {released.cancelled:,} cancelled")
+    if fixed.still:
+        raise click.ClickException(schema_objects.describe(fixed.still))
     if not applied:
         click.echo(f"jobsweb's schema is up to date ({schema.current_revision()})")
     else:

@@ -22,19 +22,21 @@ from ..core.database import db, execute, libpq_url
 from ..engine.worker import lease_recovery
 from ..engine.jobs.flow import check_queue
 from ..engine.worker.loop import Worker
-from ..ops import alerts
+from ..ops import alerts, schema_watch
 from ..scheduling import materialise
 from .finite_floats import FiniteFloatRange
 from .groups import CleanCommand, jobs, plain_errors, setup_logging
 
 
 def build_worker(app, **options):
-    """A Worker with its duties, in the order each tick runs them: recover expired leases,
-    materialise due schedule slots (before the claim, which then takes them), evaluate alerts."""
+    """A Worker with its duties, in the order each tick runs them: look at the schema (a function
+    or trigger dropped, a trigger disabled since start), recover expired leases, materialise due
+    schedule slots (before the claim, which then takes them), evaluate alerts."""
     with app.app_context():
         conninfo = libpq_url(db.engine)
     direct = app.config["JOBSWEB_DIRECT_DATABASE_URL"]
-    duties = [lease_recovery.duty(app.config), materialise.duty(), alerts.Alerter(app).duty()]
+    duties = [schema_watch.duty(app.config), lease_recovery.duty(app.config), materialise.duty(),
+              alerts.Alerter(app).duty()]
     return Worker(app, conninfo, duties=duties, listen_conninfo=direct and libpq_url(direct), **options)
 
 
@@ -77,8 +79,9 @@ def run_jobs(concurrency, forever, poll_interval, max_runtime, shutdown_timeout,
 
 def _refuse_an_incomplete_schema():
     """Stop before the first claim when the schema at the head lacks a table, index, function or
-    trigger (schema_objects.py; a restore of jobsweb's tables alone lacks the functions): one line
-    naming them, exit 1, rather than a claim failing at every tick. A database that does not
+    trigger, or its trigger is disabled (schema_objects.py; a restore of jobsweb's tables alone
+    lacks the functions): one line naming them, exit 1, rather than a claim failing at every tick
+    or every chain step waiting for ever. A database that does not
     answer is left to the worker, which waits for it (--forever) or reports it; one never migrated
     is told to run `flask jobs migrate` (plain_errors, as the claim would have)."""
     try:

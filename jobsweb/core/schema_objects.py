@@ -6,11 +6,17 @@ claim fails with UndefinedFunction. `flask jobs migrate` recreates missing funct
 from the SQL of the migration that last defined each (a migration is a frozen snapshot, read,
 not copied) and names what it cannot recreate (a table, an index: the restore must bring them);
 the worker, at start, and /healthz refuse an incomplete schema with one line naming what is
-missing. tests/test_migrations.py compares these lists with pg_catalog after a fresh migrate, on
-both servers: a migration that adds, drops or replaces one of these says so here.
+missing; a running worker looks again as often as it heartbeats (ops/schema_watch.py). A trigger
+that is there but disabled (`ALTER TABLE ... DISABLE TRIGGER`, as bulk loads do) breaks the
+engine as much as a missing one: every chain step and batch callback waits for ever. It is
+named too, and `flask jobs migrate` enables it again; what a missing or disabled trigger left
+waiting, core/workflow_repair.py then moves on. tests/test_migrations.py compares these lists
+with pg_catalog after a fresh migrate, on both servers: a migration that adds, drops or replaces
+one of these says so here.
 """
 
 import re
+from typing import NamedTuple
 
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
@@ -64,6 +70,13 @@ UNION ALL
 SELECT 'trigger ' || name FROM unnest(CAST(%(triggers)s AS text[])) AS name
 WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgname = split_part(name, ' ON ', 1)
                   AND t.tgrelid = to_regclass(split_part(name, ' ON ', 2)))
+UNION ALL
+-- There but not firing: tgenabled 'D' (DISABLE TRIGGER, or DISABLE TRIGGER ALL) or 'R' (ENABLE
+-- REPLICA TRIGGER: it fires only in sessions of session_replication_role = replica, and no
+-- session of jobsweb is one). 'O' and 'A' fire.
+SELECT 'disabled trigger ' || name FROM unnest(CAST(%(triggers)s AS text[])) AS name
+WHERE EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgname = split_part(name, ' ON ', 1)
+              AND t.tgrelid = to_regclass(split_part(name, ' ON ', 2)) AND t.tgenabled IN ('D', 'R'))
 """
 PARAMS = {"tables": list(TABLES), "indexes": list(INDEXES), "functions": list(FUNCTIONS), "triggers": list(TRIGGERS)}
 # The worker's check at start, in one round trip (the revision and then MISSING took three): what
@@ -77,7 +90,8 @@ WHERE (SELECT version_num FROM jobsweb_alembic_version) = %(head)s
 
 def missing():
     """What the current app's database lacks of HEAD's tables, indexes, functions and triggers,
-    each as "kind name" ([] when nothing). In db.session's transaction (the caller ends it)."""
+    each as "kind name", and its triggers that do not fire, as "disabled trigger name" ([] when
+    nothing). In db.session's transaction (the caller ends it)."""
     return list(execute(MISSING, PARAMS).scalars())
 
 
@@ -87,17 +101,41 @@ def missing_at_head():
     return list(execute(MISSING_AT_HEAD, {**PARAMS, "head": HEAD}).scalars())
 
 
+DISABLED = "disabled "  # how missing() names a trigger that is there but does not fire
+
+
 def describe(lacking):
-    """The one line that names what is missing, and what to do."""
-    return (f"jobsweb's schema at {HEAD} is incomplete, missing {', '.join(lacking)}: "
-            "run `flask jobs migrate` (it recreates functions and triggers; tables and indexes come back "
-            "with a restore of jobsweb's tables)")
+    """The one line that names what is missing or disabled, and what to do."""
+    gone = [what for what in lacking if not what.startswith(DISABLED)]
+    off = [what.removeprefix(DISABLED) for what in lacking if what.startswith(DISABLED)]
+    wrong = ", ".join(([f"missing {', '.join(gone)}"] if gone else []) + [f"{what} disabled" for what in off])
+    if not off:
+        does = "it recreates functions and triggers; tables and indexes come back with a restore of jobsweb's tables"
+    elif not gone:
+        does = "it enables the trigger again and moves on the runs it left waiting"
+    else:
+        does = ("it recreates functions and triggers, enables a disabled one and moves on the runs they left "
+                "waiting; tables and indexes come back with a restore of jobsweb's tables")
+    return f"jobsweb's schema at {HEAD} is incomplete, {wrong}: run `flask jobs migrate` ({does})"
+
+
+class Recreated(NamedTuple):
+    """What recreate() did: objects recreated and triggers enabled (each "kind name"), and what is
+    still missing (a table, an index)."""
+
+    made: list
+    enabled: list
+    still: list
+
+    def trigger_back(self):
+        """Whether a trigger was recreated or enabled: what it would have done meanwhile was not."""
+        return bool(self.enabled) or any(what.startswith("trigger ") for what in self.made)
 
 
 def recreate():
     """Recreate the missing functions, then the missing triggers (which name them), from their
-    migrations' SQL, under the migrations' lock (`flask jobs migrate` may run in several
-    processes at once), and commit. Returns (what was recreated, what is still missing)."""
+    migrations' SQL, and enable the disabled triggers, under the migrations' lock (`flask jobs
+    migrate` may run in several processes at once), and commit. Returns a Recreated."""
     execute("SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": MIGRATION_LOCK})
     lacking = missing()
     script = alembic("alembic.script").ScriptDirectory.from_config(alembic_config())
@@ -110,9 +148,15 @@ def recreate():
                 with db.session.connection().connection.cursor() as cursor:
                     cursor.execute(creation(what, name, sql))
                 made.append(f"{what} {name}")
+    enabled = []
+    for name in TRIGGERS:
+        if f"{DISABLED}trigger {name}" in lacking:
+            trigger, table = name.split(" ON ")
+            execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")  # 'O': fires in every session of ours
+            enabled.append(f"trigger {name}")
     still = missing()
     db.session.commit()
-    return made, still
+    return Recreated(made, enabled, still)
 
 
 def creation(what, name, sql):
