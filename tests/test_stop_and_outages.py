@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from jobsweb.engine.link import Conflicted, DatabaseUnavailable
+from jobsweb.engine.link import Conflicted, DatabaseUnavailable, SchemaIncomplete
 from jobsweb.engine.worker.outages import Outages
 from jobsweb.engine.worker.stop import Stop
 
@@ -142,3 +142,23 @@ def test_a_stopping_workers_outage_is_one_line_not_one_a_step(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "database unavailable (connection refused); trying again in 0.5s",
         "database unavailable (connection refused); stopping: trying again every 0.5s until the stop deadline"]
+
+
+def test_a_schema_outage_is_one_line_and_a_growing_pause_while_the_database_answers_everything_else(caplog):
+    # A function dropped under a running worker: its claims fail, its heartbeats answer. Each
+    # answer ended "the outage" and the next step started again at 0.5 s: two lines a step,
+    # four a second, until `flask jobs migrate` (issue 51, item 3).
+    caplog.set_level(logging.INFO, logger="jobsweb.worker")
+    clock, link, _, _, _, outages = parts()
+    missing = SchemaIncomplete("jobsweb's schema lacks what a statement needs (function x does not exist): "
+                               "run `flask jobs migrate`")
+    steps = []
+    for _ in range(5):
+        end = outages.step(missing)
+        steps.append(end - clock.now)
+        clock.now = end
+        link.answered_at = clock.now  # a heartbeat answered meanwhile
+        outages.answered()
+    assert steps == [0.5, 1, 2, 4, 8]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{missing}; trying again with a growing pause, up to 30s"]

@@ -11,7 +11,7 @@ doubling kept, a server back 6.8 s after SIGTERM was not tried again before the 
 import logging
 import time
 
-from ..link import Conflicted
+from ..link import Conflicted, SchemaIncomplete
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -32,6 +32,11 @@ class Outages:
         self.since = None  # clock() of the first failure of the outage under way
         self.in_doubt = False  # the connection broke: a claim may have committed unseen
         self.said_stopping = False  # the stopping steps' line was logged
+        # A schema outage (engine/link.py SchemaIncomplete): the database answers every other
+        # statement, so an answer does not end it; it keeps its own doubling and its one line.
+        self.schema_delay = RECONNECT_FIRST_DELAY
+        self.schema_said = None  # the text of the schema error last logged
+        self.schema_failed_at = None  # clock() of the last one
 
     def step(self, exc, until=None):
         """One backoff step after `exc`: clock() when it ends (by `until` at the latest, and never
@@ -42,6 +47,8 @@ class Outages:
             return None
         now = self.clock()
         self.in_doubt = True
+        if isinstance(exc, SchemaIncomplete):
+            return self._schema_step(exc, now, until)
         if self.since is None:
             self.since = now
         if self.stop.requested():
@@ -57,6 +64,19 @@ class Outages:
         end = self.stop.bound(now + delay)
         return end if until is None else min(end, until)
 
+    def _schema_step(self, exc, now, until):
+        """A step after a statement met a function or table the schema lacks: one line per error
+        (each step logged one, with "available again" between them, as the heartbeat answered:
+        four lines a second until `flask jobs migrate`), and steps doubling up to the cap."""
+        self.schema_failed_at = now
+        if str(exc) != self.schema_said:
+            self.schema_said = str(exc)
+            log.warning("%s; trying again with a growing pause, up to %.0fs", exc, RECONNECT_MAX_DELAY)
+        delay = RECONNECT_FIRST_DELAY if self.stop.requested() else self.schema_delay
+        self.schema_delay = min(self.schema_delay * 2, RECONNECT_MAX_DELAY)
+        end = self.stop.bound(now + delay)
+        return end if until is None else min(end, until)
+
     def claims_in_doubt(self):
         """Whether a connection broke since the claims were last settled (LOST_CLAIMS is due)."""
         return self.in_doubt
@@ -67,6 +87,8 @@ class Outages:
     def answered(self):
         """After an outage, once the database has answered again (a pass may have had nothing to
         send): one line that says it is over, and the next outage backs off from the first step."""
+        if self.schema_failed_at is not None and self.clock() - self.schema_failed_at > 2 * RECONNECT_MAX_DELAY:
+            self.schema_delay, self.schema_said, self.schema_failed_at = RECONNECT_FIRST_DELAY, None, None
         if self.since is not None:
             answered = [at for link in self.links if (at := link.answered_at) is not None]
             if not answered or max(answered) < self.since:
