@@ -86,11 +86,22 @@ RETURNING id
 # running: ask the holder to stop. Its heartbeat (EXTEND_LEASES) sees the request and sets the
 # handler's cancellation flag; FINISH_RUNS then ends the run cancelled. Runs after
 # CANCEL_WAITING in the same transaction, so a run claimed between the two is caught here.
+CANCEL_CHANNEL = "jobsweb_cancels"
+# The holders hear of it at once: a NOTIFY on CANCEL_CHANNEL naming them (delivered at the
+# commit; NOTIFY folds the same payload sent once per row into one), which a listening worker
+# answers with a heartbeat (engine/worker/wakeup.py), so its handler is told in milliseconds, not
+# at the next heartbeat (a third of the lease: 20 s by default). A worker that does not listen
+# (a cron tick, a pooler without JOBSWEB_DIRECT_DATABASE_URL) still hears it at its heartbeat.
 REQUEST_CANCEL = """
-UPDATE job_runs
-SET cancel_requested_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
-RETURNING id
+WITH asked AS (
+    UPDATE job_runs
+    SET cancel_requested_at = now(), updated_at = now()
+    WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
+    RETURNING id, locked_by
+)
+SELECT a.id FROM asked a
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_cancels', (SELECT string_agg(DISTINCT locked_by, ',') FROM asked))) told
+    ON true
 """
 
 # A run deleted before it ended is cancelled first, in the delete's transaction (run_actions.delete),

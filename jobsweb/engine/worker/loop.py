@@ -30,7 +30,7 @@ from ..link import DatabaseUnavailable, Link
 from ..runs import batch_status
 from .claimer import Claimer
 from .execution import Failures, released
-from .held_runs import BEGAN_WITHIN, HeldRuns
+from .held_runs import BEGAN_AFTER, HeldRuns
 from .leases import Leases
 from .outages import Outages
 from .round_trips import Trip, Trips
@@ -43,6 +43,7 @@ log = logging.getLogger("jobsweb.worker")
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
 # with the claim, in its one commit: a quiet worker uses one connection.
 FINISH_APART = 64
+CANCEL = object()  # put on the finished queue by the listener: a run this worker holds was cancelled
 
 
 def worker_id():
@@ -76,6 +77,9 @@ class Worker:
         self.duties = list(duties)
         self.finished = queue.SimpleQueue()  # SimpleQueue.put is safe to call from a signal handler
         self.quiet = False  # an operator quieted it (read at each heartbeat): it claims nothing
+        # An operator cancelled a run this worker holds (wakeup.py heard it): the heartbeat that
+        # tells its handler is due now, not in up to a third of the lease.
+        self.beat_now = False
         self.limit_wait = LimitWait(self.queues, max_runtime, poll_interval)  # a tick waits for limits
         self.held = HeldRuns(app, self.id, concurrency=concurrency, lease=lease,
                              default_timeout=config["JOBSWEB_DEFAULT_TIMEOUT"], failures=Failures.from_config(config),
@@ -103,7 +107,8 @@ class Worker:
             restore()
             return 0
         if self.listen:
-            self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(WAKE)).start()
+            self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(WAKE), worker=self.id,
+                                     cancelled=lambda: self.finished.put(CANCEL)).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "",
                  f", queues {','.join(self.queues)}" if self.queues else "")
@@ -131,7 +136,8 @@ class Worker:
                         found = self.tick()  # sends pending outcomes together with its claim
                     else:
                         self._flush()
-                    if now >= next_beat:
+                    if now >= next_beat or self.beat_now:
+                        self.beat_now = False
                         self._heartbeat()
                         next_beat = now + self.heartbeat_every
                     self.outages.answered()
@@ -210,7 +216,7 @@ class Worker:
         if self.trips.claim_lane_free():
             held = self.held.taken() + claimed  # runs held or landing now
             limit = self.claimer.limit(held, now, came_back=trips)
-            began = self.held.began_ahead()  # runs claimed ahead that began: lease recovery charges them
+            began = self.held.began_ahead(now)  # runs claimed ahead that began: lease recovery charges them
             if limit or self.trips.pending_count() or began[0]:
                 # With the outcomes still pending, in its one commit.
                 self.trips.send_claim(self.claimer.params(limit, held) if limit else None, began)
@@ -231,7 +237,7 @@ class Worker:
         if claiming and self.held.taken() < self.concurrency:
             wait = min(wait, self.poll_interval)
         if claiming and self.held.awaits_beginning():
-            wait = min(wait, BEGAN_WITHIN)  # tick() says which runs claimed ahead began
+            wait = min(wait, BEGAN_AFTER)  # tick() says which runs claimed ahead began
         return max(wait, 0)
 
     def _heartbeat(self):
@@ -269,10 +275,11 @@ class Worker:
             items.append(self.finished.get_nowait())
         if any(item is WAKE for item in items):
             self.claimer.woke()
+        self.beat_now = self.beat_now or any(item is CANCEL for item in items)
         for item in items:
             if isinstance(item, Trip):
                 self.trips.came_back(item)
-            elif item is not WAKE:
+            elif item is not WAKE and item is not CANCEL:
                 self.claimer.finished(1, time.monotonic())
                 if (outcome := self.held.returned(item, stopping=bool(self.stop.requested()))) is not None:
                     self.trips.add([outcome])

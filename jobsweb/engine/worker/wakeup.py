@@ -22,6 +22,7 @@ import psycopg
 
 from .. import statements
 from ..link import CONNECT_TIMEOUT, NO_PREPARE, describe
+from ..runs.action_statements import CANCEL_CHANNEL
 
 # Listening again after the connection broke: the worker loop's own backoff steps.
 from .outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
@@ -48,11 +49,15 @@ def server_of(conn):
 
 
 class Listener:
-    """A daemon thread that calls wake() for every notification on statements.NOTIFY_CHANNEL."""
+    """A daemon thread that calls wake() for every notification on statements.NOTIFY_CHANNEL,
+    and, given a `worker` id, cancelled() for each operator's cancel of a run that worker holds
+    (action_statements.CANCEL_CHANNEL, whose payload names the holders)."""
 
-    def __init__(self, conninfo, wake):
+    def __init__(self, conninfo, wake, worker=None, cancelled=None):
         self.conninfo = conninfo
         self.wake = wake
+        self.worker = worker
+        self.cancelled = cancelled
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
         self.unusable = threading.Event()  # set when LISTEN got no notification: polling only
@@ -73,7 +78,9 @@ class Listener:
             try:
                 with self._connect() as conn:
                     keepalive = self._keepalive_seconds(conn)  # first: pg_stat_activity then shows LISTEN
-                    conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")
+                    if self.cancelled is not None:
+                        conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                    conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")  # last: pg_stat_activity shows it
                     if not self._probe_comes_back(conn):
                         self.unusable.set()
                         log.warning("LISTEN receives no notifications over this connection (a pooler in "
@@ -103,8 +110,11 @@ class Listener:
         seconds (None: never) keeps the session from being ended as idle."""
         quiet_since = time.monotonic()
         while not self.stopping.is_set():
-            for _ in conn.notifies(timeout=CHECK_STOP_EVERY, stop_after=1):
-                self.wake()
+            for notification in conn.notifies(timeout=CHECK_STOP_EVERY, stop_after=1):
+                if notification.channel != CANCEL_CHANNEL:
+                    self.wake()
+                elif self.worker in notification.payload.split(","):
+                    self.cancelled()
             if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
                 conn.execute("SELECT 1")
                 quiet_since = time.monotonic()
