@@ -166,3 +166,16 @@ def test_seen_counts_the_runs_done_onto_the_workers_row_and_says_whether_an_oper
     sql("UPDATE job_workers SET quiet_at = now() WHERE id = %s", [WORKER])
     assert trips.seen() is True
     assert runs_done(sql) == [(2,)]
+
+
+def test_the_outcomes_written_lately_are_remembered_up_to_the_bound_oldest_forgotten_first(monkeypatch):
+    # For LOST_CLAIMS's word after a failover (engine/worker/leases.py); bounded, as a busy worker
+    # writes tens of thousands of outcomes a minute.
+    from jobsweb.engine.worker import round_trips
+
+    monkeypatch.setattr(round_trips, "LATELY_WRITTEN", 3)
+    trips = Trips(WORKER, None, None, lambda trip: None)
+    for first in (1, 3):
+        outcomes = [Outcome(run_id, "jobsweb.noop", 2, WORKER, "succeeded") for run_id in (first, first + 1)]
+        trips.written(Trip(outcomes, 0, results=[[(o.run_id, "succeeded", None, 0.0) for o in outcomes]]))
+    assert trips.lately_written() == {2: 2, 3: 2, 4: 2}

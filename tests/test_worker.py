@@ -426,3 +426,30 @@ def test_a_finish_whose_answer_was_lost_is_logged_as_written_when_its_resend_is_
     assert sql("SELECT attempt, outcome, worker FROM job_attempts WHERE run_id = %s", [run_id]) == [
         (1, "succeeded", worker.id)]
     assert sql("SELECT runs_done FROM job_workers WHERE id = %s", [worker.id]) == [(1,)]
+
+
+def test_a_run_whose_written_outcome_was_lost_with_a_failover_is_said_so_when_found_running(app, sql, caplog):
+    # A failover to an asynchronous standby loses the last acknowledged commits: the run's
+    # finish among them, it is running again, locked by this worker, and LOST_CLAIMS releases it.
+    # It was logged "claimed by attempt 1 while the connection broke, never started", but its
+    # handler ran (found by the failover drill, issue 51).
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="jobsweb.worker")
+    run_id = add(app, "jobsweb.noop")
+    other = add(app, "jobsweb.noop")
+    worker = make_worker(app)
+    assert worker.run() == 0
+    # What the new primary has: the runs still running under this worker (the standby never got the finish).
+    sql("UPDATE job_runs SET status = 'running', locked_by = %s, attempts = 1, finished_at = NULL "
+        "WHERE id = ANY(%s)", [worker.id, [run_id, other]])
+    lately = dict(worker.trips.lately_written())
+    del lately[other]  # as if its outcome was written long ago, or by no one
+    outcomes = worker.leases.lost_claims([], lately)
+    worker.link.close()
+    assert sorted((o.run_id, o.outcome) for o in outcomes) == [(run_id, "released"), (other, "released")]
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"run {run_id} jobsweb.noop: the outcome of attempt 1 was written and then lost (a failover?): the run " \
+           "is running again in the database; released back to the queue to run again" in lines, lines
+    assert f"run {other} jobsweb.noop: claimed by attempt 1 while the connection broke, never started; released " \
+           "back to the queue" in lines, lines

@@ -67,13 +67,14 @@ class Leases:
         except DatabaseUnavailable as exc:
             log.warning("run %d: could not record its progress: %s", ctx.run_id, exc)
 
-    def lost_claims(self, known):
+    def lost_claims(self, known, written=None):
         """The outcomes that give back the runs a claim took while the connection broke (found by
-        LOST_CLAIMS): those this worker locks other than the `known` ids."""
-        return lost_claims(self.link.fetch, self.worker, known)
+        LOST_CLAIMS): those this worker locks other than the `known` ids. `written`: run id ->
+        attempt of the outcomes this worker wrote lately (Trips.lately_written)."""
+        return lost_claims(self.link.fetch, self.worker, known, written)
 
 
-def lost_claims(fetch, worker, known):
+def lost_claims(fetch, worker, known, written=None):
     """The outcomes that give back the runs locked by `worker` other than the `known` ids: a claim
     that committed while the connection broke, whose rows never came. No handler began them, so
     they are released as a stopping worker's unstarted runs are: queued as they were, no attempt
@@ -81,7 +82,14 @@ def lost_claims(fetch, worker, known):
     for an attempt that never ran, and the run's next attempt counted from 2."""
     outcomes = []
     for run_id, job_type, attempt in fetch(upkeep.LOST_CLAIMS, {"worker": worker, "known": known}):
-        log.warning("run %d %s: claimed by attempt %d while the connection broke, never started; released "
-                    "back to the queue", run_id, job_type, attempt)
+        if written and written.get(run_id) == attempt:
+            # Its outcome was written and acknowledged, then lost: a failover to a standby that had
+            # not received that commit. Its handler ran; it runs again.
+            log.warning("run %d %s: the outcome of attempt %d was written and then lost (a failover?): the run "
+                        "is running again in the database; released back to the queue to run again", run_id,
+                        job_type, attempt)
+        else:
+            log.warning("run %d %s: claimed by attempt %d while the connection broke, never started; released "
+                        "back to the queue", run_id, job_type, attempt)
         outcomes.append(released(run_id, job_type, attempt, worker))
     return outcomes

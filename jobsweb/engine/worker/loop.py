@@ -207,7 +207,8 @@ class Worker:
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
         if self.outages.claims_in_doubt():
             self._settle()
-            self.trips.add(self.leases.lost_claims(self.held.ids() + self.trips.pending_ids()))
+            self.trips.add(self.leases.lost_claims(self.held.ids() + self.trips.pending_ids(),
+                                                   self.trips.lately_written()))
             self.outages.claims_settled()
         trips = self._take_back()
         claimed = sum(len(trip.claimed_rows()) for trip in trips)

@@ -34,6 +34,12 @@ from .. import statements, upkeep
 from ..link import DatabaseUnavailable
 from .execution import Outcome, finish_each, finish_params, log_finished
 
+# Outcomes remembered after they were written: a failover to an asynchronous standby loses the
+# commits of the last moments before it (milliseconds to seconds of finishes), and a run among
+# these that LOST_CLAIMS finds running again is said to have lost its outcome, not its claim.
+# 10,000: a second of a busy worker's finishes; a dict entry each, ~0.1 us a run.
+LATELY_WRITTEN = 10_000
+
 
 @dataclass
 class Trip:
@@ -138,6 +144,7 @@ class Trips:
         self.pending: list[Outcome] = []  # attempts that ended and are not yet written
         self.returned = []  # trips the lanes handed back, not yet taken
         self.done = 0  # runs written since job_workers.runs_done was last updated
+        self.lately = {}  # run id -> attempt of the outcomes written lately (lately_written)
 
     def add(self, outcomes):
         self.pending += outcomes
@@ -210,6 +217,16 @@ class Trips:
         """Log the outcomes `trip` wrote and count them as runs done."""
         if trip.outcomes:
             self.done += log_finished(trip.outcomes, trip.finished_rows(), self._written_before)
+            attempts = {o.run_id: o.attempt for o in trip.outcomes}
+            for run_id, *_ in trip.finished_rows():
+                self.lately[run_id] = attempts[run_id]
+            while len(self.lately) > LATELY_WRITTEN:
+                del self.lately[next(iter(self.lately))]  # the oldest: a dict keeps insertion order
+
+    def lately_written(self):
+        """Run id -> attempt of the outcomes written lately (the last LATELY_WRITTEN): a run among
+        them that LOST_CLAIMS finds running again lost its outcome with a failover."""
+        return self.lately
 
     def _written_before(self, outcomes):
         """The ids of `outcomes`, refused by FINISH_RUNS's guard, that an earlier send of theirs
