@@ -49,6 +49,9 @@ class Run:
     definition_id: int | None = None
     after_run_id: int | None = None  # overlap 'queue': not claimed while that run is active
     holder: str | None = None
+    # job_runs.unbegun_claims (0032_unbegun_claims): claims in a row that held it ahead of a free
+    # slot with no handler said to have begun; lease recovery gives such a run back uncharged.
+    unbegun: int = 0
     cancel_requested: bool = False
     cause: tuple | None = None  # (run id, status) of the reason 'run X ended S'
     aged: bool = False  # finished_at made older than every retention
@@ -325,11 +328,14 @@ class Model:
             taken.append(run.id)
         return taken
 
-    def claimed(self, worker, ids):
-        for run_id in ids:
+    def claimed(self, worker, ids, free):
+        """CLAIM_RUNS took `ids` (in claim order) for `free` free slots: the runs beyond those were
+        claimed ahead, one more claim that holds them unbegun (0032_unbegun_claims)."""
+        for place, run_id in enumerate(ids):
             run = self.runs[run_id]
             run.attempts += 1
             run.holder = worker.id
+            run.unbegun = 0 if place < free else min(run.unbegun + 1, 32767)
         self.change([(self.runs[run_id], "running") for run_id in ids])
         worker.held += ids
         self.start_handlers(worker)
@@ -340,6 +346,18 @@ class Model:
                          key=lambda r: (r.priority, r.run_at, r.id))
         for run in waiting[:max(worker.concurrency - len(worker.started), 0)]:
             worker.started.append(run.id)
+
+    def began(self, worker, ids):
+        """RUNS_BEGAN: the worker says the handlers of these runs it holds began (its next round trip)."""
+        for run_id in ids:
+            run = self.runs[run_id]
+            if run.status == "running" and run.holder == worker.id:
+                run.unbegun = 0
+
+    def recovered_as(self, run, bound):
+        """What lease recovery makes of a lost worker's run: released if its claim held it ahead and
+        no handler was said to begin, at most `bound` claims in a row; else a failed attempt."""
+        return "released" if 0 < run.unbegun <= bound else "failed"
 
     def finish_status(self, run, outcome, give_up=False):
         """FINISH_RUNS' `decided`."""
@@ -363,6 +381,7 @@ class Model:
                 run.attempts -= 1  # never began: nothing recorded, the claim's attempt taken back
             else:
                 run.attempt_rows += 1
+                run.unbegun = 0  # a release keeps its count: the next claim ahead counts on
             if new == "failed":
                 run.run_at = retry_at
             elif new == "queued" and outcome == "interrupted":

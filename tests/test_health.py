@@ -78,7 +78,7 @@ def test_healthz_is_503_naming_a_dropped_function_at_the_next_probe_and_200_once
     response = client.get("/healthz")  # the very next probe: nothing cached
     assert response.status_code == 503
     assert response.get_json() == {"status": "unavailable", "reason": (
-        "jobsweb's schema at 0031_definition_slot_partial is incomplete, missing function "
+        "jobsweb's schema at 0032_unbegun_claims is incomplete, missing function "
         "jobsweb_claim_runs_in_order(text,double precision,text[],integer,integer,text[]): run `flask jobs migrate` "
         "(it recreates functions and triggers; tables and indexes come back with a restore of jobsweb's tables)")}
     assert app.test_cli_runner().invoke(args=["jobs", "migrate"]).exit_code == 0

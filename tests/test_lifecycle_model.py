@@ -20,10 +20,10 @@ from jobsweb import PermanentError, batch, chain, enqueue, enqueue_many, get_run
 from jobsweb.core.database import db, libpq_url
 from jobsweb.engine.runs import batch_status, run_actions
 from jobsweb.engine.jobs import flow, registry
-from jobsweb.engine import statements
+from jobsweb.engine import statements, upkeep
 from jobsweb.engine.worker.execution import Failures, Finished, Held, finish_params, interrupted, released
 from jobsweb.engine.worker.leases import lost_claims
-from jobsweb.engine.worker.lease_recovery import recover_expired_leases
+from jobsweb.engine.worker.lease_recovery import UNBEGUN_CLAIMS, recover_expired_leases
 from jobsweb.engine.link import Link
 from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.ops import retention
@@ -252,7 +252,7 @@ class RunLifecycle(RuleBasedStateMachine):
         self.step()
         worker = self.workers[w]
         if (claimed := self.claim(worker, ahead)) is not None:
-            self.model.claimed(worker, claimed)
+            self.model.claimed(worker, *claimed)
 
     @rule(w=st.integers(0, 2), ahead=st.integers(0, 2))
     def a_claim_is_lost_with_the_connection_and_its_runs_released(self, w, ahead):
@@ -262,7 +262,8 @@ class RunLifecycle(RuleBasedStateMachine):
         worker = self.workers[w]
         if (claimed := self.claim(worker, ahead)) is None:
             return
-        self.model.claimed(Worker(worker.id, worker.concurrency, worker.queues), claimed)  # held unknowingly
+        claimed, free = claimed
+        self.model.claimed(Worker(worker.id, worker.concurrency, worker.queues), claimed, free)  # held unknowingly
         outcomes = lost_claims(self.link.fetch, worker.id, worker.held)
         assert sorted(o.run_id for o in outcomes) == sorted(claimed)
         self.link.fetch(statements.FINISH_RUNS, finish_params(outcomes))
@@ -270,8 +271,8 @@ class RunLifecycle(RuleBasedStateMachine):
         self.model.finished([(self.model.runs[run_id], "released", False, None) for run_id in claimed])
 
     def claim(self, worker, ahead):
-        """CLAIM_RUNS for the worker's free slots and `ahead` more: the ids it took, checked
-        against the model's order and what a claimed run must satisfy (None: it claims none)."""
+        """CLAIM_RUNS for the worker's free slots and `ahead` more: (the ids it took, the free slots),
+        checked against the model's order and what a claimed run must satisfy (None: it claims none)."""
         free = max(worker.concurrency - len(worker.held), 0)
         if free + ahead == 0:
             return None
@@ -287,7 +288,7 @@ class RunLifecycle(RuleBasedStateMachine):
             + str([(r.id, r.priority, r.run_at, r.attempts, r.max_attempts) for r in sorted(
                 (r for r in self.model.live() if self.model.claimable(r, worker)),
                 key=lambda r: (r.priority, r.run_at, r.id))]))
-        return claimed
+        return claimed, free
 
     def check_claimable(self, worker, run):
         """What a claimed run must satisfy, whatever the model predicted."""
@@ -336,11 +337,49 @@ class RunLifecycle(RuleBasedStateMachine):
         self.model.drop_held(worker, [run_id])
         self.model.start_handlers(worker)
 
+    @precondition(lambda self: any(worker.started for worker in self.workers))
+    @rule(w=st.integers(0, 2), ns=picks)
+    def a_worker_says_which_handlers_began(self, w, ns):
+        """A round trip of its own (nothing to claim or write) after handlers of runs it claimed ahead
+        began: from then on lease recovery charges them. Some of those that began: two threads may
+        set them out of order, and one is said a trip later."""
+        self.step()
+        worker = [worker for worker in self.workers if worker.started][w % sum(1 for x in self.workers if x.started)]
+        self.say_began(worker, self.picked(worker.started, ns))
+
+    def say_began(self, worker, ids):
+        """RUNS_BEGAN for these runs the worker holds, whose handlers began."""
+        self.link.fetch(upkeep.RUNS_BEGAN, {"worker": worker.id, "ids": ids,
+                                            "attempts": [self.model.runs[run_id].attempts for run_id in ids]})
+        self.model.began(worker, ids)
+
     @precondition(lambda self: any(worker.held for worker in self.workers))
     @rule(w=st.integers(0, 2), later=st.booleans())
     def a_worker_dies_and_its_leases_are_recovered(self, w, later):
+        """A run its claim held ahead and whose handler it never said began is released (no attempt
+        row, the claim's attempt given back, run_at kept), up to UNBEGUN_CLAIMS claims in a row;
+        every other run it held is a failed attempt (0032_unbegun_claims)."""
         self.step()
         worker = [worker for worker in self.workers if worker.held][w % sum(1 for x in self.workers if x.held)]
+        self.recover(worker, later)
+
+    @rule(w=st.integers(0, 2), ahead=st.integers(1, 2), said=st.booleans(), later=st.booleans())
+    def a_worker_is_killed_just_after_a_claim_ahead(self, w, ahead, said, later):
+        """Killed as a claim lands: its runs ahead never began, and only what it held before can
+        have (a drill's SIGKILL finds most workers so, busy ones holding up to 2,048 runs ahead).
+        said: that claim's round trip also said which of its handlers began (RUNS_BEGAN rides on it)."""
+        self.step()
+        worker = self.workers[w]
+        if said and worker.started:
+            self.say_began(worker, worker.started)
+        if (claimed := self.claim(worker, ahead)) is None:
+            return
+        self.model.claimed(worker, *claimed)
+        self.step()
+        self.recover(worker, later)
+
+    def recover(self, worker, later):
+        """`worker` is gone: its leases run out and lease recovery finds them."""
         # Time passing: the dead worker's leases run out.
         self.sql("UPDATE job_runs SET locked_until = now() - interval '1 second' "
                  "WHERE locked_by = %s AND status = 'running'", [worker.id])
@@ -348,7 +387,8 @@ class RunLifecycle(RuleBasedStateMachine):
         assert recover_expired_leases(self.link, failures) == len(worker.held)
         runs = [self.model.runs[run_id] for run_id in worker.held]
         self.stale += [(worker.id, run.id, run.attempts, run.job_type) for run in runs]
-        self.model.finished([(run, "failed", False, LATER if later else self.model.now()) for run in runs])
+        self.model.finished([(run, self.model.recovered_as(run, UNBEGUN_CLAIMS), False,
+                              LATER if later else self.model.now()) for run in runs])
         self.replace(worker)
 
     @precondition(lambda self: any(worker.held for worker in self.workers))
@@ -490,7 +530,8 @@ def check(machine):
     model, sql = machine.model, machine.sql
     rows = {row[0]: row for row in sql(
         "SELECT id, status, attempts, max_attempts, run_at, unique_key, batch_id, batch_callback, waiting_for, "
-        "locked_by, started_at, finished_at, cancel_requested_at IS NOT NULL, reason, after_run_id FROM job_runs")}
+        "locked_by, started_at, finished_at, cancel_requested_at IS NOT NULL, reason, after_run_id, unbegun_claims "
+        "FROM job_runs")}
     attempts = dict(sql("SELECT run_id, array_agg(attempt ORDER BY attempt) FROM job_attempts GROUP BY run_id"))
     deps = {}
     for run_id, after_id in sql("SELECT run_id, after_id FROM job_run_deps"):
@@ -501,7 +542,7 @@ def check(machine):
 
     for run_id, run in live.items():
         (_, status, tries, max_attempts, _, _, _, _, waiting_for, locked_by, started_at, finished_at,
-         cancel_requested, reason, after_run_id) = rows[run_id]
+         cancel_requested, reason, after_run_id, unbegun_claims) = rows[run_id]
         assert status == run.status, f"run {run_id} is {status}, the model says {run.status}"
         assert (tries, max_attempts) == (run.attempts, run.max_attempts), \
             f"run {run_id}: attempts {tries}/{max_attempts}, the model says {run.attempts}/{run.max_attempts}"
@@ -512,6 +553,7 @@ def check(machine):
         assert sorted(deps.get(run_id, [])) == sorted(run.after), \
             f"run {run_id} waits for {sorted(deps.get(run_id, []))}, the model says {run.after}"
         assert after_run_id == run.after_run_id, f"run {run_id}: after_run_id {after_run_id}, not {run.after_run_id}"
+        assert unbegun_claims == run.unbegun, f"run {run_id}: unbegun_claims {unbegun_claims}, the model says {run.unbegun}"
         if status == "waiting" and run.callback is None:
             assert waiting_for == run.waiting_for, f"run {run_id} waits for {waiting_for} runs, not {run.waiting_for}"
         if status == "running":

@@ -78,20 +78,23 @@ def claim_function(url, function=CLAIM_FUNCTION):
         return conn.execute("SELECT pg_get_functiondef(to_regprocedure(%s))", [function]).fetchone()[0]
 
 
-@pytest.mark.parametrize("revision, previous", [("0016_claim_by_id", "0015_claim_path"),
-                                                ("0017_claim_fronts", "0016_claim_by_id"),
-                                                ("0025_claim_order", "0024_seams")])
+@pytest.mark.parametrize("revision, previous, function", [
+    ("0016_claim_by_id", "0015_claim_path", CLAIM_FUNCTION),
+    ("0017_claim_fronts", "0016_claim_by_id", CLAIM_FUNCTION),
+    ("0025_claim_order", "0024_seams", CLAIM_FUNCTION),
+    # The worker's claim since 0025, which 0032 replaces (jobsweb_claim_runs calls it, unchanged).
+    ("0032_unbegun_claims", "0031_definition_slot_partial", CLAIM_FUNCTION.replace("(", "_in_order(", 1))])
 def test_a_migration_that_replaces_the_claim_goes_down_to_the_claim_before_it_and_up_again(
-        scratch_database, revision, previous):
-    before = claim_function(scratch_database("jobsweb_before", revision=previous))
+        scratch_database, revision, previous, function):
+    before = claim_function(scratch_database("jobsweb_before", revision=previous), function)
     at_revision = scratch_database("jobsweb_at_revision", revision=revision)
-    after = claim_function(at_revision)
+    after = claim_function(at_revision, function)
     assert after != before
 
     at(at_revision, downgrade, previous)
-    assert claim_function(at_revision) == before
+    assert claim_function(at_revision, function) == before
     at(at_revision, upgrade, revision)
-    assert claim_function(at_revision) == after
+    assert claim_function(at_revision, function) == after
 
 
 def test_the_claim_at_head_sets_no_planner_cost_and_is_never_jit_compiled(scratch_database):
@@ -178,7 +181,7 @@ def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_m
     refused = cli(url, "run-jobs")
     assert refused.exit_code == 1
     [line] = refused.output.splitlines()
-    assert line.startswith("Error: jobsweb's schema at 0031_definition_slot_partial is incomplete, missing function "
+    assert line.startswith("Error: jobsweb's schema at 0032_unbegun_claims is incomplete, missing function "
                            f"{CLAIM_IN_ORDER}, function jobsweb_claim_runs(")
     assert "trigger job_runs_workflow ON job_runs: run `flask jobs migrate`" in line
 
@@ -190,9 +193,9 @@ def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_m
         "function jobsweb_count_down(bigint[],boolean), function jobsweb_batch_ended(bigint,integer,integer), "
         "function jobsweb_cancel_below(bigint,text), function jobsweb_revive_below(bigint,text), "
         "function jobsweb_workflow_step(), trigger job_runs_workflow ON job_runs",
-        "jobsweb's schema is up to date (0031_definition_slot_partial)"]
+        "jobsweb's schema is up to date (0032_unbegun_claims)"]
     assert catalog(url, DEFINITIONS) == before
-    assert cli(url, "jobs", "migrate").output == "jobsweb's schema is up to date (0031_definition_slot_partial)\n"
+    assert cli(url, "jobs", "migrate").output == "jobsweb's schema is up to date (0032_unbegun_claims)\n"
 
     assert cli(url, "jobs", "enqueue", "jobsweb.noop").exit_code == 0
     ticked = cli(url, "run-jobs")
@@ -207,7 +210,7 @@ def test_migrate_stops_naming_a_missing_index_it_cannot_recreate(scratch_databas
     migrated = cli(url, "jobs", "migrate")
     assert migrated.exit_code == 1
     assert migrated.output.splitlines() == [
-        "Error: jobsweb's schema at 0031_definition_slot_partial is incomplete, missing index job_runs_claimable: run "
+        "Error: jobsweb's schema at 0032_unbegun_claims is incomplete, missing index job_runs_claimable: run "
         "`flask jobs migrate` (it recreates functions and triggers; tables and indexes come back with a "
         "restore of jobsweb's tables)"]
 
@@ -244,7 +247,7 @@ def test_deploy_md_backup_of_jobsweb_tables_restored_into_an_empty_database_runs
     said = [line for line in restored.splitlines() if line.startswith("jobsweb's schema")]  # not Alembic's log
     assert said[0].startswith(f"jobsweb's schema: recreated function {CLAIM_IN_ORDER}, ")
     assert said[0].endswith(", trigger job_runs_workflow ON job_runs")
-    assert said[1:] == ["jobsweb's schema is up to date (0031_definition_slot_partial)"]
+    assert said[1:] == ["jobsweb's schema is up to date (0032_unbegun_claims)"]
     assert catalog(empty) == catalog(source)
 
     assert cli(empty, "jobs", "enqueue", "jobsweb.sleep", "--payload", '{"seconds": 0}').exit_code == 0

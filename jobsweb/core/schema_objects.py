@@ -21,7 +21,7 @@ from typing import NamedTuple
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
 
-HEAD = "0031_definition_slot_partial"  # the revision these lists describe
+HEAD = "0032_unbegun_claims"  # the revision these lists describe
 
 TABLES = (
     "job_attempts", "job_batches", "job_definitions", "job_duration_totals", "job_effects", "job_metrics_state",
@@ -48,7 +48,7 @@ INDEXES = (
 # Each function (as regprocedure writes it) and trigger: (the migration whose SQL creates it as
 # it is at HEAD, the constant of that migration holding that SQL).
 FUNCTIONS = {
-    "jobsweb_claim_runs_in_order(text,double precision,text[],integer,integer,text[])": ("0025_claim_order", "UPGRADE"),
+    "jobsweb_claim_runs_in_order(text,double precision,text[],integer,integer,text[])": ("0032_unbegun_claims", "UPGRADE"),
     "jobsweb_claim_runs(text,double precision,text[],integer,integer,text[])": ("0025_claim_order", "UPGRADE"),
     "jobsweb_count_down(bigint[],boolean)": ("0024_seams", "UPGRADE_BEFORE"),
     "jobsweb_batch_ended(bigint,integer,integer)": ("0024_seams", "UPGRADE_BEFORE"),

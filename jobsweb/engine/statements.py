@@ -189,6 +189,11 @@ RETURNING id, definition_id, scheduled_for, status, reason
 # (0015_claim_path made the claim a function, jobsweb_claim_runs): one round trip whatever the
 # number of fronts, nothing prepared on the client's side (which a pooler in transaction mode would
 # lose), each statement planned at each call with the table as it is then, and never JIT-compiled.
+# Since 0032_unbegun_claims it also marks the runs it claims ahead (beyond the first `free`) as not
+# begun: job_runs.unbegun_claims counts the claims in a row that held a run ahead with no handler
+# known to have begun it. The first `free` runs start at once, as if begun at the claim (0); a
+# round trip clears a run ahead's mark once its handler has run a moment (upkeep.RUNS_BEGAN), and
+# lease recovery gives a marked run back uncharged (engine/worker/lease_recovery.py).
 CLAIM_RUNS = """
 SELECT * FROM jobsweb_claim_runs_in_order(%(worker)s, %(lease)s, %(job_types)s, %(limit)s, %(free)s, %(queues)s)
 """
@@ -197,7 +202,8 @@ SELECT * FROM jobsweb_claim_runs_in_order(%(worker)s, %(lease)s, %(job_types)s, 
 # outcome 'succeeded', 'failed' (retry after `delay` seconds unless give_up or out of attempts,
 # then dead), 'interrupted' (back to queued, due now, the attempt given back), 'cancelled' (the
 # handler stopped because an operator cancelled it) or 'released' (held by a stopping worker, no
-# handler began: queued again, nothing recorded). A run whose cancellation was requested ends
+# handler began: queued again, nothing recorded; also lease recovery's for a run claimed ahead whose
+# handler never began, job_runs.unbegun_claims). A run whose cancellation was requested ends
 # cancelled whatever its attempt came to. `worker` is the holder the guard expects: this worker,
 # or the dead holder when recovering a lease. Runs of a definition also update its state.
 # `waited`: seconds a run claimed ahead waited in the worker for a slot (time.monotonic there),
@@ -258,6 +264,11 @@ finished AS (
         -- released run never began: no attempt recorded, and the claim's is taken back.
         max_attempts = r.max_attempts + (d.new_status = 'queued' AND d.outcome = 'interrupted')::int,
         attempts = r.attempts - (d.outcome = 'released')::int,
+        -- Every outcome but a release ends the attempt as one that counts (a charged lease expiry
+        -- too): the unbegun claims in a row start again. A release keeps them, and the next claim
+        -- ahead counts on (0032_unbegun_claims: a handler that kills its worker before the worker
+        -- says it began is given back uncharged only so many times in a row).
+        unbegun_claims = CASE WHEN d.outcome = 'released' THEN r.unbegun_claims ELSE 0 END,
         started_at = r.started_at + make_interval(secs => d.waited),
         locked_by = NULL, locked_until = NULL, updated_at = now()
     FROM decided d

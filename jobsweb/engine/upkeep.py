@@ -87,8 +87,8 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
-# The runs claimed ahead whose handlers began since the worker's last round trip
-# (HeldRuns.began_ahead): their claim marked them not begun (unbegun_claims, 0032_unbegun_claims),
+# The runs claimed ahead whose handlers have run a moment (held_runs.BEGAN_AFTER) and are still
+# held (HeldRuns.began_ahead): their claim marked them not begun (unbegun_claims, 0032_unbegun_claims),
 # and from this commit on lease recovery charges them a failed attempt if the worker is lost. It
 # rides on the next round trip (round_trips.Trip.build), never one of its own per run; a run that
 # returned before it is left out (its finish sets 0), and so is one no longer marked: no new row

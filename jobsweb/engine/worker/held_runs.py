@@ -16,10 +16,13 @@ from .execution import Deadlines, Held, Pool, released
 
 log = logging.getLogger("jobsweb.worker")
 
-# Seconds at most between a run claimed ahead beginning and the loop looking whether it did, when
-# nothing else wakes the loop (a slot freed by a handler's return does, but the run it starts
-# begins just after): lease recovery gives back uncharged a run whose beginning was not yet said.
-BEGAN_WITHIN = 0.5
+# Seconds a handler of a run claimed ahead has run before the worker's round trip says it began
+# (upkeep.RUNS_BEGAN), and at most between two looks of the loop while such runs are held (a slot
+# freed by a handler's return wakes it, but the run it starts begins just after). A handler that
+# returns sooner has its outcome written instead: in a drain of short runs, hundreds of runs that
+# had begun and ended were said to have begun, one row version more each (the drain's PostgreSQL
+# CPU per run rose by a third). Lease recovery gives a run back uncharged until it is said.
+BEGAN_AFTER = 0.25
 
 
 class HeldRuns:
@@ -120,23 +123,25 @@ class HeldRuns:
         if free is not None and len(helds) > free:
             self.unmarked.append([helds[free:], 0])
 
-    def began_ahead(self):
-        """(run ids, attempts) of the runs claimed ahead whose handlers began since the last call and
-        that are still held, for the next round trip to clear their claim's mark (upkeep.RUNS_BEGAN).
+    def began_ahead(self, now):
+        """(run ids, attempts) of the runs claimed ahead whose handlers began BEGAN_AFTER seconds or
+        more before `now` (time.monotonic()) and are still held, not said before: the next round
+        trip clears their claim's mark (upkeep.RUNS_BEGAN).
 
         Both pools start the runs waiting for a slot smallest (priority, run_at, id) first, and a
         claim's rows come in that order: the runs of a claim that began are the first ones, and
-        the look stops at its first run not begun yet, so it costs a run once, not a pass over
-        every held run each trip. (Two threads taking two runs at once may set `began` out of
-        order: the later one is said a trip later.) A run no longer held is passed over: its
+        the look stops at its first run not begun long enough, so it costs a run once, not a pass
+        over every held run each trip. (Two threads taking two runs at once may set `began` out
+        of order: the later one is said a trip later.) A run no longer held is passed over: its
         outcome is pending or written, and its finish sets 0 itself."""
         ids, attempts = [], []
+        since = now - BEGAN_AFTER
         for claim in self.unmarked:
             runs, said = claim
             while said < len(runs):
                 held = runs[said]
                 is_held = self.runs.get(held.ctx.run_id) is held
-                if held.began is None and is_held:
+                if is_held and (held.began is None or held.began > since):
                     break
                 if is_held:
                     ids.append(held.ctx.run_id)
@@ -148,7 +153,7 @@ class HeldRuns:
 
     def awaits_beginning(self):
         """Whether a run claimed ahead is held whose handler has not been said to begin: the loop then
-        looks again within BEGAN_WITHIN seconds, as its beginning frees no one to wake it."""
+        looks again within BEGAN_AFTER seconds, as its beginning wakes no one."""
         return bool(self.unmarked)
 
     def returned(self, finished, stopping):
