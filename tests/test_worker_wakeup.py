@@ -90,3 +90,19 @@ def test_a_worker_with_listen_off_does_not_listen(app, sql, spawn_worker):
     run_id = insert_without_notify(sql)
     wait_for(lambda: succeeded(sql, run_id), timeout=20, message="the run to be found by polling")
     assert not listening(sql)
+
+
+def test_a_retry_the_worker_wrote_starts_when_it_falls_due_not_at_its_next_poll(sql, spawn_worker, figures):
+    # A retry due in 0.6-1.2 s ran about 5 s later, at the worker's next poll (issue 52): the
+    # worker knows when the retries it wrote fall due (FINISH_RUNS returns each one's delay).
+    [(run_id,)] = sql("INSERT INTO job_runs (job_type, max_attempts) VALUES ('test.fail_first', 2) RETURNING id")
+    worker = spawn_worker("--forever", "--poll-interval", "5", JOBSWEB_BACKOFF_BASE="0.8", JOBSWEB_BACKOFF_CAP="0.8")
+    wait_for(lambda: sql("SELECT status FROM job_runs WHERE id = %s", [run_id]) == [("succeeded",)], timeout=20,
+             message="the retry to succeed")
+    [(due_to_start,)] = sql("SELECT extract(epoch FROM a.started_at - f.finished_at)::float8 FROM job_attempts a "
+                            "JOIN job_attempts f ON f.run_id = a.run_id AND f.attempt = 1 "
+                            "WHERE a.run_id = %s AND a.attempt = 2", [run_id])
+    figures(backoff_seconds=0.8, failure_to_retry_start_seconds=round(due_to_start, 3), poll_interval_seconds=5)
+    assert due_to_start < 2.5, due_to_start  # 0.8 s of backoff (jitter ±20%), far from the 5 s poll
+    worker.terminate()
+    assert worker.wait(timeout=15) == 0

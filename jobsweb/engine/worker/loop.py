@@ -232,6 +232,8 @@ class Worker:
         wake = [next_beat]
         if (deadline := self.held.next_deadline()) is not None:
             wake.append(deadline)
+        if claiming and (retry := self.trips.retry_due(now)) is not None:
+            wake.append(retry)  # a retry this worker wrote falls due: claim it then, not at the poll
         if drain_until is not None:
             wake.append(drain_until)
         wait = min(wake) - now
