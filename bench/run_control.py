@@ -1,6 +1,7 @@
-"""Run.wait() and what it costs the worker (issue 40): how soon a wait returns after its run
-ended, and what FINISH_RUNS's notification of ended runs (statements.ENDED_CHANNEL) adds to the
-worker's finishing statement."""
+"""Control in real time: how soon Run.wait() returns after its run ended (issue 40), how soon an
+operator's cancel ends a running run and a retry the worker wrote starts (issue 52), and what
+FINISH_RUNS's notification of ended runs (statements.ENDED_CHANNEL) adds to the worker's
+finishing statement."""
 
 import statistics
 import time
@@ -17,7 +18,73 @@ WITHOUT_NOTICE = "FROM finished"
 def run_control(bench):
     """{"wait": ms from finished_at to wait()'s return, "finish": µs of FINISH_RUNS with and without}."""
     url, app = migrated(bench, "bench_run_control")
-    return {"wait": _wait_latency(bench, url, app), "finish": _finish_cost(bench, url)}
+    return {"wait": _wait_latency(bench, url, app), "cancel": _cancel_reach(bench, url, app),
+            "retry_due": _retry_due_to_start(bench, url, app), "finish": _finish_cost(bench, url)}
+
+
+def _percentiles(samples):
+    ordered = sorted(samples)
+    return {"samples": len(ordered), "p50_ms": statistics.median(ordered),
+            "p95_ms": ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]}
+
+
+def _cancel_reach(bench, url, app):
+    """Milliseconds from an operator's cancel (its cancel_requested_at) to the run's end as
+    cancelled (finished_at), both the database's clock, at the default 60 s lease (a heartbeat
+    every 20 s): the cancel's NOTIFY reaches the listening worker holding the run, which tells
+    the handler (jobsweb.sleep's ctx.sleep) at once; p50 and p95."""
+    from jobsweb import cancel, enqueue
+
+    proc = spawn_worker(url, 4, "--forever", "--poll-interval", "0.05")
+    samples = []
+    try:
+        with app.app_context(), psycopg.connect(url, autocommit=True) as conn:
+            for _ in range(bench.sizes["control_waits"]):
+                run_id = enqueue("jobsweb.sleep", {"seconds": 60})
+                while conn.execute("SELECT status FROM job_runs WHERE id = %s", [run_id]).fetchone()[0] != "running":
+                    time.sleep(0.01)
+                time.sleep(0.2)  # the handler is inside ctx.sleep
+                cancel(run_id)
+                while (row := conn.execute("SELECT extract(epoch FROM finished_at - cancel_requested_at) * 1000 "
+                                           "FROM job_runs WHERE id = %s AND status = 'cancelled'",
+                                           [run_id]).fetchone()) is None:
+                    time.sleep(0.01)
+                samples.append(float(row[0]))
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    out = _percentiles(samples)
+    bench.log(f"cancel -> run ended cancelled, lease 60 s: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
+              f"of {len(samples)}")
+    return out
+
+
+def _retry_due_to_start(bench, url, app):
+    """Milliseconds from a retry's due time (run_at, set by the failed attempt's FINISH_RUNS) to
+    its attempt's start (started_at), both the database's clock, with a 5 s poll interval: the
+    worker wakes when a retry it wrote falls due; p50 and p95."""
+    from jobsweb import enqueue
+
+    proc = spawn_worker(url, 4, "--forever", "--poll-interval", "5",
+                        env={"JOBSWEB_BACKOFF_BASE": "0.5", "JOBSWEB_BACKOFF_CAP": "0.5"})
+    samples = []
+    try:
+        with app.app_context(), psycopg.connect(url, autocommit=True) as conn:
+            for _ in range(bench.sizes["control_waits"]):
+                run_id = enqueue("jobsweb.fail", max_attempts=2)
+                while (row := conn.execute(
+                        "SELECT extract(epoch FROM a.started_at - r.run_at) * 1000 FROM job_runs r "
+                        "JOIN job_attempts a ON a.run_id = r.id AND a.attempt = 2 "
+                        "WHERE r.id = %s AND r.status = 'dead'", [run_id]).fetchone()) is None:
+                    time.sleep(0.01)
+                samples.append(float(row[0]))
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    out = _percentiles(samples)
+    bench.log(f"retry due -> its attempt started, poll 5 s: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
+              f"of {len(samples)}")
+    return out
 
 
 def _wait_latency(bench, url, app):
