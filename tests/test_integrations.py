@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sentry_sdk.transport import Transport
 
 import jobsweb
-from jobsweb import PermanentError, batch, chain, enqueue
+from jobsweb import PermanentError, batch, chain, enqueue, signals
 from jobsweb.integrations import otel, sentry
 from jobsweb.testing import drain
 
@@ -116,3 +116,74 @@ def test_a_run_enqueued_by_a_handler_continues_its_attempts_trace(app, registry_
         assert len(drain()) == 2
     parent, child = sorted((s for s in exporter.get_finished_spans()), key=lambda s: s.attributes["jobsweb.run_id"])
     assert child.context.trace_id == parent.context.trace_id and child.parent.span_id == parent.context.span_id
+
+
+@pytest.fixture
+def kept_traced():
+    """Sentry tracing every transaction (a request's, an attempt's), its envelopes kept."""
+    transport = Kept()
+    sentry_sdk.init(dsn="https://key@sentry.example/1", transport=transport, traces_sample_rate=1.0)
+    yield transport
+    sentry_sdk.get_client().close()
+    sentry_sdk.init()
+
+
+def transactions(kept):
+    return [item.payload.json for envelope in kept.envelopes for item in envelope.items if item.type == "transaction"]
+
+
+def test_each_attempts_events_carry_its_runs_trace_not_one_trace_for_the_whole_process(app, registry_snapshot,
+                                                                                       kept_traced):
+    jobsweb.job("test.sentry.refused", max_attempts=1)(failing)
+    sentry.init_app(app)  # errors only: no transaction of its own
+    requests = []
+    with app.app_context():
+        for path in ("POST /exports/1", "POST /exports/2"):
+            with sentry_sdk.start_transaction(name=path, op="http.server") as request:
+                enqueue("test.sentry.refused", {"path": path})
+            requests.append(request)
+        assert [r.status for r in drain()] == ["dead", "dead"]
+    events = sorted(kept_traced.events(), key=lambda e: int(e["tags"]["jobsweb.run_id"]))
+    assert [e["contexts"]["trace"]["trace_id"] for e in events] == [r.trace_id for r in requests]
+    assert [t["transaction"] for t in transactions(kept_traced)] == ["POST /exports/1", "POST /exports/2"]
+
+
+def test_with_transactions_each_attempt_is_a_transaction_continuing_the_enqueuers_trace(app, registry_snapshot,
+                                                                                       kept_traced):
+    jobsweb.job("test.sentry.flaky", max_attempts=2, backoff_base=0.01, backoff_cap=0.01)(
+        lambda ctx: ctx.attempt > 1 or failing(ctx))
+    sentry.init_app(app, transactions=True)
+    with app.app_context():
+        with sentry_sdk.start_transaction(name="POST /exports", op="http.server") as request:
+            run = enqueue("test.sentry.flaky", {"token": SECRET})
+        assert [r.status for r in drain()] == ["failed", "succeeded"]
+    attempts = [t for t in transactions(kept_traced) if t["transaction"] == "test.sentry.flaky"]
+    assert [(t["tags"]["jobsweb.run_id"], t["tags"]["jobsweb.attempt"], t["tags"]["jobsweb.outcome"],
+             t["contexts"]["trace"]["status"], t["contexts"]["trace"]["op"]) for t in attempts] == [
+        (str(run), "1", "will_retry", "internal_error", "queue.task.jobsweb"),
+        (str(run), "2", "succeeded", "ok", "queue.task.jobsweb")]
+    assert {(t["contexts"]["trace"]["trace_id"], t["contexts"]["trace"]["parent_span_id"]) for t in attempts} == {
+        (request.trace_id, request.span_id)}
+    [event] = kept_traced.events()
+    assert event["contexts"]["trace"]["span_id"] == attempts[0]["contexts"]["trace"]["span_id"]
+    assert SECRET not in str(kept_traced.envelopes)
+
+
+def test_an_attempts_end_is_said_once_whether_the_loop_or_its_handler_says_it_first(app, registry_snapshot):
+    from jobsweb.engine.jobs import registry
+    from jobsweb.engine.jobs.registry import JobContext
+    from jobsweb.engine.worker.execution import Held
+
+    heard = []
+    jobsweb.job("test.signals.said_once")(lambda ctx: None)
+    job = registry.get("test.signals.said_once")
+    held = Held(JobContext(7, "test.signals.said_once", {}, 1, 3), job, lease=60, deadline=None)
+    with app.app_context(), signals.attempt_finished.connected_to(
+            lambda sender, ctx, outcome, exception, **extra: heard.append((ctx.run_id, outcome))):
+        signals.attempt_over(held, "timed_out")  # a handler that never began: nothing
+        held.began = 0.0
+        signals.attempt_over(held, "timed_out")
+        signals.attempt_ended(held, result=None)  # its handler returns after the loop gave it up
+        again = Held(JobContext(7, "test.signals.said_once", {}, 2, 3), job, lease=60, deadline=None, began=0.0)
+        signals.attempt_ended(again, exc=ValueError("no"))
+    assert heard == [(7, "timed_out"), (7, "will_retry")]

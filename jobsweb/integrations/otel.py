@@ -1,13 +1,15 @@
 """A span per attempt that continues the enqueuer's trace: `jobsweb.integrations.otel.init_app(app)`
-(pip install 'jobsweb[otel]'), with the host's OpenTelemetry tracer provider set up as usual.
+(the `otel` extra), with the host's OpenTelemetry tracer provider set up as usual.
 
 enqueue(), enqueue_many(), a batch (its members and its callbacks) and chain() store the W3C
 traceparent of the span current where they are called (a request's, or an attempt's: a run
 enqueued by a handler) in job_runs.trace_context; the payload is left as the caller wrote it.
 Each attempt is a span named "jobsweb <job type>" (kind CONSUMER), a child of that context (a
 new trace when the run has none), current while the handler runs, with attributes
-jobsweb.job_type, jobsweb.run_id, jobsweb.attempt and jobsweb.outcome (succeeded, will_retry,
-dead, permanent) and the exception recorded. Its cost: one read of trace_context per attempt.
+jobsweb.job_type, jobsweb.run_id, jobsweb.attempt and jobsweb.outcome (signals.OUTCOMES), the
+exception recorded and an error status for a failure. It ends when the attempt does: as the
+handler returns or raises, or as the worker gives it up (a timeout, the shutdown deadline, a lost
+lease), whichever comes first. Its cost: one read of trace_context per attempt.
 """
 
 import contextvars
@@ -15,16 +17,14 @@ import contextvars
 from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from sqlalchemy import text
 
-from ..core.database import db
-from ..engine.jobs import signals
 from ..engine.enqueue.enqueuing import TRACE_CONTEXT
-from . import outcome
+from ..engine.jobs import signals
+from . import follow, stored_trace
 
 W3C = TraceContextTextMapPropagator()
-# The attempt running on this thread (or async task): (span, token of its attached context).
-_attempt = contextvars.ContextVar("jobsweb_otel_attempt", default=None)
+# The attempt whose span this thread (or async task) made current: (span, token of that context).
+_attached = contextvars.ContextVar("jobsweb_otel_attempt", default=None)
 
 
 def init_app(app, tracer_provider=None):
@@ -32,25 +32,16 @@ def init_app(app, tracer_provider=None):
     tracer = trace.get_tracer("jobsweb", tracer_provider=tracer_provider)
     app.extensions[TRACE_CONTEXT] = traceparent
 
-    def started(sender, ctx, **extra):
-        _end(None, "stopped")  # an attempt whose end sent no signal (an operator's cancel) on this thread
-        with db.engine.connect() as conn:
-            stored = conn.execute(text("SELECT trace_context FROM job_runs WHERE id = :id"),
-                                  {"id": ctx.run_id}).scalar()
+    def begin(ctx):
+        _detach()  # an attempt this thread ran that the worker's loop said was over (given up)
+        stored = stored_trace(ctx.run_id)
         parent = W3C.extract({"traceparent": stored}) if stored else context.Context()
         span = tracer.start_span(f"jobsweb {ctx.job_type}", context=parent, kind=SpanKind.CONSUMER, attributes={
             "jobsweb.job_type": ctx.job_type, "jobsweb.run_id": ctx.run_id, "jobsweb.attempt": ctx.attempt})
-        _attempt.set((span, context.attach(trace.set_span_in_context(span, parent))))
+        _attached.set((span, context.attach(trace.set_span_in_context(span, parent))))
+        return span
 
-    def succeeded(sender, ctx, **extra):
-        _end(None, "succeeded")
-
-    def failed(sender, ctx, exception, permanent, last_attempt, **extra):
-        _end(exception, outcome(permanent, last_attempt))
-
-    signals.attempt_started.connect(started, sender=app, weak=False)
-    signals.attempt_succeeded.connect(succeeded, sender=app, weak=False)
-    signals.attempt_failed.connect(failed, sender=app, weak=False)
+    follow(app, begin, _end)
 
 
 def traceparent():
@@ -60,15 +51,20 @@ def traceparent():
     return carrier.get("traceparent")
 
 
-def _end(exception, said):
-    current = _attempt.get()
-    if current is None:
-        return
-    span, token = current
-    _attempt.set(None)
+def _end(span, said, exception):
     span.set_attribute("jobsweb.outcome", said)
     if exception is not None:
         span.record_exception(exception)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}"))
+    if said in signals.FAILED:
+        span.set_status(Status(StatusCode.ERROR, type(exception).__name__ if exception is not None else said))
     span.end()
-    context.detach(token)
+    current = _attached.get()
+    if current is not None and current[0] is span:  # on the handler's own thread: its context goes
+        _detach()
+
+
+def _detach():
+    current = _attached.get()
+    if current is not None:
+        _attached.set(None)
+        context.detach(current[1])
