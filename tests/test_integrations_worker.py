@@ -123,8 +123,6 @@ def test_a_shutdown_that_stops_a_handler_ends_its_span_interrupted_before_the_wo
     assert transaction["contexts"]["trace"]["status"] == "aborted"
 
 
-@pytest.mark.xfail(strict=True, reason="needs the worker's loop to say the attempt is over as it gives it up at "
-                   "the shutdown deadline: signals.attempt_over(held, 'interrupted') in HeldRuns.give_up_all")
 def test_a_handler_given_up_at_the_shutdown_deadline_has_its_span_ended_interrupted(app, sql, observed):
     with app.app_context():
         run = enqueue("test.observed.never_looks", {"release": str(observed.release)})
@@ -136,8 +134,6 @@ def test_a_handler_given_up_at_the_shutdown_deadline_has_its_span_ended_interrup
     assert span["attributes"]["jobsweb.outcome"] == "interrupted"
 
 
-@pytest.mark.xfail(strict=True, reason="needs the worker to say the attempt is over as it gives a lost lease up: "
-                   "signals.attempt_over(h, 'lease_lost') in Leases.heartbeat")
 def test_a_handler_whose_lease_was_lost_has_its_span_ended_lease_lost(app, sql, observed):
     with app.app_context():
         run = enqueue("test.observed.never_looks", {"release": str(observed.release)})

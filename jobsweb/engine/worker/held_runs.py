@@ -10,7 +10,7 @@ import logging
 import time
 
 from ...core.logs import run_event
-from ..jobs import registry
+from ..jobs import registry, signals
 from .async_execution import AsyncPool
 from .execution import Deadlines, Held, Pool, released
 
@@ -178,6 +178,7 @@ class HeldRuns:
         outcomes = []
         for run_id in self.deadlines.due(self.runs, now):
             held = self.runs.pop(run_id)
+            signals.attempt_over(held, "timed_out")  # before the handler is told: its span ends now
             held.stop(force=True)
             log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
                         held.ctx.attempt, held.timeout)
@@ -213,6 +214,7 @@ class HeldRuns:
         self.runs.clear()
         outcomes = []
         for held in leftover:
+            signals.attempt_over(held, "interrupted")
             held.stop(force=True)  # an async one claimed ahead and not started must now never start
             # "released back to the queue" is said once FINISH_RUNS has written it (log_finished).
             log.warning("run %d %s: still running at the shutdown deadline; its attempt %d is interrupted",

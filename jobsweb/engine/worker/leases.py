@@ -4,7 +4,7 @@ and the claims a broken connection may have committed unseen."""
 import logging
 
 from .. import upkeep
-from ..jobs import retry
+from ..jobs import retry, signals
 from ..link import DatabaseUnavailable
 from .execution import released
 
@@ -40,6 +40,7 @@ class Leases:
                 log.info("run %d %s: cancelled by an operator; asking the handler to stop",
                          h.ctx.run_id, h.ctx.job_type)
             if h.ctx.run_id not in kept and self.held.drop(h):
+                signals.attempt_over(h, "lease_lost")
                 h.stop(force=True)
                 log.warning("run %d %s: lease lost (another worker took it over or it was "
                             "cancelled); asking the handler to stop", h.ctx.run_id, h.ctx.job_type)
