@@ -64,6 +64,9 @@ def arguments():
     parser.add_argument("--down-seconds", type=float, default=10.0, help="seconds the database stays stopped")
     parser.add_argument("--examples", type=int, default=2_000, help="hypothesis examples per property")
     parser.add_argument("--form-examples", type=int, default=300, help="hypothesis examples per form")
+    parser.add_argument("--failover-runs", type=int, default=5_000, help="runs drained across the failover")
+    parser.add_argument("--failover-lost", type=int, default=100,
+                        help="finishes the old primary acknowledges after streaming pauses (0: no pause)")
     parser.add_argument("--dst-hours", type=int, default=26,
                         help="hours walked minute by minute either side of each clock change")
     parser.add_argument("--dst-zones", choices=["named", "all"], default="all",
@@ -86,6 +89,7 @@ def main():
            "DRILL_STORM_ROUNDS": str(args.storm_rounds), "DRILL_DEPLOY_QUICK_JOBS": str(args.deploy_jobs),
            "DRILL_DOWN_JOBS": str(args.down_jobs), "DRILL_DOWN_SECONDS": str(args.down_seconds),
            "DRILL_PROPERTY_EXAMPLES": str(args.examples), "DRILL_FORM_EXAMPLES": str(args.form_examples),
+           "DRILL_FAILOVER_RUNS": str(args.failover_runs), "DRILL_FAILOVER_LOST": str(args.failover_lost),
            "DRILL_DST_HOURS": str(args.dst_hours), "DRILL_DST_ALL_ZONES": str(int(args.dst_zones == "all"))}
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -25,7 +25,7 @@ lost, whose outcome was still to be written at the crash, leaves its run `succee
 primary without what the handler wrote (its effect key included). The drill counts those; only a
 synchronous standby avoids them, and the lost finishes.
 
-`python drills/failover.py` runs it at full size (DRILL_FAILOVER_RUNS, DRILL_FAILOVER_LOST; 0
+`python drills/run.py failover` runs it at full size (DRILL_FAILOVER_RUNS, DRILL_FAILOVER_LOST; 0
 lost: streaming is not paused, and the standby has what it had when the primary died).
 """
 
