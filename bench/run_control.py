@@ -35,27 +35,17 @@ def _cancel_reach(bench, url, app):
     the handler (jobsweb.sleep's ctx.sleep) at once; p50 and p95."""
     from jobsweb import cancel, enqueue
 
-    proc = spawn_worker(url, 4, "--forever", "--poll-interval", "0.05")
-    samples = []
-    try:
-        with app.app_context(), psycopg.connect(url, autocommit=True) as conn:
-            for _ in range(bench.sizes["control_waits"]):
-                run_id = enqueue("jobsweb.sleep", {"seconds": 60})
-                while conn.execute("SELECT status FROM job_runs WHERE id = %s", [run_id]).fetchone()[0] != "running":
-                    time.sleep(0.01)
-                time.sleep(0.2)  # the handler is inside ctx.sleep
-                cancel(run_id)
-                while (row := conn.execute("SELECT extract(epoch FROM finished_at - cancel_requested_at) * 1000 "
-                                           "FROM job_runs WHERE id = %s AND status = 'cancelled'",
-                                           [run_id]).fetchone()) is None:
-                    time.sleep(0.01)
-                samples.append(float(row[0]))
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
-    out = _percentiles(samples)
+    def one(conn):
+        run_id = enqueue("jobsweb.sleep", {"seconds": 60})
+        _until(conn, "SELECT 1 FROM job_runs WHERE id = %s AND status = 'running'", run_id)
+        time.sleep(0.2)  # the handler is inside ctx.sleep
+        cancel(run_id)
+        return _until(conn, "SELECT extract(epoch FROM finished_at - cancel_requested_at) * 1000 "
+                            "FROM job_runs WHERE id = %s AND status = 'cancelled'", run_id)
+
+    out = _sampled(bench, url, app, one, "--poll-interval", "0.05")
     bench.log(f"cancel -> run ended cancelled, lease 60 s: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
-              f"of {len(samples)}")
+              f"of {out['samples']}")
     return out
 
 
@@ -65,26 +55,35 @@ def _retry_due_to_start(bench, url, app):
     worker wakes when a retry it wrote falls due; p50 and p95."""
     from jobsweb import enqueue
 
-    proc = spawn_worker(url, 4, "--forever", "--poll-interval", "5",
-                        env={"JOBSWEB_BACKOFF_BASE": "0.5", "JOBSWEB_BACKOFF_CAP": "0.5"})
-    samples = []
+    def one(conn):
+        return _until(conn, "SELECT extract(epoch FROM a.started_at - r.run_at) * 1000 FROM job_runs r "
+                            "JOIN job_attempts a ON a.run_id = r.id AND a.attempt = 2 "
+                            "WHERE r.id = %s AND r.status = 'dead'", enqueue("jobsweb.fail", max_attempts=2))
+
+    out = _sampled(bench, url, app, one, "--poll-interval", "5",
+                   env={"JOBSWEB_BACKOFF_BASE": "0.5", "JOBSWEB_BACKOFF_CAP": "0.5"})
+    bench.log(f"retry due -> its attempt started, poll 5 s: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
+              f"of {out['samples']}")
+    return out
+
+
+def _sampled(bench, url, app, one, *worker_args, env=None):
+    """one(conn) -> a sample, control_waits times, with a --forever worker running; p50 and p95."""
+    proc = spawn_worker(url, 4, "--forever", *worker_args, env=env)
     try:
         with app.app_context(), psycopg.connect(url, autocommit=True) as conn:
-            for _ in range(bench.sizes["control_waits"]):
-                run_id = enqueue("jobsweb.fail", max_attempts=2)
-                while (row := conn.execute(
-                        "SELECT extract(epoch FROM a.started_at - r.run_at) * 1000 FROM job_runs r "
-                        "JOIN job_attempts a ON a.run_id = r.id AND a.attempt = 2 "
-                        "WHERE r.id = %s AND r.status = 'dead'", [run_id]).fetchone()) is None:
-                    time.sleep(0.01)
-                samples.append(float(row[0]))
+            samples = [one(conn) for _ in range(bench.sizes["control_waits"])]
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
-    out = _percentiles(samples)
-    bench.log(f"retry due -> its attempt started, poll 5 s: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
-              f"of {len(samples)}")
-    return out
+    return _percentiles(samples)
+
+
+def _until(conn, sql, run_id):
+    """The first column of `sql`'s row for `run_id` once it has one, looked at every 10 ms."""
+    while (row := conn.execute(sql, [run_id]).fetchone()) is None:
+        time.sleep(0.01)
+    return float(row[0])
 
 
 def _wait_latency(bench, url, app):
