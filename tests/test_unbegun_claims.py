@@ -5,6 +5,7 @@ marked back as released: no attempt row, the attempt not counted, run_at kept. B
 lost so more than UNBEGUN_CLAIMS claims in a row is charged as before."""
 
 import os
+import queue
 import signal
 import threading
 import time
@@ -14,11 +15,13 @@ import pytest
 import jobsweb
 from jobsweb.core.database import libpq_url
 from jobsweb.engine import statements, upkeep
+from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.engine.link import Link
 from jobsweb.engine.worker.execution import Failures, finish_params, interrupted, released
-from jobsweb.engine.worker.held_runs import BEGAN_AFTER
+from jobsweb.engine.worker.held_runs import BEGAN_AFTER, HeldRuns
 from jobsweb.engine.worker.lease_recovery import UNBEGUN_CLAIMS, recover_expired_leases
 from tests.conftest import wait_for
+from tests.test_held_runs import sleeping
 from tests.test_worker import add, make_worker
 
 FAILURES = Failures((3600, 3600), 1000, 1000)  # a failed attempt's retry is due in about an hour
@@ -212,3 +215,28 @@ def test_the_loop_says_a_run_claimed_ahead_began_on_a_round_trip_of_its_own_when
     gates["behind"].set()
     assert worker.run() == 0
     assert sql("SELECT status, attempts, unbegun_claims FROM job_runs ORDER BY id") == [("succeeded", 1, 0)] * 3
+
+
+@pytest.fixture
+def one_slot(app):
+    """worker-1's HeldRuns with one slot, no database; what it holds at the end is given up."""
+    held = HeldRuns(app, "worker-1", concurrency=1, lease=30, default_timeout=None,
+                    failures=Failures.from_config(app.config), report=queue.SimpleQueue().put, context=JobContext)
+    yield held
+    held.give_up_all()
+    held.close()
+
+
+def test_a_run_claimed_ahead_is_said_to_have_begun_once_its_handler_has_run_began_after_seconds(one_slot):
+    """Said sooner, each of a drain's short runs that began and ended between two round trips was one
+    row version more (9,282 of 40,000): their finish says as much."""
+    held = one_slot
+    held.start([sleeping(1), sleeping(2), sleeping(3)], back_at=0.0, free=1)  # 2 and 3 claimed ahead
+    assert held.awaits_beginning()
+    held.get(1).stop()  # its ctx.sleep ends: the slot goes to 2
+    wait_for(lambda: held.get(2).began is not None, message="run 2 to begin")
+    began = held.get(2).began
+    assert held.began_ahead(began + BEGAN_AFTER - 0.01) == ([], [])
+    assert held.began_ahead(began + BEGAN_AFTER) == ([2], [1])
+    assert held.began_ahead(began + 60) == ([], [])  # said once; 3 has not begun
+    assert held.awaits_beginning()
