@@ -28,14 +28,19 @@ WHERE status = 'running' AND locked_by = %(worker)s AND NOT (id = ANY (%(known)s
 # Which outcomes FINISH_RUNS's guard refused had been written by an earlier send of the same
 # finish: its commit's answer was lost (a reset, a blackhole that swallowed the reply), the
 # worker sent it again, and the guard saw the run no longer held. The attempt row is then this
-# worker's (index job_attempts_worker); a released run (no attempt row) has its claim's attempt
-# given back. Read only for refused outcomes: a few after a lost answer, none otherwise.
+# worker's (index job_attempts_worker) with this outcome: lease recovery records a lost lease's
+# attempt under its holder's name too, as failed 'lease_expired', and a live worker's late
+# outcome refused then is rejected, not written. A released run (no attempt row) has its
+# claim's attempt given back. Read only for refused outcomes: a few after a lost answer, none otherwise.
 WRITTEN_BEFORE = """
-SELECT o.id FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(released)s::bool[]) AS o(id, attempt, released)
-WHERE CASE WHEN o.released
+SELECT o.id
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[], %(error_types)s::text[])
+     AS o(id, attempt, outcome, error_type)
+WHERE CASE WHEN o.outcome = 'released'
            THEN EXISTS (SELECT 1 FROM job_runs r WHERE r.id = o.id AND r.attempts < o.attempt)
            ELSE EXISTS (SELECT 1 FROM job_attempts a
-                        WHERE a.worker = %(worker)s AND a.run_id = o.id AND a.attempt = o.attempt) END
+                        WHERE a.worker = %(worker)s AND a.run_id = o.id AND a.attempt = o.attempt
+                          AND a.outcome = o.outcome AND a.error_type IS NOT DISTINCT FROM o.error_type) END
 """
 
 # Push out the leases of runs this worker still holds. A run missing from RETURNING was taken

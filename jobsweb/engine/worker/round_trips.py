@@ -250,7 +250,7 @@ class Trips:
         try:
             rows = self.link.fetch(upkeep.WRITTEN_BEFORE, {
                 "worker": self.worker, "ids": [o.run_id for o in outcomes], "attempts": [o.attempt for o in outcomes],
-                "released": [o.outcome == "released" for o in outcomes]})
+                "outcomes": [o.outcome for o in outcomes], "error_types": [o.error_type for o in outcomes]})
         except DatabaseUnavailable:
             return set()
         return {run_id for (run_id,) in rows}
