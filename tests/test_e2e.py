@@ -88,6 +88,9 @@ def test_an_operator_runs_a_definition_watches_it_live_and_retries_a_dead_run(pa
     expect(page.get_by_role("heading", name=re.compile(r"Run #\d+"))).to_be_visible()
     expect(page.locator("h1 .badge")).to_have_text("Dead")  # the run page refreshes itself while active
     page.get_by_role("link", name="Runs").first.click()
+    # The chip filters in place once htmx has set the page up (its script runs by the load event):
+    # clicked before, under load, it only ticked the box, as without JavaScript (fresh-clone run).
+    page.wait_for_load_state("load")
     page.get_by_text("dead", exact=True).click()  # the status chip: filters in place
     expect(page).to_have_url(re.compile(r"status=dead"))
     page.locator("#runs-table a[href^='/runs/']").first.click()
