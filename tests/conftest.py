@@ -68,9 +68,9 @@ ON_BOTH_SERVERS = (
     "test_job_objects.py", "test_testing_helpers.py", "test_progress.py", "test_external.py", "test_bounds.py",
     "test_deadlines.py", "test_workflows.py", "test_workflow_seams.py", "test_claim_order_by_run_at.py",
     "test_after_separate_transactions.py", "test_lifecycle_model.py", "test_conflicts.py",
-    "test_control.py", "test_runs_cli.py", "test_leases.py", "test_trips.py", "test_health_first_probe.py",
+    "test_control.py", "test_runs_cli.py", "test_leases.py", "test_trips.py",
     "test_enqueue_delay.py", "test_handler_retry.py", "test_wait_inside_handler.py", "test_schema_repair.py",
-    "test_integrations.py", "test_integrations_worker.py", "test_unbegun_claims.py",
+    "test_unbegun_claims.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",
