@@ -118,7 +118,9 @@ def test_the_first_healthz_of_a_new_web_process_is_200_when_the_database_is_slow
     figures(first_probe_ms=took, connect_delay_s=CONNECT_DELAY)
     assert status == 200, body
     assert took < HEALTH_BUDGET * 1000
-    assert "health check at start" not in log
+    # Not asserted: that the start-up check said nothing. Its own 3 s wait is a bound of time, and
+    # the fresh-clone make test (load 8) had it say "did not answer within 3 s" truly, the first
+    # probe still answering 200 from the connection the check had opened meanwhile.
 
 
 @pytest.mark.parametrize("away", ["refuse", "blackhole"])
