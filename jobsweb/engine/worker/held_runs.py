@@ -95,12 +95,12 @@ class HeldRuns:
             # A definition's own settings (copied onto its runs) come before the job type's.
             timeout = run_timeout or job.timeout or self.default_timeout
             deadline = time.monotonic() + timeout if timeout else None
-            # A definition may lengthen the lease, never shorten it: heartbeats come every third
-            # of this worker's lease, and a shorter one would expire between two of them.
             # Only a run claimed ahead (no slot free as it lands) counts the time it waits for
             # one: a run with a slot starts now, and its started_at stays the claim's, the time
             # a limited queue's rate window counts (such a queue gives no runs ahead).
             landed = back_at if self.busy >= self.concurrency else None
+            # A definition may lengthen the lease, never shorten it: heartbeats come every third
+            # of this worker's lease, and a shorter one would expire between two of them.
             held = Held(ctx, job, max(run_lease or 0, self.lease), deadline, timeout, (backoff_base, backoff_cap),
                         landed=landed, order=(priority, run_at, run_id))
             self.runs[run_id] = held

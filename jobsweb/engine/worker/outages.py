@@ -47,35 +47,36 @@ class Outages:
             return None
         now = self.clock()
         self.in_doubt = True
-        if isinstance(exc, SchemaIncomplete):
-            return self._schema_step(exc, now, until)
-        if self.since is None:
-            self.since = now
-        if self.stop.requested():
-            delay = RECONNECT_FIRST_DELAY
-            if not self.said_stopping:
-                self.said_stopping = True
-                log.warning("database unavailable (%s); stopping: trying again every %.1fs until the stop deadline",
-                            exc, delay)
-        else:
-            delay = self.delay
-            self.delay = min(self.delay * 2, RECONNECT_MAX_DELAY)
-            log.warning("database unavailable (%s); trying again in %.1fs", exc, delay)
+        delay = self._schema_delay(exc, now) if isinstance(exc, SchemaIncomplete) else self._outage_delay(exc, now)
         end = self.stop.bound(now + delay)
         return end if until is None else min(end, until)
 
-    def _schema_step(self, exc, now, until):
-        """A step after a statement met a function or table the schema lacks: one line per error
-        (each step logged one, with "available again" between them, as the heartbeat answered:
-        four lines a second until `flask jobs migrate`), and steps doubling up to the cap."""
+    def _outage_delay(self, exc, now):
+        """The next step of an outage, in seconds: the first one again once stopping."""
+        if self.since is None:
+            self.since = now
+        if self.stop.requested():
+            if not self.said_stopping:
+                self.said_stopping = True
+                log.warning("database unavailable (%s); stopping: trying again every %.1fs until the stop deadline",
+                            exc, RECONNECT_FIRST_DELAY)
+            return RECONNECT_FIRST_DELAY
+        delay = self.delay
+        self.delay = min(self.delay * 2, RECONNECT_MAX_DELAY)
+        log.warning("database unavailable (%s); trying again in %.1fs", exc, delay)
+        return delay
+
+    def _schema_delay(self, exc, now):
+        """The next step after a statement met a function or table the schema lacks: one line per
+        error (each step logged one, with "available again" between them, as the heartbeat
+        answered: four lines a second until `flask jobs migrate`), and steps doubling up to the cap."""
         self.schema_failed_at = now
         if str(exc) != self.schema_said:
             self.schema_said = str(exc)
             log.warning("%s; trying again with a growing pause, up to %.0fs", exc, RECONNECT_MAX_DELAY)
         delay = RECONNECT_FIRST_DELAY if self.stop.requested() else self.schema_delay
         self.schema_delay = min(self.schema_delay * 2, RECONNECT_MAX_DELAY)
-        end = self.stop.bound(now + delay)
-        return end if until is None else min(end, until)
+        return delay
 
     def claims_in_doubt(self):
         """Whether a connection broke since the claims were last settled (LOST_CLAIMS is due)."""
