@@ -20,15 +20,37 @@ bp = Blueprint("definitions", __name__, url_prefix="/definitions")
 
 SEARCH_MAX_CHARS = 200
 SHOWN = 500
+# A definition's status on the list, from the rules its incidents open on (alerts.py reads the
+# same functions through definitions.problems()); "ok" is none of them.
+STATUSES = ("overdue", "failing", "missed", "paused", "ok")
+
+
+def statuses():
+    """{definition id: [status, ...]} of the definitions with a problem now: overdue (its tick did
+    not happen, or its run waits past the grace), missed (an external one's newest slot was not
+    reported in its grace), failing (its dead runs in a row reached alert_after_failures).
+    Paused definitions are the disabled ones; "ok" is an enabled one with none of these."""
+    found = {}
+    for word, rows in (("overdue", definition_api.overdue()),
+                       ("overdue", [d for d, _ in definition_api.stuck()]),
+                       ("missed", [d for d, _ in definition_api.unreported()]),
+                       ("failing", definition_api.failing())):
+        for d in rows:
+            if word not in found.setdefault(d.id, []):
+                found[d.id].append(word)
+    return found
 
 
 @bp.get("")
 def index():
-    """Definitions by name, filtered by enabled state, kind (external or run by jobsweb) and type,
-    searched by name."""
+    """Definitions by name with their status, filtered by status, enabled state, kind (external or
+    run by jobsweb) and type, searched by name."""
     state = request.args.get("state", "")
     if state not in ("", "enabled", "paused"):
         abort(400, "Bad filter: state must be enabled or paused.")
+    status = request.args.get("status", "")
+    if status not in ("", *STATUSES):
+        abort(400, f"Bad filter: status must be one of {', '.join(STATUSES)}.")
     kind = request.args.get("kind", "")
     if kind not in ("", "external", "run"):
         abort(400, "Bad filter: kind must be external or run.")
@@ -45,9 +67,16 @@ def index():
         stmt = stmt.where(JobDefinition.job_type == job_type)
     if q:
         stmt = stmt.where(JobDefinition.name.icontains(q, autoescape=True))
+    found = statuses()
+    if status == "paused":
+        stmt = stmt.where(JobDefinition.enabled.is_(False))
+    elif status == "ok":
+        stmt = stmt.where(JobDefinition.enabled, JobDefinition.id.not_in(list(found)))
+    elif status:
+        stmt = stmt.where(JobDefinition.id.in_([i for i, words in found.items() if status in words]))
     return render("definitions.html", "partials/_definitions_table.html",
                   definitions=db.session.scalars(stmt).all(), state=state, kind=kind, job_type=job_type, q=q,
-                  job_types=job_type_names())
+                  status=status, statuses=STATUSES, found=found, job_types=job_type_names())
 
 
 def _definition_or_404(definition_id):
