@@ -36,8 +36,7 @@
   }
 
   function ago(ms) {
-    var s = Math.max(0, Math.round(ms / 1000));
-    return s < 60 ? s + " s ago" : s < 3600 ? Math.floor(s / 60) + " min ago" : Math.floor(s / 3600) + " h ago";
+    return window.jobswebWords(Math.max(0, ms) / 1000);  // static/local-times.js: every page's words
   }
 
   function show(region, mode) {

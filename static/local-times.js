@@ -15,18 +15,22 @@
     month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hourCycle: "h23"
   });
   var hourOnly = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
-  // The same units as the server's words (rendering.seconds_words), so a swap changes nothing.
-  var UNITS = [[60, 1, "s"], [3600, 60, "min"], [86400, 3600, "h"], [Infinity, 86400, "d"]];
+  // The server's words (core/time_words.py), so a swap changes nothing: floored below an hour,
+  // hours and days rounded to the nearest ("in 3 h" for 2 h 55 min), carried into the next unit.
+  var UNITS = [["s", 1, 0], ["min", 60, 0], ["h", 3600, 0.5], ["d", 86400, 0.5]];
 
   function words(seconds) {
     var abs = Math.abs(seconds);
     for (var i = 0; i < UNITS.length; i++) {
-      if (abs < UNITS[i][0]) {
-        var amount = Math.floor(abs / UNITS[i][1]) + " " + UNITS[i][2];
-        return seconds < 0 ? "in " + amount : amount + " ago";
+      var amount = Math.floor(abs / UNITS[i][1] + UNITS[i][2]);
+      var next = i + 1 < UNITS.length ? UNITS[i + 1][1] : Infinity;
+      if (amount * UNITS[i][1] < next) {
+        var text = amount + " " + UNITS[i][0];
+        return seconds < 0 ? "in " + text : text + " ago";
       }
     }
   }
+  window.jobswebWords = words;  // live.js's "last update 3 min ago"
 
   function refresh(root) {
     var now = Date.now();

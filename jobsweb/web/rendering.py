@@ -23,6 +23,7 @@ from markupsafe import Markup, escape
 
 from ..core.errors import InvalidInput
 from ..core.package_files import resource
+from ..core.time_words import relative_words, seconds_words
 from ..ops.alerts import KIND_LABELS
 from ..scheduling.schedule import Schedule
 from .charts import bar_marks, hour_chart, run_chart
@@ -174,20 +175,11 @@ def detail_value(value):
 
 
 def time_ago(moment, now=None):
-    """'3 min ago' / 'in 2 h': how far a time is from now, in words."""
+    """'3 min ago' / 'in 2 h': how far a time is from now, in words (core/time_words.py)."""
     if moment is None:
         return "—"
     now = now or datetime.now(timezone.utc)
-    seconds = (now - moment).total_seconds()
-    amount = seconds_words(abs(seconds))
-    return f"in {amount}" if seconds < 0 else f"{amount} ago"
-
-
-def seconds_words(seconds):
-    """A number of seconds as '45 s', '12 min', '3 h'."""
-    for limit, size, unit in ((60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h"), (None, 86400, "d")):
-        if limit is None or seconds < limit:
-            return f"{int(seconds // size)} {unit}"
+    return relative_words((now - moment).total_seconds())
 
 
 def when(moment, exact=False):
