@@ -155,13 +155,24 @@ class Schedule:
         return f"{words} ({self.tz.key})"
 
 
+# The longest IANA name is 32 characters (America/Argentina/ComodRivadavia). ZoneInfo reads the
+# name as a file path: a 256-character one was OSError "File name too long" (a 500 on the
+# definition form, a traceback from `flask jobs define` and define()).
+TIMEZONE_MAX_CHARS = 64
+
+
 def parse_timezone(name):
-    """The ZoneInfo for an IANA name such as Europe/Madrid, or InvalidInput naming `timezone`."""
+    """The ZoneInfo for an IANA name such as Europe/Madrid, or InvalidInput naming `timezone`:
+    the one check of the definition form, `flask jobs define`, define() and @job's schedules."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput("timezone", "is required: an IANA name such as UTC or Europe/Madrid")
+    if len(name.strip()) > TIMEZONE_MAX_CHARS:
+        raise InvalidInput("timezone", f"must be at most {TIMEZONE_MAX_CHARS} characters (an IANA name such as "
+                                       f"Europe/Madrid), got {len(name.strip())}")
     try:
         return ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a folder of the zone database ("America"), or a name the file system refuses.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidInput("timezone", f"{name!r} is not an IANA timezone name "
                                        "(for example UTC, Europe/Madrid, America/New_York)") from None
 

@@ -6,6 +6,7 @@ from sqlalchemy import select, update
 
 from . import audit
 from ..core.database import db
+from ..core.errors import InvalidInput, clean_name
 from ..core.models import JobWorker
 from ..ops import fleet, run_history
 from .access import role_required, viewer
@@ -14,6 +15,7 @@ from .rendering import redirect_to, render
 bp = Blueprint("workers", __name__)
 
 SHOWN = 200  # the newest worker processes; stopped ones pile up over deploys
+WORKER_ID_MAX_CHARS = 300
 
 
 @bp.get("/workers")
@@ -45,6 +47,14 @@ def resume():
 
 def _set_quiet(quiet):
     worker_id = request.form.get("worker", "")
+    # A NUL was a 500 (PostgreSQL text cannot hold one); no worker id is longer than a host name
+    # (255 bytes at most) and its ":pid:hex" tail.
+    try:
+        clean_name("worker", worker_id)
+    except InvalidInput as exc:
+        abort(400, f"{exc}.")
+    if len(worker_id) > WORKER_ID_MAX_CHARS:
+        abort(400, f"worker: must be at most {WORKER_ID_MAX_CHARS} characters, got {len(worker_id)}.")
     # Only a worker still running: a stopped or gone one would never read it, and the page
     # would say it is quiet.
     changed = db.session.execute(

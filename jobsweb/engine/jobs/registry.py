@@ -38,6 +38,7 @@ PROGRESS_NOTE_MAX_CHARS = 200
 # (current/total, a file name, partial counts) fits many times over; a result belongs in the
 # handler's return, which is written once, where this is written every PROGRESS_INTERVAL.
 PROGRESS_DATA_MAX_BYTES = 4096
+PROGRESS_DATA_MAX_DEPTH = 64  # nested objects and lists, as a payload's: deeper overflowed json's recursion
 # What a new job type may be called. A name shows on every page, in /metrics labels, log lines
 # and shell commands copied from the admin screen: HTML, quotes or spaces there only ever meant
 # trouble. Checked as a handler registers, so names already in the database (runs, schedules,
@@ -56,9 +57,26 @@ def progress_data(data):
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:  # a set, a datetime, NaN, a circular reference
         raise InvalidInput("data", f"must hold JSON values only: {exc}") from None
-    size = len(text.encode())
+    except RecursionError:  # a thousand levels or so, before any depth could be counted
+        raise InvalidInput("data", f"must be nested at most {PROGRESS_DATA_MAX_DEPTH} levels deep") from None
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:  # a lone surrogate, which no UTF-8 (nor PostgreSQL) holds
+        raise InvalidInput("data", "must hold text only: a lone surrogate (\\ud800-\\udfff) is not text") from None
     if size > PROGRESS_DATA_MAX_BYTES:
         raise InvalidInput("data", f"must be at most {PROGRESS_DATA_MAX_BYTES} bytes as JSON, got {size}")
+    # Counted without recursion, once the JSON is known to be small (each container a few bytes
+    # of it): has_nul and json.loads below recurse, and a handler deep in its own calls has less
+    # stack left than json.dumps had here.
+    levels = [(data, 1)]
+    while levels:
+        value, level = levels.pop()
+        if level > PROGRESS_DATA_MAX_DEPTH:
+            raise InvalidInput("data", f"must be nested at most {PROGRESS_DATA_MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            levels += [(item, level + 1) for item in value.values()]
+        elif isinstance(value, (list, tuple)):
+            levels += [(item, level + 1) for item in value]
     if has_nul(data):  # jsonb cannot hold it
         raise InvalidInput("data", "must not contain the NUL character (\\u0000)")
     return json.loads(text)
