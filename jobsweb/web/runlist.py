@@ -287,7 +287,7 @@ def page(run_filter, before=None, size=PAGE_SIZE, finished_before=None):
     try:
         rows = db.session.execute(stmt).all()
     except OperationalError as exc:
-        raise search_limits.stopped(exc) or exc
+        raise (search_limits.stopped(exc) if run_filter.text else None) or exc
     more = len(rows) > size
     rows = rows[:size]
     return rows, (rows[-1][0].id if more else None)

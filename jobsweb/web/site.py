@@ -87,6 +87,12 @@ def database_unavailable(exc):
     core/conflicts.py) is not an outage and does not say so."""
     if conflicts.kind(exc):
         return outage.conflicted(exc)
+    if outage.stopped(exc):  # the database answered: it stopped a read at guards.PAGE_LIMIT_MS
+        db.session.rollback()
+        outage.log.warning("a page read took longer than %d ms: the database stopped it", guards.PAGE_LIMIT_MS)
+        response = error_page(503, "Took too long", guards.too_long())
+        response.headers["Retry-After"] = str(outage.RETRY_AFTER)
+        return response
     response = error_page(503, "Database unavailable", outage.explain(exc))
     response.headers["Retry-After"] = str(outage.RETRY_AFTER)
     return response
@@ -164,3 +170,5 @@ def init_app(app, url_prefix, authorize=None):
     with app.app_context():
         if not sa.event.contains(db.session, "after_commit", _committed):
             sa.event.listen(db.session, "after_commit", _committed)
+        if not sa.event.contains(db.session, "after_begin", guards.limit_statements):
+            sa.event.listen(db.session, "after_begin", guards.limit_statements)
