@@ -35,7 +35,8 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from . import notify, stalls, why_waiting
 from ..core import conflicts, deadlines
 from ..core.database import db, execute
-from ..core.models import AlertDelivery, AlertIncident
+from ..core.masking import one_line
+from ..core.models import AlertDelivery, AlertIncident, JobRun
 from ..engine.worker.duties import Duty
 from ..scheduling import definitions
 
@@ -211,9 +212,10 @@ def _open_definition_incidents():
                        "nothing of it is queued or running. Is cron or a worker running?")
             opened += _open_for_definition("overdue", d, summary, d.next_run_at)
         else:
-            # Why it is still queued, as its page says it (why_waiting.py): a paused queue is not
-            # a missing worker.
+            # Why it is still queued, as its page says it (why_waiting.py): a paused queue is not a missing
+            # worker. Its times in UTC alone: "13 min ago" stored here was still read an hour later.
             why = why_waiting.reason(run.id)
+            why = why and why_waiting.Reason(why.kind, tuple(why_waiting.Part(_utc(p.time)) if p.time else p for p in why.parts))
             summary = (f"{d.name} is overdue: its run {run.id}, due at {_utc(run.run_at)}, is still queued. "
                        + (why.text if why else f"Is a worker running that handles job type {d.job_type}?"))
             opened += _open_for_definition("overdue", d, summary, run.run_at, run.id)
@@ -294,16 +296,16 @@ def _queue(incident_id, event):
 _KIND_WORDS = {"overdue": "is overdue", "failing": "is failing", "dead": "has dead runs",
                "slow": "is running long", "no_worker": "have not been seen"}
 # How the admin screen names each kind.
-KIND_LABELS = {"overdue": "overdue", "failing": "failing", "dead": "dead runs", "slow": "slow",
-               "no_worker": "no worker"}
+KIND_LABELS = {"overdue": "overdue", "failing": "failing", "dead": "dead runs", "slow": "slow", "no_worker": "no worker"}
 
 
 def open_incidents(definition_id=None):
-    """Open incidents, oldest first; only those of one definition when given."""
-    stmt = db.select(AlertIncident).where(AlertIncident.resolved_at.is_(None)).order_by(AlertIncident.id)
+    """Open incidents, oldest first, each with its run's status now (run_status); one definition's when given."""
+    stmt = (db.select(AlertIncident, JobRun.status).outerjoin(JobRun, JobRun.id == AlertIncident.run_id)
+            .where(AlertIncident.resolved_at.is_(None)).order_by(AlertIncident.id))
     if definition_id is not None:
         stmt = stmt.where(AlertIncident.definition_id == definition_id)
-    return db.session.scalars(stmt).all()
+    return [setattr(incident, "run_status", status) or incident for incident, status in db.session.execute(stmt)]
 
 
 def _utc(moment):
@@ -311,9 +313,8 @@ def _utc(moment):
 
 
 def _error(error_type, message):
-    message = " ".join((message or "").split())
-    if len(message) > ERROR_CHARS:
-        message = message[:ERROR_CHARS - 1] + "…"
+    # Masked as the run page masks it, before its lines are joined: viewers, notifications and logs read it (issue 53, M1).
+    message = one_line(message or "", current_app.config["JOBSWEB_MASK_KEYS"], ERROR_CHARS)
     return f"{error_type or 'error'}: {message}" if message else (error_type or "an error")
 
 
