@@ -1,6 +1,6 @@
 """Whether this process can serve: its database answers and its schema is the one the code
 expects, with every table, index, function and trigger of it (GET /healthz, web/probes.py,
-answers with it)."""
+answers with it: to anonymous callers only the Problem's kind)."""
 
 import threading
 
@@ -24,8 +24,19 @@ def migrations(app):
     return known
 
 
+class Problem(str):
+    """Why this process cannot serve, in words (for the log and signed-in viewers), with `kind`,
+    "database" or "schema": all that /healthz tells a caller who has not signed in, since the
+    words name the schema's revisions and its missing tables, indexes and functions."""
+
+    def __new__(cls, kind, words):
+        found = super().__new__(cls, words)
+        found.kind = kind
+        return found
+
+
 def problem():
-    """Why this process cannot serve, in words, or None when it can."""
+    """Why this process cannot serve, a Problem, or None when it can."""
     try:
         migrated = execute(HAS_VERSION_TABLE).scalar()
         current = set(execute(SCHEMA_VERSION).scalars()) if migrated else set()
@@ -34,12 +45,12 @@ def problem():
         lacking = schema_objects.missing() if current == {schema_objects.HEAD} else []
     except SQLAlchemyError as exc:
         db.session.rollback()
-        return outage(exc)
+        return Problem("database", outage(exc))
     heads, revisions = migrations(current_app)
     if not current:
-        return "database schema is not migrated: run `flask jobs migrate`"
+        return Problem("schema", "database schema is not migrated: run `flask jobs migrate`")
     if lacking:
-        return schema_objects.describe(lacking)
+        return Problem("schema", schema_objects.describe(lacking))
     if current == heads:
         return None
     if not current & revisions:
@@ -47,8 +58,8 @@ def problem():
         # process was replaced. Migrations are additive, so it still serves; a 503 here would
         # take every old process out of the router before the new ones are up.
         return None
-    return (f"database schema is at {', '.join(sorted(current))}, the code expects "
-            f"{', '.join(sorted(heads))}: run `flask jobs migrate`")
+    return Problem("schema", f"database schema is at {', '.join(sorted(current))}, the code expects "
+                             f"{', '.join(sorted(heads))}: run `flask jobs migrate`")
 
 
 class Probe:
@@ -66,6 +77,7 @@ class Probe:
         self.lock = threading.Lock()
         self.done = None  # the Event of the check under way (or of the last one)
         self.answer = {}
+        self.said = None  # the last answer logged (changed)
 
     def start(self):
         """Start a check unless one is under way; (its Event, its answer once the Event is set)."""
@@ -81,13 +93,20 @@ class Probe:
         done, answer = self.start()
         if done.wait(budget):
             return answer["problem"]
-        return f"database did not answer within {budget:g} s"
+        return Problem("database", f"database did not answer within {budget:g} s")
+
+    def changed(self, answer):
+        """Whether `answer` (a Problem or None) differs from the last one this was told of: the
+        log says each change once, not each probe of a load balancer polling every few seconds."""
+        with self.lock:
+            changed, self.said = answer != self.said, answer
+        return changed
 
     def _check(self, done, answer):
         try:
             with deadlines.bounded(self.round_trip), self.app.app_context():
                 answer["problem"] = problem()
         except Exception as exc:  # noqa: BLE001 - reported as the probe's answer, not lost in a thread
-            answer["problem"] = f"health check failed: {type(exc).__name__}"
+            answer["problem"] = Problem("database", f"health check failed: {type(exc).__name__}")
         finally:
             done.set()

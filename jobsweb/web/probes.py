@@ -1,7 +1,9 @@
 """GET /healthz and GET /metrics: answered without signing in, for load balancers and scrapers.
 
-/healthz says only a status and a reason. /metrics answers only with `Authorization: Bearer
-<JOBSWEB_METRICS_TOKEN>`; without that setting the endpoint does not exist (404).
+/healthz says a status and what is wrong in one word, database or schema; the words (which name
+the schema's revisions and its missing objects) go to the log and, for a schema, to a signed-in
+viewer. /metrics answers only with `Authorization: Bearer <JOBSWEB_METRICS_TOKEN>`; without that
+setting the endpoint does not exist (404).
 
 A new web process checks its database once before it serves (warm_process, from gunicorn's
 post_worker_init hook in gunicorn_conf.py), so that its first probe finds a connection open and
@@ -15,9 +17,12 @@ import weakref
 
 from flask import Blueprint, abort, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.exc import SQLAlchemyError
+from werkzeug.exceptions import Forbidden
 
 from ..core.deadlines import CONNECT_TIMEOUT
 from ..ops import health, metrics as queue_metrics
+from .access import find_viewer
 from .outage import ROUND_TRIP_LIMIT
 
 log = logging.getLogger("jobsweb.web")
@@ -70,11 +75,30 @@ def warm_process(wait=WARM_WAIT):
 @bp.get("/healthz")
 def healthz():
     """200 when the database answers and its schema is at the migration head, complete (or newer
-    than this code, mid-deploy), 503 with the reason otherwise, within HEALTH_BUDGET seconds."""
-    reason = probe(current_app._get_current_object()).problem(HEALTH_BUDGET)
-    if reason is not None:
-        return {"status": "unavailable", "reason": reason}, 503
-    return {"status": "ok"}
+    than this code, mid-deploy), 503 otherwise, within HEALTH_BUDGET seconds: its reason is
+    "database" or "schema", and a signed-in viewer also gets the words as `detail`."""
+    checking = probe(current_app._get_current_object())
+    reason = checking.problem(HEALTH_BUDGET)
+    if checking.changed(reason):
+        if reason is None:
+            log.info("health check: ok")
+        else:
+            log.warning("health check: %s (/healthz answers 503 until it passes)", reason)
+    if reason is None:
+        return {"status": "ok"}
+    answer = {"status": "unavailable", "reason": reason.kind}
+    if reason.kind == "schema" and _signed_in():
+        answer["detail"] = str(reason)
+    return answer, 503
+
+
+def _signed_in():
+    """Whether a viewer is signed in. Asked only when the database answered (a schema problem):
+    during an outage the look-up would wait for it, and the pages say the outage themselves."""
+    try:
+        return find_viewer() is not None
+    except (Forbidden, SQLAlchemyError):
+        return False
 
 
 def _authorised():
