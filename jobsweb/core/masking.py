@@ -170,6 +170,13 @@ def shown(text, words):
     return masked(without_controls(str(text)), words)
 
 
+def one_line(text, words, limit):
+    """`text` as shown(), its whitespace runs as one space (after masking: `Key: value` is read
+    per line), cut to `limit` characters with an ellipsis."""
+    text = " ".join(shown(text, words).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def sql_steps(words):
     """STEPS for PostgreSQL: [(pattern, replacement, flags), ...], applied in order with
     regexp_replace they give the text shown() gives."""

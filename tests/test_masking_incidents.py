@@ -1,0 +1,41 @@
+"""Incident summaries and their notifications mask a run's error as the run page does (issue
+53, M1: the dashboard, /incidents and the definition's page showed a viewer "password=Zq9xK7wP"
+while the run page masked it)."""
+
+import logging
+
+from jobsweb.ops import alerts, notify
+from tests.conftest import define
+
+ERROR = "could not connect: password=Zq9xK7wP host=db.internal\nX-Api-Key: k3yv4lue"
+SECRETS = ("Zq9xK7wP", "k3yv4lue")
+
+
+def test_a_dead_runs_incident_its_notification_its_log_line_and_every_page_mask_its_error(
+        app, receiver, sql, sign_in, caplog):
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = receiver.url
+    definition_id = define(app, "sec.nightly", alert_after_failures=1)
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error, error_type) "
+        "VALUES ('sec.dberr', 'dead', 1, now(), %s, 'RuntimeError')", [ERROR])
+    sql("INSERT INTO job_runs (job_type, status, attempts, finished_at, last_error, error_type, definition_id) "
+        "VALUES ('jobsweb.noop', 'dead', 1, now(), %s, 'RuntimeError', %s)", [ERROR, definition_id])
+    sql("UPDATE job_definitions SET failure_count = 1, last_run_at = now() WHERE id = %s", [definition_id])
+    with caplog.at_level(logging.INFO, logger="jobsweb.alerts"), app.app_context():
+        alerts.evaluate()
+        notify.deliver_due()
+    summaries = sorted(row[0] for row in sql("SELECT summary FROM jobsweb_alert_incidents"))
+    assert summaries == [
+        "run 1 of sec.dberr is dead after 1 attempt: RuntimeError: could not connect: password=•••••• "
+        "host=db.internal X-Api-Key: ••••••.",
+        "sec.nightly has failed its last run; run 2 died with RuntimeError: could not connect: password=•••••• "
+        "host=db.internal X-Api-Key: ••••••."]
+    sent = [str(row) for row in sql("SELECT subject, body, data FROM jobsweb_alert_deliveries")]
+    seen = {"summaries": summaries, "deliveries": sent, "posts": [str(post) for post in receiver.posts],
+            "log": caplog.text}
+    assert len(sent) == 2 and len(receiver.posts) == 2
+    client = sign_in("viewer")
+    for url in ("/", "/incidents", f"/definitions/{definition_id}"):
+        page = client.get(url)
+        assert page.status_code == 200 and "password=••••••" in page.get_data(as_text=True), url
+        seen[url] = page.get_data(as_text=True)
+    assert [(where, secret) for where, text in seen.items() for secret in SECRETS if secret in str(text)] == []
