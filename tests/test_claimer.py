@@ -87,3 +87,37 @@ def test_the_claims_parameters_name_the_worker_its_lease_the_limit_the_free_slot
     # Runs claimed ahead may outnumber the slots: no slot is free, never fewer than none.
     assert c.params(2, busy=6)["free"] == 0
     assert claimer().params(4, busy=0)["queues"] is None  # every queue
+
+
+def test_due_times_come_back_soonest_first_each_a_little_after_its_time():
+    c = claimer()
+    for when in (30.0, 10.0, 20.0):  # told in any order: the retries written, the runs enqueued for later
+        c.due_at(when)
+    assert c.next_due(now=0.0) == 10.01
+    assert c.next_due(now=10.02) == 20.01  # the passed one is gone, the later ones stay
+    assert c.next_due(now=31.0) is None
+
+
+def test_a_due_time_that_passed_counts_as_a_wake_up_until_a_claim_is_sent():
+    c = claimer()
+    c.due_at(5.0)
+    c.next_due(now=4.0)
+    assert c.limit(0, now=4.0, came_back=[Trip(limit=4, claimed=1)]) == 0  # before it: a short claim waits
+    c.next_due(now=6.0)  # passed while a claim sent before it was under way: that claim may miss its run
+    c.came_back([Trip(limit=4, claimed=1)])
+    assert c.at_once(1, now=6.0)
+    c.params(3, busy=1)
+    c.came_back([Trip(limit=3, claimed=0)])  # sent a moment before the due time: short
+    c.due_at(7.0)
+    assert not c.at_once(1, now=7.0) and c.next_due(now=7.02) is None
+    assert c.at_once(1, now=7.02)  # passed since: claim again now, not at the poll
+    c.params(3, busy=1)
+    c.came_back([Trip(limit=3, claimed=0)])
+    assert not c.at_once(1, now=6.1)
+
+
+def test_due_times_past_the_bound_are_left_to_the_poll():
+    c = claimer()
+    for when in range(1, 1002):
+        c.due_at(float(when))
+    assert len(c.due) == 1000 and c.next_due(now=0.0) == 1.01

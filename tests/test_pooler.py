@@ -83,8 +83,8 @@ ignore_startup_parameters = extra_float_digits,options
 
 
 def test_listen_through_the_pooler_is_found_not_to_work_and_a_direct_url_is(pooled_url, database_url_for_tests):
-    pooled = Listener(pooled_url, wake=lambda: None).start()
-    direct = Listener(libpq_url(database_url_for_tests), wake=lambda: None).start()
+    pooled = Listener(pooled_url, report=lambda item: None).start()
+    direct = Listener(libpq_url(database_url_for_tests), report=lambda item: None).start()
     try:
         wait_for(pooled.unusable.is_set, timeout=20, message="the pooled LISTEN to be found unusable")
         wait_for(direct.listening.is_set, timeout=20, message="the direct LISTEN")

@@ -179,3 +179,14 @@ def test_the_outcomes_written_lately_are_remembered_up_to_the_bound_oldest_forgo
         outcomes = [Outcome(run_id, "jobsweb.noop", 2, WORKER, "succeeded") for run_id in (first, first + 1)]
         trips.written(Trip(outcomes, 0, results=[[(o.run_id, "succeeded", None, 0.0) for o in outcomes]]))
     assert trips.lately_written() == {2: 2, 3: 2, 4: 2}
+
+
+def test_written_says_when_each_retry_it_wrote_falls_due_by_the_clock_it_came_back_at():
+    # FINISH_RUNS returns each failed run's delay to its retry, read on the database's clock; the
+    # loop claims at each (Claimer.due_at), not at its next poll.
+    trips = Trips(WORKER, None, None, lambda trip: None)
+    outcomes = [Outcome(run_id, "jobsweb.noop", 1, WORKER, "failed") for run_id in (1, 2, 3)]
+    trip = Trip(outcomes, 0, results=[[(1, "failed", 0.8, 0.0), (2, "dead", None, 0.0), (3, "failed", 30, 0.0)]])
+    trip.back_at = 100.0
+    assert trips.written(trip) == [100.8, 130.0]
+    assert trips.written(Trip([], 0, results=[[]])) == []

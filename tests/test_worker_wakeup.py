@@ -106,3 +106,33 @@ def test_a_retry_the_worker_wrote_starts_when_it_falls_due_not_at_its_next_poll(
     assert due_to_start < 2.5, due_to_start  # 0.8 s of backoff (jitter ±20%), far from the 5 s poll
     worker.terminate()
     assert worker.wait(timeout=15) == 0
+
+
+def by_enqueue_with_delay(app, sql):
+    with app.app_context():
+        return [enqueue("jobsweb.noop", delay=1.5)]
+
+
+def by_enqueue_many_with_run_at(app, sql):
+    [(run_at,)] = sql("SELECT now() + interval '1.5 seconds'")
+    with app.app_context():
+        return enqueue_many("jobsweb.noop", [{}, {}], run_at=run_at)
+
+
+# Issue 52: a run enqueued for a few seconds ahead by another process started at the worker's
+# next poll after its due time; the enqueue tells the listening workers when (NOTIFY_AT).
+@pytest.mark.parametrize("enqueue_later", [by_enqueue_with_delay, by_enqueue_many_with_run_at])
+def test_an_idle_worker_starts_a_run_enqueued_for_later_when_it_falls_due_not_at_its_poll(
+        app, sql, spawn_worker, enqueue_later, tmp_path, figures):
+    log = tmp_path / "worker.log"
+    idle_listening_worker(sql, spawn_worker, log)
+    run_ids = enqueue_later(app, sql)
+    try:
+        wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message="the runs to start when due")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
+    rows = sql("SELECT extract(epoch FROM a.started_at - r.run_at)::float8 FROM job_runs r "
+               "JOIN job_attempts a ON a.run_id = r.id WHERE r.id = ANY(%s)", [run_ids])
+    late = [seconds for (seconds,) in rows]
+    figures(due_to_start_seconds=[round(seconds, 3) for seconds in late], poll_interval_seconds=600)
+    assert len(late) == len(run_ids) and all(seconds >= 0 for seconds in late), late  # never before it is due

@@ -30,7 +30,9 @@ DELETABLE = tuple(status for status in RUN_STATUSES if status != "running")  # w
 # Enqueue one run. ON CONFLICT lets the unique indexes on idempotency_key and (for unfinished
 # runs) unique_key decide between concurrent enqueuers: the loser inserts nothing and reads the
 # winner's id afterwards (RUN_BY_KEY). The queue's job_queues row is created on first use.
-# A run due now also wakes the listening workers (see NOTIFY), in this same round trip.
+# A queued run also tells the listening workers, in this same round trip: due now, it wakes them
+# (see NOTIFY); due later, its due time on the database's clock ('at:' and the epoch, NOTIFY_AT),
+# when they claim, not at their next poll.
 # status is 'queued', or, for a run of after= (engine/enqueue/workflows.py decided it under
 # LOCK_DEPENDENCIES' locks), 'waiting' for `waiting_for` runs, or 'cancelled' at once because
 # one of them had ended dead or cancelled (`reason` says which). batch_id: a batch's member.
@@ -50,8 +52,9 @@ inserted AS (
     RETURNING id, run_at, status
 )
 SELECT id FROM inserted
-LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', '')
-                   WHERE inserted.run_at <= now() AND inserted.status = 'queued') wake ON true
+LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_runs', CASE WHEN inserted.run_at <= now() THEN ''
+                                                         ELSE 'at:' || extract(epoch FROM inserted.run_at) END)
+                   WHERE inserted.status = 'queued') wake ON true
 """
 
 # Enqueue many runs of one job type in one statement: one round trip and one index pass per
@@ -75,6 +78,10 @@ RETURNING id
 # transaction into one: a bulk enqueue wakes each worker once, not once per run.
 NOTIFY_CHANNEL = "jobsweb_runs"
 NOTIFY = "SELECT pg_notify('jobsweb_runs', '')"
+# A run due later tells the listeners when (engine/worker/wakeup.py keeps each worker's due times):
+# the epoch of its run_at, which they read against the database's clock. Runs enqueued together
+# for one time send one notification (folded as above).
+NOTIFY_AT = "SELECT pg_notify('jobsweb_runs', 'at:' || extract(epoch FROM %(run_at)s::timestamptz))"
 
 # Wake Run.wait() (engine/runs/run_waiting.py), which LISTENs on this channel, when runs end. The
 # payload is the ended runs' ids, comma-separated (FINISH_RUNS), or '' for "look at yours again"

@@ -316,15 +316,12 @@ def insert_many(conn, params, texts, after):
     if signals.run_enqueued.receivers:
         for run_id, text in zip(ids, texts):
             enqueued(run_id, params, text)
-    if ids and params["status"] == "queued" and _due_now(params):
-        conn.exec_driver_sql(statements.NOTIFY)
+    if ids and params["status"] == "queued":
+        if params["run_at"] is None:
+            conn.exec_driver_sql(statements.NOTIFY)
+        else:
+            conn.exec_driver_sql(statements.NOTIFY_AT, {"run_at": params["run_at"]})
     return ids
-
-
-def _due_now(params):
-    if params["delay"] is not None:
-        return params["delay"] == 0
-    return params["run_at"] is None or params["run_at"] <= datetime.now(timezone.utc)
 
 
 def delayed(conn, params):

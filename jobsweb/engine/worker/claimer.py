@@ -1,8 +1,17 @@
 """What a worker claims: how many runs (engine/worker/claim_ahead.py), whether to claim again at once,
 and the claim's parameters."""
 
+import heapq
+
 from ..jobs import registry
 from .claim_ahead import ClaimAhead
+
+# Due times kept at most (the soonest): past them, a run falls due unannounced and the poll
+# finds it, as before this worker knew any.
+DUE_TIMES_KEPT = 1000
+# Seconds after a due time (the database's clock, read as a delay or an offset) that the loop
+# claims: enough that run_at <= now() holds at the claim however the two clocks' reads interleave.
+DUE_MARGIN = 0.01
 
 
 class Claimer:
@@ -21,9 +30,27 @@ class Claimer:
         # short; a short claim stops the next one, so the run waited for the poll interval (5 s).
         # Such claims count as full: the loop claims again at once.
         self.woken = False
+        # time.monotonic() of the due times this worker knows, soonest first: the retries it wrote
+        # (FINISH_RUNS returns their delays) and the runs it was told of (wakeup.py: a run enqueued
+        # for later). The loop claims at each, not at its next poll (a run due in 0.6 s started
+        # 5 s later); one passed counts as a wake-up.
+        self.due = []
 
     def woke(self):
         self.woken = True
+
+    def due_at(self, when):
+        """A run falls due at time.monotonic() `when`: claim then."""
+        if len(self.due) < DUE_TIMES_KEPT:
+            heapq.heappush(self.due, when + DUE_MARGIN)
+
+    def next_due(self, now):
+        """The soonest due time still ahead, or None. Those passed by `now` count as a wake-up: a
+        claim sent from now on finds their runs, and one under way, sent before, may not have."""
+        while self.due and self.due[0] <= now:
+            heapq.heappop(self.due)
+            self.woken = True
+        return self.due[0] if self.due else None
 
     def finished(self, count, now):
         """`count` runs ended (their outcomes are written or about to be)."""
@@ -38,9 +65,9 @@ class Claimer:
         return self.size.limit(self.concurrency, busy, now)
 
     def at_once(self, busy, now):
-        """Whether the loop should claim again without waiting: the last claim was full and a slot
-        (or room ahead) is free."""
-        return self.more_due and self.size.limit(self.concurrency, busy, now) > 0
+        """Whether the loop should claim again without waiting: the last claim was full, or a run
+        fell due since the last was sent, and a slot (or room ahead) is free."""
+        return (self.more_due or self.woken) and self.size.limit(self.concurrency, busy, now) > 0
 
     def params(self, limit, busy):
         """CLAIM_RUNS's parameters for up to `limit` runs with `busy` slots taken. Sending them

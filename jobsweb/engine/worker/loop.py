@@ -35,7 +35,7 @@ from .leases import Leases
 from .outages import Outages
 from .round_trips import Trip, Trips
 from .stop import WAKE, Stop
-from .wakeup import Listener
+from .wakeup import CANCEL, DueAt, Listener
 
 log = logging.getLogger("jobsweb.worker")
 
@@ -43,7 +43,6 @@ log = logging.getLogger("jobsweb.worker")
 # a busy worker's finishes then keep one backend busy and its claims the other. Fewer ride
 # with the claim, in its one commit: a quiet worker uses one connection.
 FINISH_APART = 64
-CANCEL = object()  # put on the finished queue by the listener: a run this worker holds was cancelled
 
 
 def worker_id():
@@ -107,8 +106,7 @@ class Worker:
             restore()
             return 0
         if self.listen:
-            self.listener = Listener(self.listen_conninfo, lambda: self.finished.put(WAKE), worker=self.id,
-                                     cancelled=lambda: self.finished.put(CANCEL)).start()
+            self.listener = Listener(self.listen_conninfo, self.finished.put, worker=self.id).start()
         log.info("worker %s started: concurrency %d, lease %gs%s%s", self.id, self.concurrency,
                  self.lease, ", forever" if self.forever else "",
                  f", queues {','.join(self.queues)}" if self.queues else "")
@@ -227,13 +225,16 @@ class Worker:
 
     def _wait_seconds(self, now, next_beat, drain_until, claiming):
         """How long the loop may sleep before it has something to do."""
+        # First: a run this worker knows of falls due (then it claims at once) or will (then it
+        # claims at that time, not at the poll).
+        due = self.claimer.next_due(now) if claiming else None
         if claiming and self.trips.claim_lane_free() and self.claimer.at_once(self.held.taken(), now):
             return 0
         wake = [next_beat]
         if (deadline := self.held.next_deadline()) is not None:
             wake.append(deadline)
-        if claiming and (retry := self.trips.retry_due(now)) is not None:
-            wake.append(retry)  # a retry this worker wrote falls due: claim it then, not at the poll
+        if due is not None:
+            wake.append(due)
         if drain_until is not None:
             wake.append(drain_until)
         wait = min(wake) - now
@@ -282,6 +283,8 @@ class Worker:
         for item in items:
             if isinstance(item, Trip):
                 self.trips.came_back(item)
+            elif isinstance(item, DueAt):
+                self.claimer.due_at(item.when)
             elif item is not WAKE and item is not CANCEL:
                 self.claimer.finished(1, time.monotonic())
                 if (outcome := self.held.returned(item, stopping=bool(self.stop.requested()))) is not None:
@@ -319,7 +322,8 @@ class Worker:
     def _land(self, trip, start=True):
         """Log the outcomes a trip wrote and start the runs it claimed (with start, and unless the
         worker is stopping: then they go back to the queue, never started)."""
-        self.trips.written(trip)
+        for due in self.trips.written(trip):
+            self.claimer.due_at(due)
         rows = trip.claimed_rows()
         if start and not self.stop.requested():
             self.held.start(rows, trip.back_at, trip.free())

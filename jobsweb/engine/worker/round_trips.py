@@ -39,9 +39,6 @@ from .execution import Outcome, finish_each, finish_params, log_finished
 # these that LOST_CLAIMS finds running again is said to have lost its outcome, not its claim.
 # 10,000: a second of a busy worker's finishes; a dict entry each, ~0.1 us a run.
 LATELY_WRITTEN = 10_000
-# Seconds after a retry's run_at (the database's clock, read as a delay) that the loop claims it:
-# enough that run_at <= now() holds at the claim however the two clocks' reads interleave.
-RETRY_MARGIN = 0.01
 
 
 @dataclass
@@ -148,9 +145,6 @@ class Trips:
         self.returned = []  # trips the lanes handed back, not yet taken
         self.done = 0  # runs written since job_workers.runs_done was last updated
         self.lately = {}  # run id -> attempt of the outcomes written lately (lately_written)
-        # time.monotonic() when the soonest retry this worker wrote falls due (None: none): the
-        # loop claims then, not at its next poll (a retry due in 0.6 s started 5 s later).
-        self.retry_at = None
 
     def add(self, outcomes):
         self.pending += outcomes
@@ -220,24 +214,20 @@ class Trips:
         return trip
 
     def written(self, trip):
-        """Log the outcomes `trip` wrote and count them as runs done."""
-        if trip.outcomes:
-            self.done += log_finished(trip.outcomes, trip.finished_rows(), self._written_before)
-            attempts = {o.run_id: o.attempt for o in trip.outcomes}
-            for run_id, status, retry_in, _ in trip.finished_rows():
-                self.lately[run_id] = attempts[run_id]
-                if status == "failed":
-                    due = trip.back_at + float(retry_in) + RETRY_MARGIN
-                    self.retry_at = due if self.retry_at is None else min(self.retry_at, due)
-            while len(self.lately) > LATELY_WRITTEN:
-                del self.lately[next(iter(self.lately))]  # the oldest: a dict keeps insertion order
-
-    def retry_due(self, now):
-        """time.monotonic() when the soonest retry this worker wrote falls due, or None (and None
-        from the moment it has: the claim then takes it)."""
-        if self.retry_at is not None and self.retry_at <= now:
-            self.retry_at = None
-        return self.retry_at
+        """Log the outcomes `trip` wrote and count them as runs done; the time.monotonic() when
+        each retry it wrote falls due."""
+        if not trip.outcomes:
+            return []
+        self.done += log_finished(trip.outcomes, trip.finished_rows(), self._written_before)
+        attempts = {o.run_id: o.attempt for o in trip.outcomes}
+        retries = []
+        for run_id, status, retry_in, _ in trip.finished_rows():
+            self.lately[run_id] = attempts[run_id]
+            if status == "failed":
+                retries.append(trip.back_at + float(retry_in))
+        while len(self.lately) > LATELY_WRITTEN:
+            del self.lately[next(iter(self.lately))]  # the oldest: a dict keeps insertion order
+        return retries
 
     def lately_written(self):
         """Run id -> attempt of the outcomes written lately (the last LATELY_WRITTEN): a run among

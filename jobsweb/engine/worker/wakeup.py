@@ -1,10 +1,13 @@
-"""Wake a --forever worker the moment a run is enqueued for now: LISTEN on its own connection.
+"""Wake a --forever worker the moment a run is enqueued for now, or when one enqueued for later
+falls due: LISTEN on its own connection.
 
 Enqueuing a run due now sends NOTIFY (statements.NOTIFY); a listener thread turns each
 notification into a wake-up of the worker loop, which then claims at once instead of
-sleeping out its poll interval. Polling stays the fallback: a run written by plain SQL,
-a notification lost while this connection was down, or a retry falling due later are all
-found at the next poll.
+sleeping out its poll interval. A run due later sends its due time (statements.NOTIFY_AT, the
+database's clock); the listener turns it into this process's clock with the offset it measures
+on its connection, and the loop claims then (Claimer.due_at). Polling stays the fallback: a run
+written by plain SQL, or a notification lost while this connection was down, is found at the
+next poll.
 
 LISTEN needs a connection that stays one server session. Behind a pooler in transaction mode
 it does not: the LISTEN lands on a server connection that then serves other clients, and
@@ -20,9 +23,12 @@ import time
 
 import psycopg
 
+from typing import NamedTuple
+
 from .. import statements
 from ..link import CONNECT_TIMEOUT, NO_PREPARE, describe
 from ..runs.action_statements import CANCEL_CHANNEL
+from .stop import WAKE
 
 # Listening again after the connection broke: the worker loop's own backoff steps.
 from .outages import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
@@ -38,6 +44,17 @@ PROBE_TIMEOUT = 2.0  # seconds a LISTEN waits for its own probe; a direct connec
 # of the timeout, so its session is never ended and no notification is missed.
 KEEPALIVE_FRACTION = 0.4
 IDLE_SESSION_TIMEOUT = "SELECT setting::int FROM pg_settings WHERE name = 'idle_session_timeout'"  # ms; 0: none
+# The database's clock, read to map a due time it sent onto time.monotonic(): again this often,
+# as the machines' clocks are slewed apart (NTP) by up to half a millisecond a second.
+DATABASE_CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
+CLOCK_READ_EVERY = 60.0
+
+CANCEL = object()  # reported: an operator cancelled a run this worker holds
+
+
+class DueAt(NamedTuple):
+    """Reported: a run enqueued for later falls due at time.monotonic() `when`."""
+    when: float
 
 
 def server_of(conn):
@@ -49,15 +66,16 @@ def server_of(conn):
 
 
 class Listener:
-    """A daemon thread that calls wake() for every notification on statements.NOTIFY_CHANNEL,
-    and, given a `worker` id, cancelled() for each operator's cancel of a run that worker holds
-    (action_statements.CANCEL_CHANNEL, whose payload names the holders)."""
+    """A daemon thread that reports (calls `report` with) WAKE for every notification of a run due
+    now on statements.NOTIFY_CHANNEL and a DueAt for one due later; and, given a `worker` id,
+    CANCEL for each operator's cancel of a run that worker holds (action_statements.CANCEL_CHANNEL,
+    whose payload names the holders)."""
 
-    def __init__(self, conninfo, wake, worker=None, cancelled=None):
+    def __init__(self, conninfo, report, worker=None):
         self.conninfo = conninfo
-        self.wake = wake
+        self.report = report
         self.worker = worker
-        self.cancelled = cancelled
+        self.offset = None  # the database's epoch minus time.monotonic(), read on this connection
         self.stopping = threading.Event()
         self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
         self.unusable = threading.Event()  # set when LISTEN got no notification: polling only
@@ -78,7 +96,8 @@ class Listener:
             try:
                 with self._connect() as conn:
                     keepalive = self._keepalive_seconds(conn)  # first: pg_stat_activity then shows LISTEN
-                    if self.cancelled is not None:
+                    self._read_clock(conn)  # before any due time is heard
+                    if self.worker is not None:
                         conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                     conn.execute(f"LISTEN {statements.NOTIFY_CHANNEL}")  # last: pg_stat_activity shows it
                     if not self._probe_comes_back(conn):
@@ -91,7 +110,7 @@ class Listener:
                     self._say_where(server_of(conn))
                     delay = RECONNECT_FIRST_DELAY
                     # A run may have been enqueued while we were not listening: look once.
-                    self.wake()
+                    self.report(WAKE)
                     self._listen(conn, keepalive)
             except psycopg.Error as exc:
                 self.listening.clear()
@@ -106,18 +125,37 @@ class Listener:
         self.listening.clear()
 
     def _listen(self, conn, keepalive):
-        """Wake the worker for each notification until stopped; a statement every `keepalive`
-        seconds (None: never) keeps the session from being ended as idle."""
+        """Report each notification until stopped; a statement every `keepalive` seconds (None:
+        never) keeps the session from being ended as idle, and the clock's read is one."""
         quiet_since = time.monotonic()
         while not self.stopping.is_set():
             for notification in conn.notifies(timeout=CHECK_STOP_EVERY, stop_after=1):
-                if notification.channel != CANCEL_CHANNEL:
-                    self.wake()
-                elif self.worker in notification.payload.split(","):
-                    self.cancelled()
-            if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
-                conn.execute("SELECT 1")
-                quiet_since = time.monotonic()
+                self._heard(notification)
+            since = time.monotonic() - quiet_since
+            if since >= CLOCK_READ_EVERY or (keepalive is not None and since >= keepalive):
+                quiet_since = self._read_clock(conn)
+
+    def _heard(self, notification):
+        payload = notification.payload
+        if notification.channel == CANCEL_CHANNEL:
+            if self.worker in payload.split(","):
+                self.report(CANCEL)
+        elif payload.startswith("at:"):
+            try:
+                self.report(DueAt(float(payload[3:]) - self.offset))
+            except ValueError:  # not ours (someone's pg_notify): a wake-up, as any other
+                self.report(WAKE)
+        else:
+            self.report(WAKE)
+
+    def _read_clock(self, conn):
+        """Read the database's clock: the offset to time.monotonic() at the read's midpoint. The
+        time.monotonic() after it."""
+        before = time.monotonic()
+        [now] = conn.execute(DATABASE_CLOCK).fetchone()
+        after = time.monotonic()
+        self.offset = now - (before + after) / 2
+        return after
 
     def _say_where(self, server):
         """One line when LISTEN is back on another server than before: the database failed over
