@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
 from flask import current_app
-from sqlalchemy import and_, cast, func, or_, select, tuple_
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import BigInteger, and_, any_, cast, func, literal, or_, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import aliased, load_only
@@ -54,6 +54,8 @@ class RunFilter:
     batch_id: int | None = None  # members of this batch
     zone: tzinfo = timezone.utc  # the viewer's, which since and until are typed in
     sort: str = ""  # "": newest first (by id); "finished": finished runs, the last finished first
+    # (id, status) of the runs the error text search lists, read once (error_search.matching)
+    _searched: list | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_args(cls, args):
@@ -105,7 +107,15 @@ class RunFilter:
         the runs of this filter, not all runs)."""
         return any(value for name, value in self.args().items() if name not in ("status", "tz", "sort"))
 
-    def conditions(self, with_statuses=True):
+    def searched(self):
+        """(id, status) of the runs the error text search lists, newest first: its window read
+        and masked once a request, so that the page, its counts and a bulk action over the
+        filter all mean the same runs."""
+        if self._searched is None:
+            self._searched = error_search.matching(self.conditions(with_statuses=False, with_text=False), self.text)
+        return self._searched
+
+    def conditions(self, with_statuses=True, with_text=True):
         where = []
         if self.statuses and with_statuses:
             where.append(JobRun.status.in_(self.statuses))
@@ -117,14 +127,10 @@ class RunFilter:
             where.append(JobRun.created_at >= self.since)
         if self.until:
             where.append(JobRun.created_at < self.until)
-        if self.text:
-            # Through the partial index job_runs_errored (migration 0022): only runs with an
-            # error are read, newest first, however many succeeded. The error as stored must
-            # hold the text (cheap, and what rules out nearly every run), and so must the error
-            # masked in SQL (error_search.py): the list shows no run for a text that only a
-            # masked secret holds, so it cannot confirm one character of it at a time.
-            where += [JobRun.last_error.isnot(None), JobRun.last_error.icontains(self.text, autoescape=True),
-                      error_search.searchable_error().icontains(self.text, autoescape=True)]
+        if self.text and with_text:
+            # The runs error_search.matching lists: of the newest SEARCH_WINDOW runs with an
+            # error matching the rest of the filter, those whose masked error holds the text.
+            where.append(JobRun.id == any_(literal([id for id, _ in self.searched()], ARRAY(BigInteger))))
         # No index of their own: with a status or job type the filter rides that index; alone,
         # the id order scan reads until a page is full.
         if self.queue:
@@ -267,10 +273,14 @@ def page(run_filter, before=None, size=PAGE_SIZE, finished_before=None):
     _plan_for_the_values(run_filter)
     if run_filter.text:
         search_limits.begin()
+    try:
+        where = run_filter.conditions()  # an error text search reads its window here
+    except OperationalError as exc:
+        raise (search_limits.stopped(exc) if run_filter.text else None) or exc
     by_finish = run_filter.sort == "finished"
     # Index job_runs_prunable (status, finished_at) serves a status filter sorted by finish time.
     order = (JobRun.finished_at.desc(), JobRun.id.desc()) if by_finish else (JobRun.id.desc(),)
-    runs = select(*LIST_COLUMNS).where(*run_filter.conditions()).order_by(*order).limit(size + 1)
+    runs = select(*LIST_COLUMNS).where(*where).order_by(*order).limit(size + 1)
     if by_finish:
         runs = runs.where(JobRun.finished_at.isnot(None))
         if before is not None and finished_before is not None:
@@ -359,6 +369,9 @@ def _capped_count(where):
 def filtered_counts(run_filter, statuses):
     """{status: (count, exact?)} of the runs matching the filter's other conditions, whatever
     statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least what was counted)."""
+    if run_filter.text:  # the search's window was read whole: its runs are counted exactly
+        found = Counter(status for _, status in run_filter.searched())
+        return {status: (found[status], True) for status in statuses}
     _plan_for_the_values(run_filter)
     where = run_filter.conditions(with_statuses=False)
     expected = db.session.execute(_Explain(select(JobRun.id).where(*where))).scalar()[0]["Plan"]["Plan Rows"]
