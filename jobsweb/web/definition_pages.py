@@ -9,7 +9,7 @@ from sqlalchemy import select
 from . import audit, runlist
 from ..core.database import db
 from ..core.errors import InvalidInput
-from ..core.models import JobDefinition
+from ..core.models import JobDefinition, JobRun
 from ..ops import alerts, notify, run_history, why_waiting
 from ..ops.job_type_names import job_type_names
 from ..scheduling import definitions as definition_api
@@ -20,6 +20,7 @@ bp = Blueprint("definitions", __name__, url_prefix="/definitions")
 
 SEARCH_MAX_CHARS = 200
 SHOWN = 500
+ERROR_SCAN = 1000  # newest runs of a definition looked through for its last error
 # A definition's status on the list, from the rules its incidents open on (alerts.py reads the
 # same functions through definitions.problems()); "ok" is none of them.
 STATUSES = ("overdue", "failing", "missed", "paused", "ok")
@@ -79,6 +80,17 @@ def index():
                   status=status, statuses=STATUSES, found=found, job_types=job_type_names())
 
 
+def last_failed_run(definition_id):
+    """The definition's newest run that died or waits for its retry, among its last
+    ERROR_SCAN runs: the run whose error and stack its page shows. Bounded, so a definition
+    with a million successes is not read to the end; index job_runs_definition."""
+    recent = (select(JobRun.id).where(JobRun.definition_id == definition_id)
+              .order_by(JobRun.id.desc()).limit(ERROR_SCAN))
+    return db.session.scalars(
+        select(JobRun).where(JobRun.id.in_(recent), JobRun.status.in_(("dead", "failed")))
+        .order_by(JobRun.id.desc()).limit(1)).first()
+
+
 def _definition_or_404(definition_id):
     return db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
 
@@ -97,7 +109,7 @@ def detail(definition_id):
                   held=min(why.items()) if why else None,
                   history_size=run_history.HISTORY_SIZE, success_rate=run_history.success_rate(history),
                   audit_entries=audit.entries_for("definition", definition_id),
-                  open_incidents=alerts.open_incidents(definition_id),
+                  open_incidents=alerts.open_incidents(definition_id), failed_run=last_failed_run(definition_id),
                   alert_routes=notify.routes(definition.alert_webhook_url, definition.alert_email_to), redact=notify.redact)
 
 
