@@ -33,10 +33,40 @@ FINDINGS = """async (impacts) => (await axe.run(document, {resultTypes: ["violat
     .map(v => [v.id, v.nodes.slice(0, 4).map(n => n.target.join(" ") + " " + (n.failureSummary || ""))])"""
 IMPACTS = ["minor", "moderate", "serious", "critical"]  # no page may have a finding of any of them
 
+# Links among words that only their colour sets apart (issue 54, m10: axe's link-in-text-block at
+# 2.78:1 light, 1.86:1 dark), stricter than axe, which passes a link 3:1 from its text: a visible
+# link in a block that has text of its own outside links and buttons, with no underline or border
+# of its own. As "text where: link" strings.
+UNMARKED_LINKS = """() => {
+  const inline = e => getComputedStyle(e).display.startsWith("inline");
+  return [...document.querySelectorAll("main a[href]")].filter(a => a.getClientRects().length).filter(a => {
+    const style = getComputedStyle(a);
+    if (!inline(a) || style.textDecorationLine.includes("underline") || style.borderBottomStyle !== "none") return false;
+    let block = a.parentElement;
+    while (inline(block)) block = block.parentElement;
+    const texts = document.createTreeWalker(block, NodeFilter.SHOW_TEXT);
+    for (let t; (t = texts.nextNode());) {
+      if (t.data.trim() && !t.parentElement.closest("a, button, [aria-hidden=true]") && t.parentElement.getClientRects().length) return true;
+    }
+    return false;
+  }).map(a => a.textContent.trim().slice(0, 40) + " in: " + a.parentElement.textContent.trim().replace(/\\s+/g, " ").slice(0, 60));
+}"""
+# Pointer targets under 24 x 24 px (issue 54, m11: WCAG 2.5.8's size; axe's target-size lets a small
+# target pass when nothing is near it): every control, and every link but those among words or in
+# a table's cells, whose size the line's height sets (2.5.8's inline exception). As "what W x H".
+SMALL_TARGETS = """() => [...document.querySelectorAll(
+      "a[href], button, input:not([type=hidden]), select, textarea, summary")]
+  .filter(e => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden")
+  .filter(e => !(e.matches("a") && e.closest("p, li, td, dd, h1, h2, .crumbs, .legend, .hint, small")))
+  .map(e => [e, e.getBoundingClientRect()]).filter(([e, r]) => r.width < 23.5 || r.height < 23.5)
+  .map(([e, r]) => `${e.tagName.toLowerCase()}${e.type ? "[" + e.type + "]" : ""} ${(e.textContent || e.name || "").trim().slice(0, 30)} ${Math.round(r.width)} x ${Math.round(r.height)}`)"""
+
 
 def look_at(page, axe, impacts, sizes=SIZES):
-    """The open page at each of `sizes`: axe's findings of `impacts` as (size, rule, where), and
-    (size, [page width, window width]) when it scrolls sideways."""
+    """The open page at each of `sizes`: axe's findings of `impacts` as (size, rule, where), with
+    links among words marked by colour alone and targets under 24 px (UNMARKED_LINKS,
+    SMALL_TARGETS) as findings too, and (size, [page width, window width]) when it scrolls
+    sideways."""
     findings, sideways = [], []
     for size, viewport in sizes.items():
         page.set_viewport_size(viewport)
@@ -44,6 +74,9 @@ def look_at(page, axe, impacts, sizes=SIZES):
         if not page.evaluate("() => typeof axe !== 'undefined'"):
             page.evaluate(axe)
         findings += [(size, rule, where) for rule, where in page.evaluate(FINDINGS, impacts)]
+        findings += [(size, rule, where) for rule, check in (("unmarked-link", UNMARKED_LINKS),
+                                                              ("small-target", SMALL_TARGETS))
+                     if (where := page.evaluate(check))]
         width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
         if width[0] > width[1]:
             sideways.append((size, width))
@@ -208,7 +241,7 @@ def test_every_page_fits_a_phone_and_has_no_axe_finding_at_all_at_both_sizes_lig
             look(page, scheme, url)
         if scheme == "light":
             page.context.clear_cookies()
-    assert findings == []
+    assert findings == [], "\n".join(map(str, findings))
     assert sideways == []
     assert refused == []  # nothing of ours is inline
     # Every page at both sizes, and every step of AFTER at its sizes.
