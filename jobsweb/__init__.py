@@ -37,6 +37,8 @@ _EXPORTS = {
     "get_batch": (".engine.runs.batch_status", "get_batch"),
     "cancel": (".engine.runs.run_control", "cancel"),
     "retry": (".engine.runs.run_control", "retry"),
+    # What cancel() and retry() raise once a conflict outlasted their patience: for callers to catch.
+    "Conflict": (".core.conflicts", "Conflict"),
     "signals": (".engine.jobs.signals", None),
 }
 
