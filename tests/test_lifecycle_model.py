@@ -13,6 +13,7 @@ import os
 import re
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
@@ -632,3 +633,25 @@ def test_the_run_lifecycle_matches_its_model(app, sql):
     run_state_machine_as_test(lambda: RunLifecycle(app, sql), settings=settings(
         max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None, print_blob=True,
         derandomize=not RANDOM, phases=PHASES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+# Issue 52: one meaning for cancelled. A cancel of a running run asks its handler to stop; what
+# the run ends as is decided by what the handler does then (REFERENCE, jobsweb.cancel): returning
+# successfully, the work was done; raising, the run ends cancelled, with no retry left or not.
+@pytest.mark.parametrize("outcome, ends", [("succeeded", "succeeded"), ("failed now", "cancelled"),
+                                           ("failed later", "cancelled"), ("permanent", "cancelled")])
+def test_a_cancel_of_a_running_run_ends_as_its_handler_decides_in_the_database_and_the_model(
+        app, sql, outcome, ends):
+    machine = RunLifecycle(app, sql)
+    try:
+        machine.enqueue_a_run({"job_type": "jobsweb.noop", "queue": "default", "priority": 0, "when": None,
+                               "max_attempts": 3}, unique_key=None, dependency=None)
+        machine.a_worker_claims(w=0, ahead=0)
+        machine.an_operator_cancels(ns=[0], among="any")
+        machine.the_database_matches_the_model_and_keeps_the_invariants()
+        assert sql("SELECT status, cancel_requested_at IS NOT NULL FROM job_runs") == [("running", True)]
+        machine.a_handler_returns(w=0, n=0, outcome=outcome)
+        machine.the_database_matches_the_model_and_keeps_the_invariants()
+        assert sql("SELECT status, attempts FROM job_runs") == [(ends, 1)]
+    finally:
+        machine.teardown()
