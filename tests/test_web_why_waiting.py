@@ -78,7 +78,8 @@ def test_a_run_page_says_in_one_sentence_why_a_queued_run_is_not_running(make_us
     expect(reason_on(page, rate_limited)).to_contain_text(
         re.compile(r"Its queue slow is rate-limited \(1 starts per 3600 s\); its next start is free in 59 min"))
     expect(reason_on(page, between_ticks)).to_contain_text(
-        re.compile(r"No worker that handles it is running now; the last one was seen 20 min ago"))
+        re.compile(r"No worker that takes runs from its queue default and handles cron.only is running now; "
+                   r"the last one, w-cron, stopped 20 min ago"))
     expect(reason_on(page, free)).to_contain_text("nothing holds it")
     # A run that is running or ended has nothing to explain.
     page.goto(f"/runs/{at_limit - 1}")

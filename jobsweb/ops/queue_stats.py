@@ -4,6 +4,7 @@ wait, its limits and pause, and the attempts it finished in the last hour."""
 from dataclasses import dataclass
 
 from . import job_type_metrics
+from .stats import HELD_BY_A_PAUSE
 from ..core.database import execute
 
 # Queues with a job_queues row, and queues that only plain-SQL inserts have used so far. Counts
@@ -51,6 +52,33 @@ SELECT queue, sum(n)::bigint FROM (
 ) counted
 GROUP BY queue
 """
+
+# The due runs no worker may take because a person paused something (stats.HELD_BY_A_PAUSE, the
+# rule the claim applies and the dashboard's DUE_NOW counts), by what holds each: its paused
+# queue first, else its paused job type, the order in which why_waiting.py names them. Index
+# job_runs_claimable, as DUE_NOW; the paused lists are a few rows.
+HELD_BY_CAUSE = f"""
+SELECT by_queue, CASE WHEN by_queue THEN queue ELSE job_type END AS name, count(*) AS n
+FROM (SELECT queue, job_type, queue IN (SELECT name FROM job_queues WHERE paused) AS by_queue
+      FROM job_runs WHERE status IN ('queued', 'failed') AND run_at <= now() AND {HELD_BY_A_PAUSE}) held
+GROUP BY 1, 2
+ORDER BY 1 DESC, 3 DESC, 2
+"""
+
+
+@dataclass(frozen=True)
+class Held:
+    """Due runs held by one pause: `queue` (a paused queue) or `job_type` (a paused job type, in a
+    queue that is not paused), its name and how many."""
+
+    kind: str
+    name: str
+    n: int
+
+
+def held_by_pause():
+    """[Held], paused queues first, then paused job types; most runs first within each."""
+    return [Held("queue" if by_queue else "job_type", name, n) for by_queue, name, n in execute(HELD_BY_CAUSE)]
 
 
 @dataclass

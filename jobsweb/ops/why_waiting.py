@@ -10,8 +10,9 @@ order the claim would meet them:
 - paused_queue / paused_type: a person paused its queue or its job type;
 - due_later: its time (or its retry's) has not come;
 - no_worker: no worker seen within stats.UNHANDLED_WINDOW (an hour) handles its job type or takes its
-  queue; no_live_worker: some did, but none is running now (crontab mode between ticks, or
-  every worker down);
+  queue; no_live_worker: some did, but none is alive now by the Workers page's rule (fleet.py:
+  stopped, or no heartbeat for two leases: crontab mode between ticks, a killed worker, every
+  worker down), and the sentence names the last one seen and its queue;
 - at_limit / rate_limited: its queue's concurrency limit is reached, or its rate window is full;
 - next: nothing holds it: it is due and goes to the next free slot of a worker, after the runs
   ahead of it (smaller priority, earlier due time).
@@ -22,17 +23,19 @@ times in the viewer's zone, while notifications read its plain text (times in UT
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from flask import current_app
+
+from . import fleet
 from .stats import UNHANDLED_WINDOW
 from ..core.database import execute
 
 AWAITED_SHOWN = 5  # awaited runs named in one sentence; the rest are counted
-LIVE_SECONDS = 300  # a worker not stopped and seen this recently is running now (the Workers page's)
 
 # One statement for any number of runs (the runs list asks for 50 at once): the runs by primary
 # key; queue rows and paused types are a few rows; running counts are grouped once per queue
 # that has a limit (index job_runs_running); each run's awaited runs come from job_run_deps'
 # primary key, its predecessor by primary key; workers are a few rows per process.
-REASONS = """
+REASONS = f"""
 WITH runs AS (
     SELECT r.id, r.status, r.run_at, r.queue, r.job_type, r.after_run_id, r.waiting_for,
            r.batch_id, r.batch_callback
@@ -43,8 +46,7 @@ WITH runs AS (
     SELECT queue, count(*) AS n FROM job_runs WHERE status = 'running' AND queue IN (SELECT name FROM limited)
     GROUP BY queue
 ), workers AS (
-    SELECT id, job_types, queues, last_seen_at, stopped_at IS NULL
-                                                AND last_seen_at > now() - make_interval(secs => %(live)s) AS live
+    SELECT id, job_types, queues, last_seen_at, stopped_at, {fleet.LIVE} AS live
     FROM job_workers WHERE last_seen_at > now() - make_interval(secs => %(window)s)
 )
 SELECT r.id, r.status, r.run_at, r.queue, r.job_type, r.waiting_for, r.batch_id, r.batch_callback, now() AS now,
@@ -54,21 +56,24 @@ SELECT r.id, r.status, r.run_at, r.queue, r.job_type, r.waiting_for, r.batch_id,
        (SELECT min(t) + make_interval(secs => q.rate_seconds) FROM unnest(q.rate_starts) t
         WHERE t > now() - make_interval(secs => q.rate_seconds)
         HAVING count(*) >= q.rate_limit) AS rate_frees_at,
-       (SELECT max(w.last_seen_at) FROM workers w
-        WHERE (w.job_types IS NULL OR r.job_type = ANY(w.job_types))
-          AND (w.queues IS NULL OR r.queue = ANY(w.queues))) AS handler_seen_at,
+       seen.last_seen_at AS handler_seen_at, seen.id AS handler_id, seen.stopped_at AS handler_stopped_at,
        EXISTS (SELECT 1 FROM workers w WHERE w.live AND (w.job_types IS NULL OR r.job_type = ANY(w.job_types))
                                          AND (w.queues IS NULL OR r.queue = ANY(w.queues))) AS handler_live,
        EXISTS (SELECT 1 FROM workers w WHERE w.job_types IS NULL OR r.job_type = ANY(w.job_types)) AS type_handled,
        p.id AS before_id, p.status AS before_status, p.run_at AS before_run_at,
        b.pending AS batch_pending,
-       coalesce(a.ids, '{}') AS awaited_ids, coalesce(a.statuses, '{}') AS awaited_statuses,
-       coalesce(a.run_ats, '{}') AS awaited_run_ats
+       coalesce(a.ids, '{{}}') AS awaited_ids, coalesce(a.statuses, '{{}}') AS awaited_statuses,
+       coalesce(a.run_ats, '{{}}') AS awaited_run_ats
 FROM runs r
 LEFT JOIN job_queues q ON q.name = r.queue
 LEFT JOIN running n ON n.queue = r.queue
 LEFT JOIN job_runs p ON p.id = r.after_run_id AND p.status IN ('queued', 'running', 'failed')
 LEFT JOIN job_batches b ON b.id = r.batch_id AND r.batch_callback IS NOT NULL
+LEFT JOIN LATERAL (
+    SELECT w.id, w.last_seen_at, w.stopped_at FROM workers w
+    WHERE (w.job_types IS NULL OR r.job_type = ANY(w.job_types)) AND (w.queues IS NULL OR r.queue = ANY(w.queues))
+    ORDER BY w.last_seen_at DESC, w.id LIMIT 1
+) seen ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(x.id ORDER BY x.id) AS ids, array_agg(x.status ORDER BY x.id) AS statuses,
            array_agg(x.run_at ORDER BY x.id) AS run_ats
@@ -82,12 +87,14 @@ LEFT JOIN LATERAL (
 
 @dataclass(frozen=True)
 class Part:
-    """A piece of a reason: text, or a link to a queue (`queue`) or a run (`run`), or a time."""
+    """A piece of a reason: text, or a link to a queue (`queue`), a run (`run`) or a worker
+    (`worker`), or a time."""
 
     text: str = ""
     queue: str | None = None
     run: int | None = None
     time: datetime | None = None
+    worker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,9 +114,10 @@ def reasons(run_ids):
     ids = sorted(set(run_ids))
     if not ids:
         return {}
-    rows = execute(REASONS, {"ids": ids, "live": LIVE_SECONDS, "window": UNHANDLED_WINDOW,
+    gone_after = fleet.gone_after(current_app.config)
+    rows = execute(REASONS, {"ids": ids, "gone_after": gone_after, "window": UNHANDLED_WINDOW,
                              "shown": AWAITED_SHOWN}).all()
-    return {row.id: _reason(row) for row in rows}
+    return {row.id: _reason(row, gone_after) for row in rows}
 
 
 def reason(run_id):
@@ -117,7 +125,7 @@ def reason(run_id):
     return reasons([run_id]).get(run_id)
 
 
-def _reason(r):
+def _reason(r, gone_after):
     now = r.now
     if r.status == "waiting":
         if r.batch_callback:
@@ -153,9 +161,14 @@ def _reason(r):
         return Reason("no_worker", (Part(f"No worker seen in the last hour handles job type {r.job_type}: "
                                          "none has a handler for it."),))
     if not r.handler_live:
-        return Reason("no_live_worker", (Part("No worker that handles it is running now; the last one was seen "),
-                                         Part(time=r.handler_seen_at),
-                                         Part(" (a cron tick, or a worker process, starts it).")))
+        # A worker's stop writes its last heartbeat too (upkeep.py), so last_seen_at dates either.
+        last = (Part(", stopped "), Part(time=r.handler_seen_at), Part(" (a cron tick, or a worker process, starts one)."))
+        if r.handler_stopped_at is None:
+            last = (Part(", was last heard from "), Part(time=r.handler_seen_at),
+                    Part(f" and is gone (no heartbeat for {_seconds_words(gone_after)}: killed, frozen or cut off)."))
+        return Reason("no_live_worker", (Part("No worker that takes runs from its queue "), Part(r.queue, queue=r.queue),
+                                         Part(f" and handles {r.job_type} is running now; the last one, "),
+                                         Part(r.handler_id, worker=r.handler_id)) + last)
     if r.concurrency_limit is not None and r.running >= r.concurrency_limit:
         return Reason("at_limit", (Part("Its queue "), Part(r.queue, queue=r.queue),
                                    Part(f" is at its limit ({r.running} running of {r.concurrency_limit}).")))
@@ -181,7 +194,7 @@ def _state(status, run_at, now):
 
 def _plain(part):
     if part.time is None:
-        return part.text or part.queue or ""
+        return part.text or part.queue or part.worker or ""
     utc = part.time.astimezone(timezone.utc)
     seconds = (datetime.now(timezone.utc) - utc).total_seconds()
     amount = _seconds_words(abs(seconds))

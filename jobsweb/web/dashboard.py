@@ -1,10 +1,10 @@
 """The dashboard: what needs attention first, then the state of the queue."""
 
-from flask import Blueprint, url_for
+from flask import Blueprint, current_app, url_for
 
 from ..core.database import execute
 from ..engine.link import NO_JIT
-from ..ops import alerts, deploy_marks, stats
+from ..ops import alerts, deploy_marks, fleet, queue_stats, stats
 from ..scheduling import definitions
 from .rendering import render, time_ago
 
@@ -48,6 +48,10 @@ def index():
     execute(NO_JIT)
     incidents = alerts.open_incidents()
     overview = stats.overview()
+    # Held runs by the pause that holds each ("6 in paused queue reports; 332 of paused job type
+    # search.reindex_user"), and the live workers by the Workers page's rule, quiet ones marked.
+    overview["pauses"] = queue_stats.held_by_pause() if overview["held"] else []
+    overview["workers"] = fleet.live_workers(current_app.config)
     return render("dashboard.html", "partials/_dashboard.html", **overview,
                   marks=deploy_marks.for_chart(overview["chart"]), attention=attention(incidents), open_incidents=incidents,
                   externals=definitions.external_definitions(EXTERNAL_SHOWN))

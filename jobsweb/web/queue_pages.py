@@ -1,13 +1,13 @@
 """Queues: each queue's depth, limits and pause; operators pause and resume queues and job
 types, admins set limits. Every change is audited."""
 
-from flask import Blueprint, abort, flash, request, url_for
+from flask import Blueprint, abort, current_app, flash, request, url_for
 
 from . import audit
 from ..core.database import db
 from ..core.errors import InvalidInput, check_job_type_name
 from ..engine.jobs import flow
-from ..ops import job_type_metrics, queue_stats
+from ..ops import fleet, job_type_metrics, queue_stats
 from ..ops.job_type_names import job_type_names
 from .access import role_required
 from .rendering import redirect_to, render
@@ -16,10 +16,14 @@ bp = Blueprint("queues", __name__)
 # Seconds a view spends adding attempts to the rollup (ops/job_type_metrics.py) before it
 # answers: the hour not yet counted is joined to its runs instead, so the figure is whole anyway.
 SEAL_BUDGET = 0.2
+WORKERS_SHOWN = 5  # live workers named in a queue's row; the Workers page has them all
 
 
 def _page(status=200, **context):
-    response = render("queues.html", "partials/_queues.html", queues=queue_stats.queues(),
+    queues = queue_stats.queues()
+    # Which live worker takes which queue (Sidekiq's Busy page), by the Workers page's rule.
+    serving = fleet.by_queue(fleet.live_workers(current_app.config), [q.name for q in queues])
+    response = render("queues.html", "partials/_queues.html", queues=queues, serving=serving, workers_shown=WORKERS_SHOWN,
                       paused_types=flow.paused_types(), job_types=job_type_names(), **context)
     response.status_code = status
     return response
@@ -27,7 +31,8 @@ def _page(status=200, **context):
 
 @bp.get("/queues")
 def index():
-    """Every queue: due and running runs, oldest wait, limit, rate, paused, attempts in the last hour."""
+    """Every queue: due and running runs, oldest wait, limit, rate, paused, attempts in the last
+    hour, and the live workers that take its runs."""
     # The attempts finished since the last view are added to the rollup the last hour is read
     # from (short transactions of their own), so the page joins only the newest to their runs.
     job_type_metrics.seal(SEAL_BUDGET)

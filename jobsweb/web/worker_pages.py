@@ -21,13 +21,21 @@ WORKER_ID_MAX_CHARS = 300
 @bp.get("/workers")
 def index():
     """Every worker process recently started: id, host, pid, heartbeat, runs done, what it runs
-    now, alive, quiet or gone."""
-    workers = db.session.scalars(select(JobWorker).order_by(JobWorker.started_at.desc()).limit(SHOWN)).all()
+    now, its queues, alive, quiet or gone; `?worker=ID` shows that one worker, however old (the
+    link from an attempt or a "why not running" sentence)."""
+    only = request.args.get("worker")
+    query = select(JobWorker).order_by(JobWorker.started_at.desc()).limit(SHOWN)
+    if only is not None:
+        query = query.where(JobWorker.id == only)
+    workers = db.session.scalars(query).all()
+    if only is not None and not workers:
+        abort(404, f"There is no worker {only!r}.")
     now = db.session.scalar(select(db.func.now()))
     gone_after = fleet.gone_after(current_app.config)
     rows = [(w, fleet.state(w.stopped_at, (now - w.last_seen_at).total_seconds(), gone_after)) for w in workers]
     held = run_history.current_runs(w.id for w in workers)
-    return render("workers.html", "partials/_workers.html", rows=rows, now=now, gone_after=gone_after, held=held)
+    return render("workers.html", "partials/_workers.html", rows=rows, now=now, gone_after=gone_after, held=held,
+                  only=only)
 
 
 @bp.post("/workers/quiet")
