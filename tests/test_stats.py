@@ -76,8 +76,7 @@ def test_the_status_chips_read_the_status_index_after_updates_cleared_the_visibi
     # no page is all-visible any more, so an index-only scan costs the planner heap reads too.
     sql("UPDATE job_runs SET progress_note = 'x' WHERE id % 10 = 0")
     sql("ANALYZE job_runs")
-    plan = "\n".join(row[0] for row in sql("EXPLAIN " + stats.CAPPED_COUNTS,
-                                          {"cap": stats.CHIP_COUNT_CAP, "statuses": ["queued", "dead", "succeeded"]}))
+    plan = "\n".join(row[0] for row in sql("EXPLAIN " + stats.capped_counts(["queued", "dead", "succeeded"])))
     assert "using job_runs_status_id" in plan and "Seq Scan" not in plan, plan
     with app.app_context():
         counts = stats.chip_counts(["queued", "dead", "succeeded"])

@@ -12,7 +12,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 
-from flask import current_app
 from sqlalchemy import BigInteger, and_, any_, cast, func, literal, or_, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.exc import OperationalError
@@ -21,22 +20,17 @@ from sqlalchemy.orm import aliased, load_only
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from ..core.database import db, execute
-from ..core.errors import InvalidInput, clean_text, whole_number
 from ..core.models import JobAttempt, JobDefinition, JobRun
-from ..engine.enqueue.enqueuing import parse_payload
 from ..engine.jobs.flow import check_priority
 from ..engine.statements import RUN_STATUSES
 from ..ops import stats
-from .local_time import read_local, viewer_zone, zone_name
+from .filter_args import (  # BadFilter, finished_cursor, number, text_filter: read as runlist's too
+    BadFilter, error_text as _error_text, finished_cursor, number, optional as _optional,  # noqa: F401
+    payload_filter as _payload, sort_arg as _sort, text_filter, time_range)
+from .local_time import viewer_zone, zone_name
 from . import error_search, search_limits
-from .rendering import secret_keys
 
 PAGE_SIZE = 50
-TEXT_MAX_CHARS = 200
-
-
-class BadFilter(ValueError):
-    """A filter value that cannot be used; the message says which and why (shown as a 400)."""
 
 
 @dataclass
@@ -65,8 +59,9 @@ class RunFilter:
             if status not in RUN_STATUSES:
                 raise BadFilter(f"status {status!r} is not one of {', '.join(RUN_STATUSES)}")
         zone = _optional(args, "tz", viewer_zone) or timezone.utc
+        since, until = time_range(args, zone)
         return cls(sorted(set(statuses), key=RUN_STATUSES.index), text_filter(args, "job_type"),
-                   number(args, "definition"), _time(args, "since", zone), _time(args, "until", zone),
+                   number(args, "definition"), since, until,
                    _error_text(args), text_filter(args, "worker"),
                    text_filter(args, "queue"), _optional(args, "priority", check_priority), _payload(args),
                    number(args, "batch"), zone, _sort(args))
@@ -106,6 +101,13 @@ class RunFilter:
         """True when something other than the statuses narrows the runs (the chips then count
         the runs of this filter, not all runs)."""
         return any(value for name, value in self.args().items() if name not in ("status", "tz", "sort"))
+
+    def reads_many(self):
+        """True when the filter may read many runs for a page: an error text search, or a queue,
+        priority or worker filter, which no index serves (with a status or job type they ride
+        its index; alone, the id order walk reads until a page is full). Such reads take
+        search_limits' locks and limit: 16 viewer loops on them made /healthz take 10.5 s."""
+        return bool(self.text or self.queue or self.priority is not None or self.worker)
 
     def searched(self):
         """(id, status) of the runs the error text search lists, newest first: its window read
@@ -155,98 +157,6 @@ class RunFilter:
         return where
 
 
-def text_filter(args, name, words=None, max_chars=TEXT_MAX_CHARS):
-    """A text filter (also the POSTed filter of a bulk action, and the audit page's): at most
-    max_chars, no control character; BadFilter naming it (`words`, or its name) otherwise."""
-    value = args.get(name, "").strip()
-    if len(value) > max_chars:
-        raise BadFilter(f"{words or name} is longer than {max_chars} characters")
-    try:
-        return clean_text(name, value)
-    except InvalidInput as exc:
-        raise BadFilter(str(exc)) from None
-
-
-def _error_text(args):
-    """The error text to search for; BadFilter when error_search refuses it."""
-    text = text_filter(args, "q", "the error text to search for")
-    if text and (why := error_search.refusal(text)):
-        raise BadFilter(why)
-    return text
-
-
-def _payload(args):
-    """The payload filter: a JSON object the run's payload must contain, e.g. {"invoice_id": 812};
-    None when empty (every payload contains the empty object, so it would filter nothing)."""
-    raw = text_filter(args, "payload", "the payload filter")
-    if not raw:
-        return None
-    try:
-        # The payload's own rules (finite numbers, no NUL, depth): what no payload can hold,
-        # jsonb would refuse with an error (a 500), and could never match anyway.
-        value = parse_payload(raw, TEXT_MAX_CHARS * 6)
-    except InvalidInput as exc:
-        raise BadFilter(f"payload filter: {exc.message}; write a JSON object such as "
-                        '{"invoice_id": 812}') from None
-    # A masked value is shown to nobody, so nobody may search by it: the list would confirm a
-    # guessed password by showing the run.
-    hidden = secret_keys(value, current_app.config["JOBSWEB_MASK_KEYS"])
-    if hidden:
-        raise BadFilter(f"payload filter: {hidden[0]!r} is a masked key (JOBSWEB_MASK_KEYS), so its value "
-                        "cannot be searched for")
-    return value or None
-
-
-def _optional(args, name, check):
-    """A query-string value through `check`, None when empty; BadFilter saying why it is refused."""
-    raw = args.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return check(raw)
-    except InvalidInput as exc:
-        raise BadFilter(str(exc)) from None
-
-
-def _sort(args):
-    sort = args.get("sort", "").strip()
-    if sort not in ("", "finished"):
-        raise BadFilter(f"sort {sort[:40]!r} is not 'finished' (by finish time) or empty (newest first)")
-    return sort
-
-
-def finished_cursor(args):
-    """The finish time of a page's last run (`finished_before`), for the next page sorted by
-    finish time; None when not given; BadFilter when not an ISO time with its offset."""
-    raw = args.get("finished_before", "").strip()
-    if not raw:
-        return None
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise BadFilter(f"finished_before must be an ISO time with its offset, got {raw[:40]!r}")
-    return moment
-
-
-def number(args, name):
-    """A positive whole number from the query string (a run or definition id, a page cursor)."""
-    return _optional(args, name, lambda raw: whole_number(name, raw))
-
-
-def _time(args, name, zone):
-    """A date-time from a datetime-local input (read in the viewer's `zone`) or ISO 8601 with an
-    offset; BadFilter naming it otherwise."""
-    raw = args.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return read_local(name, raw, zone)
-    except InvalidInput as exc:
-        raise BadFilter(str(exc)) from None
-
-
 LIST_COLUMNS = (JobRun.id, JobRun.job_type, JobRun.status, JobRun.attempts, JobRun.max_attempts,
                 JobRun.run_at, JobRun.created_at, JobRun.finished_at, JobRun.error_type, JobRun.last_error,
                 JobRun.definition_id, JobRun.cancel_requested_at, JobRun.queue, JobRun.priority,
@@ -271,12 +181,12 @@ def page(run_filter, before=None, size=PAGE_SIZE, finished_before=None):
     Sorted by finish time (run_filter.sort), only finished runs, the last finished first, keyset
     on (finished_at, id): the next page's cursor is `before` and the last row's finished_at."""
     _plan_for_the_values(run_filter)
-    if run_filter.text:
+    if run_filter.reads_many():
         search_limits.begin()
     try:
         where = run_filter.conditions()  # an error text search reads its window here
     except OperationalError as exc:
-        raise (search_limits.stopped(exc) if run_filter.text else None) or exc
+        raise (search_limits.stopped(exc) if run_filter.reads_many() else None) or exc
     by_finish = run_filter.sort == "finished"
     # Index job_runs_prunable (status, finished_at) serves a status filter sorted by finish time.
     order = (JobRun.finished_at.desc(), JobRun.id.desc()) if by_finish else (JobRun.id.desc(),)
@@ -297,7 +207,7 @@ def page(run_filter, before=None, size=PAGE_SIZE, finished_before=None):
     try:
         rows = db.session.execute(stmt).all()
     except OperationalError as exc:
-        raise (search_limits.stopped(exc) if run_filter.text else None) or exc
+        raise (search_limits.stopped(exc) if run_filter.reads_many() else None) or exc
     more = len(rows) > size
     rows = rows[:size]
     return rows, (rows[-1][0].id if more else None)

@@ -1,4 +1,5 @@
-"""What one error search may cost the database: the newest SEARCH_WINDOW errors, each masked,
+"""What one search may cost the database (an error text search, and a queue, priority or worker
+filter, which no index serves: runlist.RunFilter.reads_many): the newest SEARCH_WINDOW errors, each masked,
 whatever it matches; one at a time per person, a few at a time in all, each stopped by the server
 past SEARCH_LIMIT_MS.
 
@@ -60,8 +61,9 @@ def begin():
     taken = execute(TAKE_SEARCH, {"people": PERSON_LOCKS, "who": who, "slots": SEARCH_SLOTS,
                                   "slot_locks": SLOT_LOCKS}).scalar()
     if not taken:
-        raise SearchRefused(429, "Search busy", "Another error text search is running, yours or others' "
-                            f"(at most one each, {SEARCH_SLOTS} in all). Try again in a moment.")
+        raise SearchRefused(429, "Search busy", "Another search that reads many runs (an error text, or a queue, "
+                            "priority or worker filter) is running, yours or others' (at most one each, "
+                            f"{SEARCH_SLOTS} in all). Try again in a moment.")
     execute(LIMIT_SEARCH)
 
 
@@ -69,8 +71,8 @@ def stopped(exc):
     """SearchRefused for a search the server cancelled past SEARCH_LIMIT_MS, else None."""
     if not outage.stopped(exc):
         return None
-    outage.log.warning("an error text search took longer than %d ms: the database stopped it", SEARCH_LIMIT_MS)
+    outage.log.warning("a search took longer than %d ms: the database stopped it", SEARCH_LIMIT_MS)
     return SearchRefused(503, "Search took too long",
-                         f"Searching the errors took longer than {SEARCH_LIMIT_MS / 1000:g} s, and the database "
+                         f"Searching the runs took longer than {SEARCH_LIMIT_MS / 1000:g} s, and the database "
                          "stopped it. Narrow it: tick a status, pick a job type or a definition, or set a time "
                          "range, so that fewer runs are read.")
