@@ -22,6 +22,9 @@ import functools
 import re
 
 MASK = "••••••"
+# JOBSWEB_MASK_KEYS's default (core/settings.py).
+MASK_WORDS = ("password", "passwd", "passphrase", "pwd", "token", "secret", "api_key", "apikey", "access_key",
+              "accesskey", "auth", "bearer", "signature", "credential", "private_key", "dsn", "cookie", "session")
 
 
 def _chars(text):

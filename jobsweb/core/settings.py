@@ -11,6 +11,7 @@ import os
 
 from .database import check_database_url, database_url
 from .errors import ConfigError, InvalidInput, check_emails, check_url
+from .masking import MASK_WORDS, fold, is_secret, masked
 
 
 def _positive(convert, what):
@@ -94,6 +95,16 @@ def _module_list(name, raw):
 
 def _word_list(name, raw):
     return [part.strip().lower() for part in raw.split(",") if part.strip()]
+
+
+def _mask_words(name, raw):
+    """The mask words (core/masking.py): at least one, since none would show every payload's
+    secrets (URL passwords stay masked). Compared with `-` read as `_`."""
+    words = [fold(word) for word in _word_list(name, raw)]
+    if not words:
+        raise ConfigError(f"{name} is empty, which would show every secret in payloads and errors: list the "
+                          f"words whose keys are masked (unset, it is {','.join(MASK_WORDS)})")
+    return words
 
 
 def _checked(check):
@@ -188,12 +199,10 @@ SETTINGS = {
     "JOBSWEB_STACK_MAX_CHARS": (20000, _positive_int),
     # Runs per transaction when the admin retries or cancels everything matching a filter.
     "JOBSWEB_BULK_BATCH": (1000, _positive_int),
-    # Payload keys containing any of these words are masked on every admin page. A substring
-    # match on purpose: "auth" also masks "author", and showing a secret costs more than hiding
-    # a name.
-    "JOBSWEB_MASK_KEYS": (["password", "passwd", "passphrase", "pwd", "token", "secret", "api_key", "apikey",
-                           "access_key", "accesskey", "auth", "bearer", "signature", "credential", "private_key",
-                           "dsn", "cookie", "session"], _word_list),
+    # Keys containing any of these words (any case, `-` as `_`) have their values masked
+    # wherever jobsweb shows or sends them (docs/MASKING.md). A substring match on purpose:
+    # "auth" also masks "author", and showing a secret costs more than hiding a name.
+    "JOBSWEB_MASK_KEYS": (list(MASK_WORDS), _mask_words),
     # GET /metrics answers only with `Authorization: Bearer <this>`; unset, /metrics is a 404.
     "JOBSWEB_METRICS_TOKEN": (None, _token),
     # text: one readable line per event; json: one JSON object per line, for log pipelines.
@@ -301,11 +310,25 @@ def from_environment(environ=None):
     return config
 
 
+def _parsed(name, parse, raw):
+    """parse(name, raw), its ConfigError never quoting a secret: a setting named for one (a
+    password, a token), or a URL (a webhook's path is its secret), is not quoted at all, any
+    other with its secrets masked (a URL's password, key=value)."""
+    try:
+        return parse(name, raw)
+    except ConfigError as exc:
+        quoted, secret_name = repr(raw), "URL" in name or is_secret(name, MASK_WORDS)
+        if quoted not in exc.message or not secret_name and masked(raw, MASK_WORDS) == raw:
+            raise
+        hidden = "a value not shown here (it may hold a secret)" if secret_name else repr(masked(raw, MASK_WORDS))
+        raise ConfigError(exc.message.replace(quoted, hidden)) from None
+
+
 def _read_environment(environ):
     config = {}
     for name, (default, parse) in SETTINGS.items():
         raw = environ.get(name)
-        config[name] = default if raw is None else parse(name, raw.strip())
+        config[name] = default if raw is None else _parsed(name, parse, raw.strip())
     if environ.get("DATABASE_URL"):
         # Checked here, before any app exists: gunicorn's settings file reads the environment.
         url = database_url(environ["DATABASE_URL"].strip())
@@ -345,7 +368,7 @@ def resolve(app_config, environ=None):
             value = "true" if value else "false"
         elif isinstance(value, (list, tuple)):
             value = ",".join(str(item) for item in value)
-        config[name] = parse(name, str(value).strip())
+        config[name] = _parsed(name, parse, str(value).strip())
     _refuse_unknown(app_config, "in the app's config", [*ignored, *config["JOBSWEB_IGNORE_UNKNOWN_SETTINGS"]])
     for name in ("SQLALCHEMY_DATABASE_URI", "SECRET_KEY"):
         if app_config.get(name):
