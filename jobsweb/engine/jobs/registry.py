@@ -130,6 +130,13 @@ class JobType:
     # The definition declared with it in code (@job(..., schedule=...)): define()'s options,
     # written by `flask jobs sync` (scheduling/code_definitions.py). None: not scheduled in code.
     definition: dict | None = None
+    # How a cancel or a timeout stops its handler (CANCEL_MODES): "cooperative", ctx.cancelled
+    # turns true; "terminate", the handler runs in a child process the worker ends
+    # (engine/worker/child_process.py). Checked here, so every way of declaring a job type refuses a bad one.
+    cancel: str = "cooperative"
+
+    def __post_init__(self):
+        check_cancel(self.name, self.cancel, self.func)
 
     @functools.cached_property  # asked once per run; inspect's answer takes ~2 us
     def is_async(self):
@@ -143,17 +150,33 @@ class JobType:
 
 _registry: dict[str, JobType] = {}
 
+CANCEL_MODES = ("cooperative", "terminate")
+
+
+def check_cancel(name, cancel, func):
+    """InvalidInput naming `cancel` unless it is one of CANCEL_MODES, and "terminate" is asked of a
+    sync handler (an async one stops at its next await already, and a child process would need an
+    event loop of its own)."""
+    if not isinstance(cancel, str) or cancel not in CANCEL_MODES:
+        raise InvalidInput("cancel", f"of @job({name!r}) must be 'cooperative' (ctx.cancelled turns true) or "
+                                     f"'terminate' (the handler runs in a process the worker ends), got {cancel!r}")
+    if cancel == "terminate" and inspect.iscoroutinefunction(func):
+        raise InvalidInput("cancel", f"of @job({name!r}): 'terminate' runs a sync handler in a child process; an "
+                                     "async def handler is cancelled at its next await, so use the default")
+
 
 def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=(),
-        queue=None, priority=None):
+        queue=None, priority=None, cancel="cooperative"):
     """Register the decorated function as the handler of job type `name`; the function is
     returned as it is. For jobsweb's own job types: the public `jobsweb.job` (in
     scheduling/code_definitions.py) also returns a Job with .enqueue() and takes a schedule.
 
     The handler is called with a JobContext. `permanent` lists exception types that mean
     "retrying cannot help" and send the run straight to dead, like PermanentError. `queue`
-    and `priority` are the defaults of its runs (enqueue() may override them).
+    and `priority` are the defaults of its runs (enqueue() may override them). `cancel`: one of
+    CANCEL_MODES, checked here, before the decorated function is known.
     """
+    check_cancel(name, cancel, None)
     if queue is not None:
         check_queue(queue)
     if priority is not None:
@@ -167,7 +190,7 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
 
     def register(func):
         add(JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap, tuple(permanent),
-                    queue=queue, priority=priority))
+                    queue=queue, priority=priority, cancel=cancel))
         return func
 
     return register

@@ -53,7 +53,7 @@ class Held:
     timeout: float | None = None  # seconds
     backoff: tuple = (None, None)  # the run's own (base, cap) in seconds, from its definition
     cancel_requested: bool = False  # an operator cancelled it (seen by a heartbeat)
-    abort: object = None  # cancels an async handler's task (set by the event loop running it)
+    abort: object = None  # cancels an async handler's task, ends a child process (set by what runs it)
     forced: bool = False  # stopped by force, maybe before its task started
     landed: float | None = None  # time.monotonic() when its claim came back to the worker
     began: float | None = None  # time.monotonic() when its handler began (None: not begun)
@@ -64,7 +64,8 @@ class Held:
     def stop(self, force=False):
         """Ask the handler to stop (ctx.cancelled). force: the worker gave the run up or an operator
         cancelled it, so an async handler's task is cancelled too (CancelledError at its next
-        await); a thread cannot be, it only sees the flag. Whether this asked it first."""
+        await) and a child process is ended (`abort`); a thread cannot be, it only sees the flag.
+        Whether this asked it first."""
         first = not self.ctx.cancelled
         self.ctx.cancel()
         if force:
@@ -75,9 +76,7 @@ class Held:
 
     def waited(self):
         """Seconds between its claim's return and its handler's start: time spent claimed ahead."""
-        if self.began is None or self.landed is None:
-            return 0.0
-        return max(self.began - self.landed, 0.0)
+        return 0.0 if self.began is None or self.landed is None else max(self.began - self.landed, 0.0)
 
 
 class Deadlines:
@@ -176,15 +175,14 @@ def _call(app, held, started):
 
 
 class Pool:
-    """Up to `size` daemon threads running sync handlers, started as they are first needed (a
-    worker of async handlers at --concurrency 1000 should not hold 1000 idle threads).
+    """Up to `size` daemon threads running sync handlers (`run(held)`: run_handler's Finished, or a
+    child process's, engine/worker/child_process.py), started as they are first needed (a worker of
+    async handlers at --concurrency 1000 should not hold 1000 idle threads). Daemon threads: a
+    handler that ignores its cancellation flag must not keep the process alive past the shutdown
+    deadline: its run is released and the process exits."""
 
-    Daemon threads, because a handler that ignores its cancellation flag must not keep the
-    process alive past the shutdown deadline: its run is released and the process exits.
-    """
-
-    def __init__(self, app, size, report):
-        self.app = app
+    def __init__(self, app, size, report, run=None):
+        self.run = run or (lambda held: run_handler(app, held))
         self.size = size
         self.report = report  # called from the pool thread with a Finished
         self.waiting = Waiting()
@@ -219,7 +217,7 @@ class Pool:
                     self.cond.wait()
                 self.idle -= 1
                 held = self.waiting.pop()
-            self.report(run_handler(self.app, held))
+            self.report(self.run(held))
 
 
 class Waiting:
@@ -245,7 +243,9 @@ class Waiting:
 
 
 def describe_error(exc):
-    """(error_type, message, stack) of a handler's exception."""
+    """(error_type, message, stack) of a handler's exception (one from a child process: as it said)."""
+    if (described := getattr(exc, "jobsweb_described", None)) is not None:
+        return described
     stack = "".join(traceback.format_exception(exc))
     # PostgreSQL text cannot hold U+0000; an error quoting a bad byte must still be recorded.
     message = (str(exc) or type(exc).__name__).replace("\x00", "\\x00")
@@ -294,8 +294,8 @@ class Failures:
         if exc is None:
             return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "succeeded", result=finished.result)
         if was_cancelled(exc) and held.cancel_requested:
-            return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "cancelled",
-                           error_type="cancelled", error="cancelled by an operator")
+            return Outcome(ctx.run_id, ctx.job_type, ctx.attempt, worker, "cancelled", error_type="cancelled",
+                           error=getattr(exc, "jobsweb_cancel_error", "cancelled by an operator"))
         if was_cancelled(exc) and stopping:
             return self.interrupted(worker, ctx, "stopped by worker shutdown")
         error_type, message, stack = describe_error(exc)

@@ -12,6 +12,7 @@ import time
 from ...core.logs import run_event
 from ..jobs import registry, signals
 from .async_execution import AsyncPool
+from .child_process import Children, Terminated
 from .execution import Deadlines, Held, Pool, released
 
 log = logging.getLogger("jobsweb.worker")
@@ -46,8 +47,9 @@ class HeldRuns:
         # Per claim, [its runs held ahead (CLAIM_RUNS marked them not begun), how many of them the
         # worker has said began or stopped holding]: began_ahead() reads them (0032_unbegun_claims).
         self.unmarked = []
-        # Threads for sync handlers and an event loop for async ones, each started when first needed.
-        self.pool = Pool(app, concurrency, report)
+        # Threads for sync handlers (a `cancel="terminate"` one's in a child process the thread watches)
+        # and an event loop for async ones, each started when first needed.
+        self.pool = Pool(app, concurrency, report, run=Children(app).run)
         self.async_pool = AsyncPool(app, concurrency, report)
 
     def __len__(self):
@@ -164,6 +166,9 @@ class HeldRuns:
         ctx = held.ctx
         if self.runs.get(ctx.run_id) is not held:
             # Timed out or lease lost: the attempt was already finished without this result.
+            if isinstance(finished.exc, Terminated):  # its child process, ended as it was given up
+                log.info("run %d %s: attempt %d given up: %s", ctx.run_id, ctx.job_type, ctx.attempt, finished.exc)
+                return None
             log.warning("run %d %s: attempt %d returned after this worker gave it up; result ignored",
                         ctx.run_id, ctx.job_type, ctx.attempt)
             return None
@@ -182,8 +187,9 @@ class HeldRuns:
             held.stop(force=True)
             log.warning("run %d %s: attempt %d timed out after %gs", run_id, held.ctx.job_type,
                         held.ctx.attempt, held.timeout)
+            ended = ": its process is ended" if held.job.cancel == "terminate" else ""
             outcome = self.failures.failed(self.worker, held.job, held.ctx, "timeout",
-                                           f"timed out after {held.timeout:g} seconds", backoff=held.backoff)
+                                           f"timed out after {held.timeout:g} seconds{ended}", backoff=held.backoff)
             outcome.waited = held.waited()
             outcomes.append(outcome)
         return outcomes

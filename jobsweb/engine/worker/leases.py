@@ -37,8 +37,8 @@ class Leases:
             if kept.get(h.ctx.run_id) and not h.ctx.cancelled:
                 h.cancel_requested = True
                 h.stop(force=True)
-                log.info("run %d %s: cancelled by an operator; asking the handler to stop",
-                         h.ctx.run_id, h.ctx.job_type)
+                log.info("run %d %s: cancelled by an operator; %s", h.ctx.run_id, h.ctx.job_type,
+                         "ending its process" if h.job.cancel == "terminate" else "asking the handler to stop")
             if h.ctx.run_id not in kept and self.held.drop(h):
                 signals.attempt_over(h, "lease_lost")
                 h.stop(force=True)
