@@ -61,12 +61,31 @@ SMALL_TARGETS = """() => [...document.querySelectorAll(
   .map(e => [e, e.getBoundingClientRect()]).filter(([e, r]) => r.width < 23.5 || r.height < 23.5)
   .map(([e, r]) => `${e.tagName.toLowerCase()}${e.type ? "[" + e.type + "]" : ""} ${(e.textContent || e.name || "").trim().slice(0, 30)} ${Math.round(r.width)} x ${Math.round(r.height)}`)"""
 
+# Controls that show no ring when they have the focus (issue 54, item 3): each focused in turn (a
+# key pressed first, so that the browser shows the focus as after a Tab) and its outline read.
+# The stops inside a date input are tests/test_web_keyboard.py's. As "what" strings.
+NO_FOCUS_RING = """() => {
+  const unringed = [];
+  for (const e of document.querySelectorAll(
+      "a[href], button, input:not([type=hidden]), select, textarea, summary, [tabindex]:not([tabindex='-1'])")) {
+    if (!e.getClientRects().length || getComputedStyle(e).visibility === "hidden" || e.disabled) continue;
+    e.focus({preventScroll: true});
+    if (document.activeElement !== e) continue;
+    const style = getComputedStyle(e);
+    if (style.outlineStyle === "none" || parseFloat(style.outlineWidth) < 2) {
+      unringed.push(e.tagName.toLowerCase() + " " + (e.getAttribute("name") || e.textContent.trim().slice(0, 30)));
+    }
+  }
+  document.activeElement.blur();
+  return unringed;
+}"""
+
 
 def look_at(page, axe, impacts, sizes=SIZES):
     """The open page at each of `sizes`: axe's findings of `impacts` as (size, rule, where), with
-    links among words marked by colour alone and targets under 24 px (UNMARKED_LINKS,
-    SMALL_TARGETS) as findings too, and (size, [page width, window width]) when it scrolls
-    sideways."""
+    links among words marked by colour alone, targets under 24 px and controls without a focus
+    ring (UNMARKED_LINKS, SMALL_TARGETS, NO_FOCUS_RING) as findings too, and (size, [page width,
+    window width]) when it scrolls sideways."""
     findings, sideways = [], []
     for size, viewport in sizes.items():
         page.set_viewport_size(viewport)
@@ -74,8 +93,10 @@ def look_at(page, axe, impacts, sizes=SIZES):
         if not page.evaluate("() => typeof axe !== 'undefined'"):
             page.evaluate(axe)
         findings += [(size, rule, where) for rule, where in page.evaluate(FINDINGS, impacts)]
+        page.keyboard.press("Shift")  # the keyboard's modality for NO_FOCUS_RING, nothing moved
         findings += [(size, rule, where) for rule, check in (("unmarked-link", UNMARKED_LINKS),
-                                                              ("small-target", SMALL_TARGETS))
+                                                              ("small-target", SMALL_TARGETS),
+                                                              ("no-focus-ring", NO_FOCUS_RING))
                      if (where := page.evaluate(check))]
         width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
         if width[0] > width[1]:
