@@ -20,6 +20,7 @@ def run_control(bench):
     """{"wait": ms from finished_at to wait()'s return, "finish": µs of FINISH_RUNS with and without}."""
     url, app = migrated(bench, "bench_run_control")
     return {"wait": _wait_latency(bench, url, app), "cancel": _cancel_reach(bench, url, app),
+            "terminate": _terminate_reach(bench, url, app),
             "retry_due": _retry_due_to_start(bench, url, app), "delay_due": _delay_due_to_start(bench, url, app),
             "finish": _finish_cost(bench, url)}
 
@@ -47,6 +48,31 @@ def _cancel_reach(bench, url, app):
 
     out = _sampled(bench, url, app, one, "--poll-interval", "0.05")
     bench.log(f"cancel -> run ended cancelled, lease 60 s: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
+              f"of {out['samples']}")
+    return out
+
+
+def _terminate_reach(bench, url, app):
+    """Milliseconds from an operator's cancel to the run's end as cancelled, both the database's
+    clock, for a `cancel="terminate"` handler that never looks (bench/spin_jobs.py) and has begun:
+    the worker ends its child process (SIGTERM) and writes the attempt once the process is gone,
+    so this is cancel -> child ended, and the write after; p50 and p95."""
+    from jobsweb import cancel, enqueue
+
+    from . import spin_jobs  # noqa: F401 - registers bench.deaf_sleep here, for enqueue
+
+    def one(conn):
+        run_id = enqueue("bench.deaf_sleep")
+        _until(conn, "SELECT 1 FROM job_runs WHERE id = %s AND progress_note = 'began'", run_id)
+        cancel(run_id)
+        return _until(conn, "SELECT extract(epoch FROM finished_at - cancel_requested_at) * 1000 "
+                            "FROM job_runs WHERE id = %s AND status = 'cancelled'", run_id)
+
+    # The child builds the app from the environment (no `flask --app` here: jobsweb's create_app).
+    env = {"JOBSWEB_HANDLERS": "bench.spin_jobs", "DATABASE_URL": url,
+           "SECRET_KEY": "0123456789abcdef-test-secret-key-0123456789-bench"}
+    out = _sampled(bench, url, app, one, "--poll-interval", "0.05", env=env)
+    bench.log(f"cancel -> child process ended, run cancelled: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
               f"of {out['samples']}")
     return out
 
@@ -170,7 +196,7 @@ def run_control_section(r):
     """§18: Run.wait()'s latency, a cancel's reach, due to start, and the notification's cost."""
     c = r["run_control"]
     w, f = c["wait"], c["finish"]
-    cancel, retry, delay = c["cancel"], c["retry_due"], c["delay_due"]
+    cancel, retry, delay, terminate = c["cancel"], c["retry_due"], c["delay_due"], c["terminate"]
     return [
         "## 18. Control in real time",
         "",
@@ -189,6 +215,9 @@ def run_control_section(r):
         "| --- | --- | --- | --- | --- |",
         f"| cancel of a running run (`jobsweb.sleep`) → it ended cancelled | {cancel['p50_ms']:.0f} ms "
         f"| {cancel['p95_ms']:.0f} ms | {cancel['samples']} | ≤ 1,000 ms |",
+        f"| cancel of a `cancel=\"terminate\"` run whose handler never looks → its process ended, the run "
+        f"cancelled | {terminate['p50_ms']:.0f} ms | {terminate['p95_ms']:.0f} ms | {terminate['samples']} "
+        "| ≤ 1,000 ms |",
         f"| a retry's due time (backoff 0.5 s) → its attempt started, poll 5 s | {retry['p50_ms']:.0f} ms "
         f"| {retry['p95_ms']:.0f} ms | {retry['samples']} | ≤ 100 ms |",
         f"| `enqueue(delay=1)` from another process: due → started, poll 5 s | {delay['p50_ms']:.0f} ms "
