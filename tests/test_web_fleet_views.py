@@ -121,6 +121,16 @@ def test_why_not_running_calls_a_silent_worker_gone_when_the_workers_page_does_a
     page.goto("/workers?worker=search-1:99:kill")
     expect(rows.first.locator(".badge")).to_have_text("alive")
 
+    # Quieted, it is alive but takes nothing: the run's page says so, as Sidekiq's quiet means.
+    sql("UPDATE job_workers SET quiet_at = now(), quiet_by = 'ada@example.com'")
+    page.goto(f"/runs/{run}")
+    expect(why).to_have_text("Why is it not running? No running worker that takes it claims runs: all are quiet "
+                             "(an operator's Quiet, until resumed), such as search-1:99:kill.")
+    # Another one, not quiet, takes every queue: the run goes to it.
+    worker(sql, "any-2")
+    page.goto(f"/runs/{run}")
+    expect(why).to_contain_text("nothing holds it")
+
 
 def test_the_queues_page_says_which_live_worker_takes_each_queue_how_busy_and_whether_quiet(
         make_user, open_context, sql):

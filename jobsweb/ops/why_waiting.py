@@ -12,7 +12,8 @@ order the claim would meet them:
 - no_worker: no worker seen within stats.UNHANDLED_WINDOW (an hour) handles its job type or takes its
   queue; no_live_worker: some did, but none is alive now by the Workers page's rule (fleet.py:
   stopped, or no heartbeat for two leases: crontab mode between ticks, a killed worker, every
-  worker down), and the sentence names the last one seen and its queue;
+  worker down), and the sentence names the last one seen and its queue; quiet: those alive are
+  all quieted by an operator (they claim nothing until resumed), one of them named;
 - at_limit / rate_limited: its queue's concurrency limit is reached, or its rate window is full;
 - next: nothing holds it: it is due and goes to the next free slot of a worker, after the runs
   ahead of it (smaller priority, earlier due time).
@@ -46,7 +47,7 @@ WITH runs AS (
     SELECT queue, count(*) AS n FROM job_runs WHERE status = 'running' AND queue IN (SELECT name FROM limited)
     GROUP BY queue
 ), workers AS (
-    SELECT id, job_types, queues, last_seen_at, stopped_at, {fleet.LIVE} AS live
+    SELECT id, job_types, queues, last_seen_at, stopped_at, quiet_at, {fleet.LIVE} AS live
     FROM job_workers WHERE last_seen_at > now() - make_interval(secs => %(window)s)
 )
 SELECT r.id, r.status, r.run_at, r.queue, r.job_type, r.waiting_for, r.batch_id, r.batch_callback, now() AS now,
@@ -59,6 +60,10 @@ SELECT r.id, r.status, r.run_at, r.queue, r.job_type, r.waiting_for, r.batch_id,
        seen.last_seen_at AS handler_seen_at, seen.id AS handler_id, seen.stopped_at AS handler_stopped_at,
        EXISTS (SELECT 1 FROM workers w WHERE w.live AND (w.job_types IS NULL OR r.job_type = ANY(w.job_types))
                                          AND (w.queues IS NULL OR r.queue = ANY(w.queues))) AS handler_live,
+       (SELECT min(w.id) FILTER (WHERE w.quiet_at IS NOT NULL) FROM workers w
+        WHERE w.live AND (w.job_types IS NULL OR r.job_type = ANY(w.job_types))
+          AND (w.queues IS NULL OR r.queue = ANY(w.queues))
+        HAVING bool_and(w.quiet_at IS NOT NULL)) AS quiet_id,
        EXISTS (SELECT 1 FROM workers w WHERE w.job_types IS NULL OR r.job_type = ANY(w.job_types)) AS type_handled,
        p.id AS before_id, p.status AS before_status, p.run_at AS before_run_at,
        b.pending AS batch_pending,
@@ -169,6 +174,9 @@ def _reason(r, gone_after):
         return Reason("no_live_worker", (Part("No worker that takes runs from its queue "), Part(r.queue, queue=r.queue),
                                          Part(f" and handles {r.job_type} is running now; the last one, "),
                                          Part(r.handler_id, worker=r.handler_id)) + last)
+    if r.quiet_id is not None:
+        return Reason("quiet", (Part("No running worker that takes it claims runs: all are quiet (an operator's "
+                                     "Quiet, until resumed), such as "), Part(r.quiet_id, worker=r.quiet_id), Part(".")))
     if r.concurrency_limit is not None and r.running >= r.concurrency_limit:
         return Reason("at_limit", (Part("Its queue "), Part(r.queue, queue=r.queue),
                                    Part(f" is at its limit ({r.running} running of {r.concurrency_limit}).")))
