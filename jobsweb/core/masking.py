@@ -193,13 +193,35 @@ def is_secret(key, words):
     return pattern is not None and _compiled(pattern).search(str(key)) is not None
 
 
-def masked_value(value, words):
-    """A payload, an event or a span's data with secret keys' values masked at any depth and every
-    text in it as shown()."""
+SECRET_MIN_CHARS = 4  # a shorter value under a secret key ("1", "yes") is not looked for in texts
+
+
+def secret_values(value, words, under=False):
+    """The texts (and numbers, as text) of a payload that lie under a secret key at any depth,
+    SECRET_MIN_CHARS long or longer, longest first: what a tracing backend must not receive
+    even where no key names it (a handler's local `pw = ctx.payload["password"]`)."""
+    found = set()
     if isinstance(value, dict):
-        return {key: MASK if is_secret(key, words) else masked_value(item, words) for key, item in value.items()}
+        for key, item in value.items():
+            found.update(secret_values(item, words, under or is_secret(key, words)))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.update(secret_values(item, words, under))
+    elif under and value is not None and not isinstance(value, bool) and len(str(value)) >= SECRET_MIN_CHARS:
+        found.add(str(value))
+    return sorted(found, key=len, reverse=True)
+
+
+def masked_value(value, words, secrets=()):
+    """A payload, an event or a span's data with secret keys' values masked at any depth and every
+    text in it as shown(), with each of `secrets` (secret_values) masked wherever it appears."""
+    if isinstance(value, dict):
+        return {key: MASK if is_secret(key, words) else masked_value(item, words, secrets)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [masked_value(item, words) for item in value]
+        return [masked_value(item, words, secrets) for item in value]
     if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, MASK)
         return shown(value, words)
     return value

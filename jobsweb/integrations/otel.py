@@ -7,17 +7,21 @@ enqueued by a handler) in job_runs.trace_context; the payload is left as the cal
 Each attempt is a span named "jobsweb <job type>" (kind CONSUMER), a child of that context (a
 new trace when the run has none), current while the handler runs, with attributes
 jobsweb.job_type, jobsweb.run_id, jobsweb.attempt and jobsweb.outcome (signals.OUTCOMES), the
-exception recorded and an error status for a failure. It ends when the attempt does: as the
+exception recorded and an error status for a failure. The exception's message and stack go
+through jobsweb's one masking rule (core/masking.py), with the payload's secret values masked
+wherever they appear, as on the run page: a tracing backend reads no more than a viewer. It ends when the attempt does: as the
 handler returns or raises, or as the worker gives it up (a timeout, the shutdown deadline, a lost
 lease), whichever comes first. Its cost: one read of trace_context per attempt.
 """
 
 import contextvars
+import traceback
 
 from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from ..core.masking import masked_value, secret_values
 from ..engine.enqueue.enqueuing import TRACE_CONTEXT
 from ..engine.jobs import signals
 from . import follow, stored_trace
@@ -31,6 +35,7 @@ def init_app(app, tracer_provider=None):
     """Trace `app`'s attempts (tracer_provider: default, the global one)."""
     tracer = trace.get_tracer("jobsweb", tracer_provider=tracer_provider)
     app.extensions[TRACE_CONTEXT] = traceparent
+    words = app.config["JOBSWEB_MASK_KEYS"]
 
     def begin(ctx):
         _detach()  # an attempt this thread ran that the worker's loop said was over (given up)
@@ -39,7 +44,7 @@ def init_app(app, tracer_provider=None):
         span = tracer.start_span(f"jobsweb {ctx.job_type}", context=parent, kind=SpanKind.CONSUMER, attributes={
             "jobsweb.job_type": ctx.job_type, "jobsweb.run_id": ctx.run_id, "jobsweb.attempt": ctx.attempt})
         _attached.set((span, context.attach(trace.set_span_in_context(span, parent))))
-        return span
+        return span, words, secret_values(ctx.payload, words)
 
     follow(app, begin, _end)
 
@@ -51,10 +56,13 @@ def traceparent():
     return carrier.get("traceparent")
 
 
-def _end(span, said, exception):
+def _end(kept, said, exception):
+    span, words, secrets = kept
     span.set_attribute("jobsweb.outcome", said)
     if exception is not None:
-        span.record_exception(exception)
+        span.record_exception(exception, attributes=masked_value({
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception))}, words, secrets))
     if said in signals.FAILED:
         span.set_status(Status(StatusCode.ERROR, type(exception).__name__ if exception is not None else said))
     span.end()

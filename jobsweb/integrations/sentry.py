@@ -16,9 +16,12 @@ jobsweb.job_type, jobsweb.queue, jobsweb.run_id, jobsweb.attempt and jobsweb.out
 dead (its last attempt failed) or permanent (a PermanentError or @job(permanent=...): dead at
 once), so an alert rule can ignore the failures a retry may still mend. The run's payload is in
 the event's "jobsweb" context with the values of JOBSWEB_MASK_KEYS keys masked, and every text
-of an attempt's events (the message, stack frames' variables, breadcrumbs) goes through the admin
-screen's masking (web/shown_text.py): what a viewer cannot read on the run page does not reach
-Sentry. An operator's cancel and a worker's shutdown are not sent.
+of an attempt's events (the message, stack frames' variables, request headers, breadcrumbs) goes
+through jobsweb's one masking rule (core/masking.py), with the payload's secret values masked
+wherever they appear (a local named `pw` holding the payload's password): what a viewer cannot
+read on the run page does not reach Sentry. An operator's cancel and a worker's shutdown are not
+sent, nor a retry the handler asked for (`raise jobsweb.Retry(...)`: a breadcrumb, and an event
+only when it was the last attempt and the run is dead).
 """
 
 import contextvars
@@ -32,8 +35,8 @@ from sqlalchemy import text
 from ..core.database import db
 from ..engine.enqueue.enqueuing import TRACE_CONTEXT
 from ..engine.jobs import signals
-from ..engine.jobs.registry import Cancelled
-from ..web.shown_text import MASK, is_secret, shown
+from ..core.masking import masked_value, secret_values, shown
+from ..engine.jobs.registry import Cancelled, Retry
 from . import follow, outcome, stored_trace
 
 SENTRY_TRACE = re.compile(r"([0-9a-f]{32})-([0-9a-f]{16})(?:-([01]))?")
@@ -71,7 +74,8 @@ def init_app(app, transactions=False):
         manager = sentry_sdk.isolation_scope()
         manager.__enter__()
         scope = sentry_sdk.get_current_scope()
-        scope.add_event_processor(lambda event, hint: _masked(event, words))
+        secrets = secret_values(ctx.payload, words)
+        scope.add_event_processor(lambda event, hint: masked_value(event, words, secrets))
         for name, value in (("job_type", ctx.job_type), ("run_id", str(ctx.run_id)), ("attempt", str(ctx.attempt))):
             scope.set_tag(f"jobsweb.{name}", value)
         # Sets the isolation scope's propagation context, which this attempt's events carry.
@@ -123,6 +127,10 @@ def _leave():
 def _capture(app, ctx, exception, permanent, last_attempt, **extra):
     if isinstance(exception, Cancelled) and not last_attempt:
         return  # a shutdown or a timeout asked it to stop; its run is queued again or retried
+    if isinstance(exception, Retry) and not last_attempt:  # asked for, not an error: it runs again
+        sentry_sdk.add_breadcrumb(category="jobsweb", level="info", message=f"run {ctx.run_id} attempt {ctx.attempt} "
+                                  f"asked to retry: {shown(str(exception), app.config['JOBSWEB_MASK_KEYS'])}")
+        return
     words = app.config["JOBSWEB_MASK_KEYS"]
     # One read per failed attempt: the claim does not bring the queue (a run may be enqueued to
     # another queue than its job type's).
@@ -139,17 +147,6 @@ def _capture(app, ctx, exception, permanent, last_attempt, **extra):
                                       "max_attempts": ctx.max_attempts, "payload": ctx.payload})
         # Last, over the whole event: the payload above, the exception's message, the stack
         # frames' variables (a handler's ctx.payload among them) and breadcrumbs.
-        scope.add_event_processor(lambda event, hint: _masked(event, words))
+        secrets = secret_values(ctx.payload, words)
+        scope.add_event_processor(lambda event, hint: masked_value(event, words, secrets))
         sentry_sdk.capture_exception(exception)
-
-
-def _masked(value, words):
-    """The event with secret-looking keys' values masked and every text masked as pages mask it."""
-    if isinstance(value, dict):
-        return {key: MASK if isinstance(key, str) and is_secret(key, words) else _masked(item, words)
-                for key, item in value.items()}
-    if isinstance(value, list):
-        return [_masked(item, words) for item in value]
-    if isinstance(value, str):
-        return shown(value, words)
-    return value
