@@ -94,3 +94,21 @@ def test_progress_data_holding_a_lone_surrogate_is_the_input_error():
     with pytest.raises(InvalidInput) as refused:
         said({"file": "report-\udcff.csv"})  # what a file name of invalid UTF-8 reads as in Python
     assert str(refused.value) == "data: must hold text only: a lone surrogate (\\ud800-\\udfff) is not text"
+
+
+def test_a_progress_note_holding_bytes_that_are_not_utf8_is_the_input_error():
+    written = []
+    ctx = JobContext(1, "t", {}, 1, 1, _report_progress=lambda ctx, *progress: written.append(progress))
+    with pytest.raises(InvalidInput) as refused:
+        ctx.progress(0.5, b"caf\xe9".decode("utf-8", "surrogateescape"))
+    assert str(refused.value) == "note: must be UTF-8 text: it holds bytes that are not (read as lone surrogates)"
+    assert written == []
+
+
+def test_flask_jobs_enqueue_with_an_idempotency_key_that_is_not_utf8_is_one_line_naming_it(runner, sql):
+    key = b"caf\xe9".decode("utf-8", "surrogateescape")  # what Python makes of such bytes in argv
+    result = runner.invoke(args=["jobs", "enqueue", "jobsweb.noop", "--idempotency-key", key])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: idempotency_key: must be UTF-8 text: it holds bytes that are not (read as lone surrogates)")
+    assert sql("SELECT count(*) FROM job_runs") == [(0,)]

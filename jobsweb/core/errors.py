@@ -67,6 +67,10 @@ def clean_text(field, value, multiline=False):
     bad = next((c for c in value if c in refused), None)
     if bad is not None:
         raise InvalidInput(field, f"must not contain the control character {bad!r}")
+    # Bytes that are not UTF-8 on the command line reach Python as lone surrogates, which no
+    # UTF-8 (nor PostgreSQL) holds: psycopg's UnicodeEncodeError was a traceback.
+    if not value.isascii() and any("\ud800" <= c <= "\udfff" for c in value):
+        raise InvalidInput(field, "must be UTF-8 text: it holds bytes that are not (read as lone surrogates)")
     return value
 
 
