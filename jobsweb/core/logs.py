@@ -14,7 +14,9 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from . import settings
+from flask import current_app, has_app_context
+
+from . import masking, settings
 from .errors import ConfigError
 
 # The fields of a run event, in the order the JSON line lists them.
@@ -44,8 +46,12 @@ def escaped(text):
 
 def run_event(logger, level, event, message, *args, run_id, job_type, attempt, duration=None,
               worker=None):
-    """Log one run event with its fields; nothing is built when `level` is disabled."""
+    """Log one run event with its fields; nothing is built when `level` is disabled. A failure's
+    error is masked (core/masking.py) as the run page masks it: log readers are not all admins."""
     if logger.isEnabledFor(level):
+        if event in ("failed", "dead"):
+            words = current_app.config["JOBSWEB_MASK_KEYS"] if has_app_context() else masking.MASK_WORDS
+            args = tuple(masking.shown(arg, words) if isinstance(arg, str) else arg for arg in args)
         logger.handle(RunEventRecord(logger.name, level, message, args, {
             "event": event, "run_id": run_id, "job_type": job_type, "attempt": attempt,
             "duration": None if duration is None else round(float(duration), 3), "worker": worker}))
