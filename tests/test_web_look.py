@@ -162,8 +162,8 @@ def seed(app, sql):
 def more_of_everything(app, sql, make_user):
     """seed()'s runs and more, so that no page the nav or a link reaches is empty: a run behind a
     paused queue, a waiting batch member, a failed run due again, an external definition with its
-    reported run, queues with limits, a quieted worker, a deploy mark, users, a notification; the
-    ids the pages' URLs need."""
+    reported run, queues with limits, a quieted worker, a deploy mark, users, a notification,
+    dead-run incidents open and resolved; the ids the pages' URLs need."""
     app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = "https://hooks.example.com/very-secret"  # a notification row
     running, definition = seed(app, sql)
     [(external,)] = sql("INSERT INTO job_definitions (name, job_type, schedule, external, ping_token, next_run_at) "
@@ -192,6 +192,14 @@ def more_of_everything(app, sql, make_user):
         "now() - interval '2 hours')")
     sql("INSERT INTO jobsweb_audit_log (user_email, action, target_type, target_id) "
         "VALUES ('ada@example.com', 'retry', 'run', %s)", [running])
+    # Dead-run incidents, open and resolved, whose texts link their runs among words (the
+    # Incidents page's history table, the dashboard's alerts: issue 54's link-in-text-block).
+    sql("INSERT INTO jobsweb_alert_incidents (kind, job_type, subject, summary, since, run_id, run_count, "
+        "resolved_at, resolution) VALUES "
+        "('dead', 'billing.charge', 'billing.charge', '3 runs of billing.charge died', now() - interval '3 hours', "
+        "%(dead)s, 3, now() - interval '2 hours', 'a run succeeded'), "
+        "('dead', 'jobsweb.noop', 'jobsweb.noop', '2 runs of jobsweb.noop died', now() - interval '1 hour', "
+        "%(dead)s, 2, NULL, NULL)", {"dead": dead})
     with app.app_context():
         with batch(on_finish="jobsweb.noop", payload={"export": 7}) as export:
             waiting = export.enqueue("jobsweb.noop", after=[export.enqueue("jobsweb.noop")])
