@@ -67,12 +67,21 @@ def _selected_ids():
         abort(400, f"Bad selection: {exc}.")
 
 
-def _counts(where):
-    """(runs that would be deleted, running runs that would be kept) among those matching `where`."""
-    deletable, running = db.session.execute(
-        select(func.count().filter(JobRun.status != "running"), func.count().filter(JobRun.status == "running"))
-        .where(*where)).one()
-    return deletable, running
+# The confirmation page of a delete counts what it will delete by the delete's own condition
+# (run_actions.count_changed), exactly up to DELETE_COUNT_CAP runs within DELETE_COUNT_BUDGET (a
+# page of its own, asked for once: longer than the runs list's), else "at least" so many.
+DELETE_COUNT_CAP = 100_000
+DELETE_COUNT_BUDGET = 1.0  # seconds
+
+
+def _to_delete(where, ids=()):
+    """(runs the delete would delete among those matching `where`, True or "at least")."""
+    return run_actions.count_changed("delete", where, DELETE_COUNT_CAP, DELETE_COUNT_BUDGET, ids)
+
+
+def _running(where):
+    """Running runs among those matching `where`, which a delete keeps (index job_runs_running)."""
+    return db.session.scalar(select(func.count()).where(*where, JobRun.status == "running"))
 
 
 def _what_else(where):
@@ -112,10 +121,11 @@ def bulk_delete():
         ids = None
         where = run_filter.conditions()
     if request.form.get("confirmed") != "yes":
-        deletable, running = _counts(where)
+        deletable, exact = _to_delete(where, ids or ())
         below, members = _what_else(where)
         return render_template("runs_delete.html", scope=scope, ids=ids, query=run_filter.args(), back=back,
-                               deletable=deletable, running=running, below=below, members=members)
+                               deletable=deletable, exact=exact is True, running=_running(where), below=below,
+                               members=members)
     batches = [ids] if ids is not None else runlist.matching_ids_in_batches(
         run_filter, DELETABLE, current_app.config["JOBSWEB_BULK_BATCH"])
     deleted, by_type = [], {}
@@ -142,7 +152,7 @@ def bulk_delete():
             _audit_bulk_delete(ids, run_filter, deleted, by_type, running=None)
         return outage.gave_up("Deleting a batch of these runs", "nothing of that batch was deleted or cancelled",
                               f"{len(deleted):,} runs were deleted before it. " if deleted else "")
-    running = _counts(where)[1]
+    running = _running(where)
     _audit_bulk_delete(ids, run_filter, deleted, by_type, running)
     message = f"Deleted {len(deleted)} run{'s' * (len(deleted) != 1)}."
     if running:

@@ -49,7 +49,7 @@ def table_context(run_filter, rows, every_match=False):
     if every_match:
         counts = runlist.counts_of(rows, RUN_STATUSES)
     elif run_filter.narrows():
-        counts = runlist.filtered_counts(run_filter, RUN_STATUSES)
+        counts = runlist.filtered_counts(run_filter, RUN_STATUSES, rows)
     else:
         counts = stats.chip_counts(RUN_STATUSES)
     # Each row's queue and job type link to this filter narrowed to them: built once per value,
@@ -58,18 +58,20 @@ def table_context(run_filter, rows, every_match=False):
     queue_links, job_type_links = ({value: url_for("jobsweb.runs.index", **dict(query, **{name: value}))
                                     for value in {getattr(run, name) for run, _ in rows}}
                                    for name in ("queue", "job_type"))
-    to_retry, reported = runlist.total(counts, run_filter, RETRYABLE), (0, True)
-    if to_retry[0] and viewer() is not None and viewer().can("operator"):
-        # Runs reported from outside are never retried: the button's number leaves them out (it
-        # said "Retry 133" and retried 132). Counted as the chips are, up to the cap and budget.
+    # The bulk buttons' confirmations: counted by each action's own condition (runlist.bulk_count).
+    to_retry = to_cancel = reported = (0, True)
+    if rows and viewer() is not None and viewer().can("operator"):
+        page_ids = [run.id for run, _ in rows]
+        to_retry = runlist.bulk_count(run_filter, "retry", RETRYABLE, page_ids)
+        to_cancel = runlist.bulk_count(run_filter, "cancel", CANCELLABLE, page_ids)
+        # Runs reported from outside are never retried (the count above leaves them out): the
+        # confirmation says how many are left so. Counted as the chips are, up to the cap and budget.
         counted = runlist._capped_count(run_filter.conditions() + [JobRun.job_type == EXTERNAL_JOB_TYPE,
                                                                    JobRun.status.in_(RETRYABLE)])
         reported = (sum(counted.values()), True) if counted is not None else (0, False)
-        to_retry = (max(to_retry[0] - reported[0], 0), to_retry[1] and reported[1])
     return {"counts": counts, "queue_links": queue_links, "job_type_links": job_type_links,
             "total": runlist.total(counts, run_filter),
-            "to_retry": to_retry, "reported_to_retry": reported,
-            "to_cancel": runlist.total(counts, run_filter, CANCELLABLE),
+            "to_retry": to_retry, "reported_to_retry": reported, "to_cancel": to_cancel,
             # Why each queued, retrying or waiting row is not running: one read for the page.
             "why": why_waiting.reasons([run.id for run, _ in rows if run.status in WAITS]),
             # A queued row of a paused queue or job type says so: no worker will take it.

@@ -22,6 +22,7 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 from ..core.database import db, execute
 from ..core.models import JobAttempt, JobDefinition, JobRun
 from ..engine.jobs.flow import check_priority
+from ..engine.runs import run_actions
 from ..engine.statements import RUN_STATUSES
 from ..ops import stats
 from .filter_args import (  # BadFilter, finished_cursor, number, text_filter: read as runlist's too
@@ -213,20 +214,44 @@ def page(run_filter, before=None, size=PAGE_SIZE, finished_before=None):
     return rows, (rows[-1][0].id if more else None)
 
 
+def bulk_where(run_filter, statuses):
+    """The runs a bulk action over the filter reads, among `statuses` (those it takes), or None
+    when the filter ticks none of them; the action's own statements then decide each run."""
+    wanted = [s for s in (run_filter.statuses or statuses) if s in statuses]
+    return [*run_filter.conditions(), JobRun.status.in_(wanted)] if wanted else None
+
+
+# What a bulk action's confirmation says it will change ("Retry 331 runs?"): counted by the
+# action's own condition (run_actions.count_changed), exactly up to BULK_COUNT_CAP runs and
+# within BULK_COUNT_BUDGET (on every page an operator sees, live polls too); past either, "at
+# least" what it could count, never less than the page's own runs it would change. It said
+# "about 0" from the planner's estimate, and then retried 331 (issue 54).
+BULK_COUNT_CAP = 10_000
+BULK_COUNT_BUDGET = 0.05  # seconds
+
+
+def bulk_count(run_filter, action, statuses, page_ids=()):
+    """(runs `action` would change among those the filter matches in `statuses`, True or "at least")."""
+    _plan_for_the_values(run_filter)
+    where = bulk_where(run_filter, statuses)
+    if where is None:
+        return 0, True
+    return run_actions.count_changed(action, where, BULK_COUNT_CAP, BULK_COUNT_BUDGET, page_ids)
+
+
 def matching_ids_in_batches(run_filter, statuses, batch_size):
     """Ids of runs matching the filter and in `statuses`, newest first, `batch_size` at a time.
 
     Each batch is read fresh after the caller has committed the previous one, so a bulk action
     over 100,000 runs is many short transactions, never one long lock on the table.
     """
-    wanted = [s for s in (run_filter.statuses or statuses) if s in statuses]
-    if not wanted:
+    where = bulk_where(run_filter, statuses)
+    if where is None:
         return
     before = None
     while True:
         _plan_for_the_values(run_filter)  # each batch is a transaction of its own
-        stmt = (select(JobRun.id).where(*run_filter.conditions(), JobRun.status.in_(wanted))
-                .order_by(JobRun.id.desc()).limit(batch_size))
+        stmt = select(JobRun.id).where(*where).order_by(JobRun.id.desc()).limit(batch_size)
         if before is not None:
             stmt = stmt.where(JobRun.id < before)
         ids = db.session.scalars(stmt).all()
@@ -276,9 +301,11 @@ def _capped_count(where):
         savepoint.rollback()
 
 
-def filtered_counts(run_filter, statuses):
+def filtered_counts(run_filter, statuses, rows=()):
     """{status: (count, exact?)} of the runs matching the filter's other conditions, whatever
-    statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least what was counted)."""
+    statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least what was counted, and
+    at least the page's own `rows` of that status: "Showing 50 of about 0 runs" was the planner's
+    estimate of a filter, shared out by the whole table's statuses)."""
     if run_filter.text:  # the search's window was read whole: its runs are counted exactly
         found = Counter(status for _, status in run_filter.searched())
         return {status: (found[status], True) for status in statuses}
@@ -291,7 +318,8 @@ def filtered_counts(run_filter, statuses):
     shares = counted or dict(execute(stats.ESTIMATED_COUNTS).all())
     whole = sum(shares.values()) or 1
     found = counted or {}
-    return {status: (max(round(expected * shares.get(status, 0) / whole), found.get(status, 0)), False)
+    shown = Counter(run.status for run, _ in rows)
+    return {status: (max(round(expected * shares.get(status, 0) / whole), found.get(status, 0), shown[status]), False)
             for status in statuses}
 
 

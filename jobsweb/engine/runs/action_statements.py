@@ -7,6 +7,27 @@ cancel, gets a cancellation request instead). What they do to the runs that wait
 to their batches, is the trigger job_runs_workflow's (migrations 0024_seams, 0026_retry_seams);
 engine/runs/run_actions.py sends them."""
 
+# Which runs each action changes, as conditions on a row of job_runs, written once: the statements
+# below are made of them, and so is the count an operator's confirmation states
+# (run_actions.count_changed: "Retry 331 runs?" said "about 0" when it was the planner's estimate).
+NOT_REPORTED = "job_type <> 'jobsweb.external'"  # no worker could run a run reported from outside again
+RETRYABLE_STATUS = "status IN ('failed', 'dead', 'cancelled')"
+# A dead or cancelled run whose unique key another unfinished run holds now is left alone.
+UNIQUE_KEY_FREE = """(unique_key IS NULL OR status = 'failed' OR NOT EXISTS (
+      SELECT 1 FROM job_runs o WHERE o.unique_key = job_runs.unique_key
+                                 AND o.status IN ('queued', 'running', 'failed')))"""
+ENDED_AT_ONCE = "status IN ('waiting', 'queued', 'failed')"  # no worker holds them: cancelled at once
+ASK_TO_STOP = "status = 'running' AND cancel_requested_at IS NULL"  # its holder is asked to stop
+DELETABLE_STATUS = "status IN ('succeeded', 'dead', 'cancelled', 'skipped', 'missed')"
+CHANGES = {
+    # Of runs matched one at a time, those RETRY_RUNS may queue again; it also leaves alone a run
+    # that waits for a run ended dead or cancelled outside the retry, and all but the oldest of
+    # several with one key: what only the whole set of runs can say (the bulk flash counts them).
+    "retry": f"{NOT_REPORTED} AND {RETRYABLE_STATUS} AND {UNIQUE_KEY_FREE}",
+    "cancel": f"({ENDED_AT_ONCE} OR {ASK_TO_STOP})",  # cancelled, or asked to stop
+    "delete": f"({ENDED_AT_ONCE} OR {DELETABLE_STATUS})",  # cancelled first (CANCEL_BEFORE_DELETE), then deleted
+}
+
 # failed/dead/cancelled -> queued, due now. Attempts and job_attempts stay as history; the
 # next claim records attempt n+1. The status guard leaves a run a worker just claimed alone. A
 # dead or cancelled run whose unique key another unfinished run holds now is left as it is, and of
@@ -19,10 +40,10 @@ engine/runs/run_actions.py sends them."""
 # are not locked here (two retries of overlapping runs would deadlock on the share locks); their
 # own status guard, re-checked by the UPDATE, decides them. The trigger's AFTER ROW calls come
 # once every row is queued: a run waits for the new attempt of one retried with it.
-RETRY_RUNS = """
+RETRY_RUNS = f"""
 WITH RECURSIVE retryable AS MATERIALIZED (
     SELECT id, run_after_failure FROM job_runs
-    WHERE id = ANY(%(ids)s) AND status IN ('failed', 'dead', 'cancelled')
+    WHERE id = ANY(%(ids)s) AND {NOT_REPORTED} AND {RETRYABLE_STATUS}
       AND (unique_key IS NULL OR status = 'failed' OR (NOT EXISTS (
           SELECT 1 FROM job_runs o WHERE o.unique_key = job_runs.unique_key
                                      AND o.status IN ('queued', 'running', 'failed'))
@@ -54,10 +75,7 @@ UPDATE job_runs
 SET status = 'queued', run_at = now(), locked_by = NULL, locked_until = NULL,
     finished_at = NULL, cancel_requested_at = NULL, updated_at = now()
 WHERE id IN (SELECT id FROM retryable) AND id NOT IN (SELECT id FROM blocked)
-  AND status IN ('failed', 'dead', 'cancelled')
-  AND (unique_key IS NULL OR status = 'failed' OR NOT EXISTS (
-      SELECT 1 FROM job_runs o WHERE o.unique_key = job_runs.unique_key
-                                 AND o.status IN ('queued', 'running', 'failed')))
+  AND {CHANGES["retry"]}
 RETURNING id
 """
 
@@ -76,10 +94,10 @@ ORDER BY r.id, r.reason = 'run ' || a.id || ' ended ' || a.status DESC, a.id
 
 # waiting/queued/failed -> cancelled at once: no worker holds them. Runs waiting for one that is
 # cancelled are cancelled with it (the trigger job_runs_workflow).
-CANCEL_WAITING = """
+CANCEL_WAITING = f"""
 UPDATE job_runs
 SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE id = ANY(%(ids)s) AND status IN ('waiting', 'queued', 'failed')
+WHERE id = ANY(%(ids)s) AND {ENDED_AT_ONCE}
 RETURNING id
 """
 
@@ -92,11 +110,11 @@ CANCEL_CHANNEL = "jobsweb_cancels"
 # answers with a heartbeat (engine/worker/wakeup.py), so its handler is told in milliseconds, not
 # at the next heartbeat (a third of the lease: 20 s by default). A worker that does not listen
 # (a cron tick, a pooler without JOBSWEB_DIRECT_DATABASE_URL) still hears it at its heartbeat.
-REQUEST_CANCEL = """
+REQUEST_CANCEL = f"""
 WITH asked AS (
     UPDATE job_runs
     SET cancel_requested_at = now(), updated_at = now()
-    WHERE id = ANY(%(ids)s) AND status = 'running' AND cancel_requested_at IS NULL
+    WHERE id = ANY(%(ids)s) AND {ASK_TO_STOP}
     RETURNING id, locked_by
 )
 SELECT a.id FROM asked a
@@ -107,9 +125,9 @@ LEFT JOIN LATERAL (SELECT pg_notify('jobsweb_cancels', (SELECT string_agg(DISTIN
 # A run deleted before it ended is cancelled first, in the delete's transaction (run_actions.delete),
 # so the trigger job_runs_workflow does what a cancel does: what waits for it is cancelled ("run
 # 812 was deleted": reason 'deleted' tells it), its batch counts it. Returns the status before.
-CANCEL_BEFORE_DELETE = """
+CANCEL_BEFORE_DELETE = f"""
 UPDATE job_runs r SET status = 'cancelled', finished_at = now(), updated_at = now(), reason = 'deleted'
-FROM (SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) AND status IN ('waiting', 'queued', 'failed')
+FROM (SELECT id, status FROM job_runs WHERE id = ANY(%(ids)s) AND {ENDED_AT_ONCE}
       ORDER BY id FOR NO KEY UPDATE) was
 WHERE r.id = was.id RETURNING r.id, was.status
 """
@@ -117,9 +135,9 @@ WHERE r.id = was.id RETURNING r.id, was.status
 # Operators delete runs (admin only) once ended (after CANCEL_BEFORE_DELETE), with their attempts
 # (ON DELETE CASCADE); never a running one, which a worker would finish into nothing. A run claimed
 # meanwhile, or ended failed or queued, is re-checked after the row lock (READ COMMITTED) and kept.
-DELETE_RUNS = """
+DELETE_RUNS = f"""
 DELETE FROM job_runs
-WHERE id = ANY(%(ids)s) AND status IN ('succeeded', 'dead', 'cancelled', 'skipped', 'missed')
+WHERE id = ANY(%(ids)s) AND {DELETABLE_STATUS}
 RETURNING id, job_type, status
 """
 

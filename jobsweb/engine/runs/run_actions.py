@@ -17,9 +17,13 @@ code, engine/runs/run_control.py); without it, db.session's (the admin screen, t
 
 from collections import namedtuple
 
-from ...core.database import execute
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
+
+from ...core.database import db, execute
+from ...core.models import JobRun
 from ..statements import ENDED_NOTIFY, NOTIFY
-from . import action_statements, reported_runs
+from . import action_statements
 
 Deleted = namedtuple("Deleted", "id job_type status")  # status: the run's before the delete
 # A run a retry left alone for waiting for `after_id`, which ended `after_status`; whether that
@@ -44,8 +48,7 @@ def retry(ids, conn=None):
     """Queue these runs again now; returns the ids that were retried (the caller commits). Runs
     of external definitions are left alone: no worker could run them; so are runs that wait for
     a run ended dead or cancelled that is not among these (waits_for_failed says which)."""
-    ids = [row.id for row in _run(conn, reported_runs.RETRYABLE_IDS, {"ids": list(ids)})]
-    retried = [row.id for row in _run(conn, action_statements.RETRY_RUNS, {"ids": ids})]
+    retried = [row.id for row in _run(conn, action_statements.RETRY_RUNS, {"ids": list(ids)})]
     if retried:
         _run(conn, NOTIFY)  # listening workers start them at commit
     return retried
@@ -98,3 +101,31 @@ def run_now(run_id):
 def reschedule(run_id, run_at):
     """Move a queued run to `run_at`; whether it did (a run no longer queued is left alone)."""
     return execute(action_statements.RESCHEDULE_QUEUED, {"id": run_id, "run_at": run_at}).first() is not None
+
+
+QUERY_CANCELED = "57014"  # the SQLSTATE of a statement stopped by statement_timeout
+
+
+def count_changed(action, where, cap, budget, floor_ids=()):
+    """How many of the runs matching `where` the bulk `action` ("retry", "cancel", "delete") would
+    change, by the very condition its statements change them by (action_statements.CHANGES):
+    (n, True) exact; (cap, "at least") past `cap` runs; past `budget` seconds, (those of
+    `floor_ids`, the runs a page shows, that it would change, "at least"). Read in a savepoint,
+    rolled back: its limit ends with it, and a stopped count leaves the caller's transaction as
+    it was."""
+    changed = text(action_statements.CHANGES[action])
+    capped = select(JobRun.id).where(*where, changed).limit(cap + 1).subquery()
+    savepoint = db.session.begin_nested()
+    try:
+        limit_on_server(budget)
+        n = db.session.scalar(select(func.count()).select_from(capped))
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) != QUERY_CANCELED:
+            raise
+        n = None
+    finally:
+        savepoint.rollback()
+    if n is not None:
+        return (n, True) if n <= cap else (cap, "at least")
+    floor = db.session.scalar(select(func.count()).where(JobRun.id.in_(list(floor_ids)), changed)) if floor_ids else 0
+    return floor, "at least"
