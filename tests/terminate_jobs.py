@@ -5,6 +5,7 @@ Each records the pid it runs in (test_executions, committed at once), so that a 
 the child from the worker and see the child gone."""
 
 import ctypes
+import logging
 import os
 import signal
 import time
@@ -80,6 +81,7 @@ def works(ctx):
         raise Retry(3600, "rate limited")
     if fail == "result":
         return {"not json": {1, 2}}
+    logging.getLogger("tests.terminate").info("working on run %d in pid %d", ctx.run_id, os.getpid())
     ctx.progress(0.5, "half way", data={"done": 1})
     return {"pid": os.getpid(), "attempt": ctx.attempt, "payload": ctx.payload, "app": current_app.name,
             "lease_extended": ctx.extend_lease(120), "cancelled": ctx.cancelled, "batch": ctx.batch}

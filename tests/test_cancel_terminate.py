@@ -28,7 +28,7 @@ def insert(sql, job_type, payload=None):
 
 
 def worker(spawn_worker, *args, **settings):
-    return spawn_worker("--poll-interval", "0.1", *args, JOBSWEB_HANDLERS=HANDLERS, **settings)
+    return spawn_worker("--poll-interval", "0.1", *args, **{"JOBSWEB_HANDLERS": HANDLERS, **settings})
 
 
 def pids(sql, run, count=1):
@@ -104,6 +104,8 @@ def test_a_child_handler_returns_its_result_with_the_app_context_payload_progres
         "batch": None}
     assert (progress, note, data) == (1.0, "half way", {"done": 1})  # the note and data its child said; 1.0 as it succeeded
     assert attempts(sql, run) == [(1, "succeeded", None, None)]
+    [(output,)] = sql("SELECT output FROM job_attempts WHERE run_id = %s", [run])  # captured in the child
+    assert f"INFO tests.terminate: working on run {run} in pid {result['pid']}" in output
 
 
 def test_a_child_handlers_exceptions_are_retried_or_dead_as_in_a_thread(sql, spawn_worker):
@@ -221,3 +223,46 @@ def test_a_child_exits_when_its_worker_is_killed(sql, spawn_worker):
     proc.wait(timeout=15)
     wait_for(lambda: gone(pid), timeout=10, message=f"the child {pid} to exit")
     assert status(sql, run) == "running"  # until its lease expires
+
+
+def test_a_child_that_ignores_sigterm_does_not_hold_the_workers_exit_past_its_deadline(sql, spawn_worker):
+    # At the 1 s shutdown deadline the child is sent SIGTERM, which it ignores; its 5 s of grace
+    # would hold the exit (multiprocessing joins its children at exit): it is killed at the exit.
+    run = insert(sql, "test.terminate.deaf")
+    proc = worker(spawn_worker, "--forever", "--shutdown-timeout", "1")
+    [pid] = pids(sql, run)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+    assert time.monotonic() - began < 4  # the promise: the shutdown timeout and 2 s more
+    wait_for(lambda: gone(pid), timeout=5, message=f"the child {pid} to be gone")
+    assert status(sql, run) == "queued"
+    assert [(attempt, outcome) for attempt, outcome, *_ in attempts(sql, run)] == [(1, "interrupted")]
+
+
+def test_lifecycle_signals_are_sent_by_the_worker_around_a_childs_attempt(app, sql, spawn_worker):
+    # tests/signal_jobs.py's receivers, connected in the worker (and in each child, where no
+    # signal is sent), record what they hear; the exception is the stand-in named after the child's.
+    sql("CREATE TABLE IF NOT EXISTS test_signals (id bigserial PRIMARY KEY, signal text NOT NULL, run_id bigint,"
+        " attempt int, detail text, app text)")
+    sql("TRUNCATE test_signals")
+    permanent = insert(sql, "test.terminate.works", {"fail": "permanent"})
+    spin = insert(sql, "test.terminate.spin")
+    proc = worker(spawn_worker, "--forever", "--concurrency", "2", JOBSWEB_HANDLERS=HANDLERS + ",tests.signal_jobs",
+                  TEST_RECORD_SIGNALS="1")
+    pids(sql, spin)
+    with app.app_context():
+        jobsweb.cancel(spin)
+    wait_for(lambda: sql("SELECT count(*) FROM test_signals WHERE signal LIKE 'run_%'") == [(2,)], timeout=30,
+             message="run_dead and run_cancelled")
+    proc.terminate()
+    assert proc.wait(timeout=15) == 0
+
+    def heard(run):
+        return sql("SELECT signal, attempt, detail FROM test_signals WHERE run_id = %s ORDER BY id", [run])
+
+    assert heard(permanent) == [
+        ("attempt_started", 1, "test.terminate.works"),
+        ("attempt_failed", 1, "PermanentError: retrying cannot help; permanent=True last_attempt=False"),
+        ("run_dead", 1, "PermanentError: retrying cannot help")]
+    assert heard(spin) == [("attempt_started", 1, "test.terminate.spin"), ("run_cancelled", 1, "test.terminate.spin")]

@@ -16,6 +16,8 @@ database connections, its own Flask-SQLAlchemy session. Lifecycle signals are se
 worker, around the child's run (engine/worker/child_main.py is the child's side).
 """
 
+import atexit
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -35,6 +37,18 @@ GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL: a handler's own SIGTERM hand
 # What the forkserver imports once, so that each child only builds the app and imports the handlers.
 PRELOAD = ["jobsweb.app", "jobsweb.engine.worker.child_main"]
 _CONTEXT = multiprocessing.get_context("forkserver")
+_alive = set()  # the children started and not yet reaped, for _kill_left
+_exit_hook = []  # _kill_left, once registered
+
+
+def _kill_left():
+    """At the worker's exit: SIGKILL to the children still running. Each was given up (the
+    shutdown deadline, a timeout) and sent SIGTERM; one that ignores it would otherwise hold the
+    exit for the rest of its grace, since multiprocessing's own exit hook (registered first, so
+    run after this one) joins every child, past the stop's promised deadline."""
+    for process in list(_alive):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
 
 
 def app_source(app):
@@ -56,6 +70,8 @@ class Children:
         self.app = app
         self.source = app_source(app)
         _CONTEXT.set_forkserver_preload(PRELOAD)  # read when the forkserver starts, at the first child
+        if not _exit_hook:
+            _exit_hook.append(atexit.register(_kill_left))
 
     def run(self, held):
         """execution.run_handler's Finished, whichever way the handler runs."""
@@ -95,7 +111,8 @@ KINDS = {"permanent": ChildPermanent, "retry": ChildRetry, "cancelled": ChildCan
 
 def child_error(error_type, message, stack, kind, retry_in):
     """The worker's stand-in for the child's exception: permanent, a Retry or a Cancelled as it was."""
-    exc = type(error_type, (KINDS[kind],), {"__module__": "jobsweb.child"}).__new__(KINDS[kind])
+    named = type(error_type, (KINDS[kind],), {"__module__": "jobsweb.child"})
+    exc = named.__new__(named)
     Exception.__init__(exc, message)
     exc.jobsweb_described = (error_type, message, stack)
     exc.in_, exc.reason = retry_in, None
@@ -154,7 +171,11 @@ class Child:
             finally:
                 self.inbox.close()  # the child's ends: its exit closes the pipe
                 self.outbox.close()
-            self._watch()
+            _alive.add(self.process)
+            try:
+                self._watch()
+            finally:
+                _alive.discard(self.process)
         finally:
             held.ctx._on_cancel = held.abort = None
             for end in (self.to_child, self.from_child, self.waker, self.wake):
