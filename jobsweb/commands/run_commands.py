@@ -13,6 +13,8 @@ from werkzeug.datastructures import MultiDict
 from ..core import conflicts
 from ..core.database import db
 from ..core.errors import RunStateError
+from ..core.logs import json_escaped
+from ..core.masking import masked_value
 from ..core.models import JobRun
 from ..engine.runs import run_actions, run_control
 from ..engine.runs.run_status import get_run
@@ -41,7 +43,9 @@ def show_command(run_id):
         raise click.UsageError(f"RUN_ID: there is no run {run_id}")
     fields = dataclasses.asdict(run)
     fields["done"] = run.done
-    click.echo(json.dumps(fields, default=lambda value: value.isoformat(), indent=2, ensure_ascii=False))
+    # Masked as the run page shows it, bidi controls escaped (docs/MASKING.md): a terminal is a reader too.
+    fields = masked_value(fields, current_app.config["JOBSWEB_MASK_KEYS"])
+    click.echo(json_escaped(json.dumps(fields, default=lambda value: value.isoformat(), indent=2, ensure_ascii=False)))
 
 
 def _filter_options(command):

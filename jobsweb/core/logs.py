@@ -44,6 +44,13 @@ def escaped(text):
     return text if text.isprintable() else _UNSAFE_IN_TEXT.sub(_escape, text)
 
 
+def json_escaped(text):
+    """JSON text with the characters that hide or reorder what a terminal shows (C1 controls,
+    line and paragraph separators, bidi overrides: U+202E) written as \\uXXXX escapes, which
+    JSON reads back as the same characters (json.dumps escapes C0 itself)."""
+    return text if text.isprintable() else _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
+
+
 def run_event(logger, level, event, message, *args, run_id, job_type, attempt, duration=None,
               worker=None):
     """Log one run event with its fields; nothing is built when `level` is disabled. A failure's
@@ -153,7 +160,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         line = json.dumps(out, ensure_ascii=False, default=str)
-        return line if line.isprintable() else _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match[0]):04x}", line)
+        return json_escaped(line)
 
 
 def formatter(log_format):

@@ -36,6 +36,7 @@ from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 from ..core import conflicts, deadlines
 from ..core.database import db, execute, outage
 from ..core.errors import InvalidInput
+from ..core.masking import shown
 from ..engine.upkeep import EXTEND_LEASES
 from ..engine.worker.loop import worker_id
 from ..scheduling import reports
@@ -149,12 +150,11 @@ def _heartbeat(app, start, holder, lease, stop, on_cancel):
             with deadlines.bounded(ROUND_TRIP_LIMIT), app.app_context():
                 rows = conflicts.retried(lambda: _extend(run_id, lease, holder), undo=db.session.rollback)
         except Exception as exc:  # the database may be away for a while; the command goes on
-            print(f"jobsweb: heartbeat of run {run_id} failed: {str(exc).strip().splitlines()[0]}",
-                  file=sys.stderr)
+            _say(app, f"heartbeat of run {run_id} failed: {(str(exc).strip().splitlines() or [''])[0]}")
             continue
         if not rows:
             if not stop.is_set():  # (once stopped, the end may have been recorded meanwhile)
-                print(f"jobsweb: run {run_id} is no longer held by this exec (its lease ran out)", file=sys.stderr)
+                _say(app, f"run {run_id} is no longer held by this exec (its lease ran out)")
         elif rows[0].cancel_requested:
             on_cancel()
 
@@ -242,14 +242,13 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
             if start.error is not None:
                 raise start.error  # an unknown definition, a database never migrated
             if start.value.status == "skipped":
-                print(f"jobsweb: {name}: run {start.value.run_id} skipped, the command was not started: "
-                      f"{start.value.reason}", file=sys.stderr)
+                _say(app, f"{name}: run {start.value.run_id} skipped, the command was not started: "
+                     f"{start.value.reason}")
                 return 0
         else:
             why = _why(start.error) if start.done.is_set() else f"database did not answer within {start_wait:g} s"
-            print(f"jobsweb: {name}: its start is not recorded ({why}); the command runs now, without the "
-                  f"check for an overlapping run, and its run is recorded if the database answers by its end",
-                  file=sys.stderr)
+            _say(app, f"{name}: its start is not recorded ({why}); the command runs now, without the check "
+                 f"for an overlapping run, and its run is recorded if the database answers by its end")
         tail = Tail(app.config["JOBSWEB_OUTPUT_MAX_CHARS"])
         outcome = _started(app, start, holder, lease, argv, timeout, kill_after, forwarder, tail)
         report = InBackground(_record_end, app, name, holder, lease, start, outcome, tail.text(),
@@ -260,12 +259,11 @@ def run(app, name, argv, timeout=None, kill_after=10.0):
         else:  # the report thread is left behind; the process exits without it
             error = TimeoutError(f"database did not answer within {REPORT_WAIT:g} s")
         if error is not None:
-            print(f"jobsweb: {name}: the run was NOT recorded ({words}): {_why(error)}; "
-                  f"its slot shows as missed", file=sys.stderr)
+            _say(app, f"{name}: the run was NOT recorded ({words}): {_why(error)}; its slot shows as missed")
         elif not report.value:
             started = start.started()
-            print(f"jobsweb: run {started.run_id if started else '?'} had already ended (its lease ran out); "
-                  f"this outcome was not recorded: {words}", file=sys.stderr)
+            _say(app, f"run {started.run_id if started else '?'} had already ended (its lease ran out); "
+                 f"this outcome was not recorded: {words}")
         return outcome.exit_code
 
 
@@ -273,14 +271,14 @@ def _started(app, start, holder, lease, argv, timeout, kill_after, forwarder, ta
     """Start the command, unless a signal came first, and follow it to its end: its Ended."""
     if forwarder.early:
         number = forwarder.early[0]
-        return _not_started(tail, 128 + number, f"{signal_name(number)} came before the command started: "
+        return _not_started(app, tail, 128 + number, f"{signal_name(number)} came before the command started: "
                                                 "it was not started")
     try:
         # Its own session (process group), so that a timeout's signal reaches what it started.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as exc:
-        return _not_started(tail, 127 if exc.errno == errno.ENOENT else 126,
+        return _not_started(app, tail, 127 if exc.errno == errno.ENOENT else 126,
                             f"cannot start {argv[0]!r}: {exc.strerror or exc}")
     command = Command(proc, kill_after)
     forwarder.follow(command)
@@ -295,8 +293,14 @@ def _started(app, start, holder, lease, argv, timeout, kill_after, forwarder, ta
         beat.join(1.0)  # a beat under way finishes before the end is recorded, unless the database hangs
 
 
-def _not_started(tail, exit_code, message):
-    print(f"jobsweb: {message}", file=sys.stderr)
+def _say(app, line):
+    """One line of exec's own on stderr, masked and without controls (core/masking.py): what it
+    quotes (a database's error, the command's name) can hold a secret or a bidi override."""
+    print(f"jobsweb: {shown(line, app.config['JOBSWEB_MASK_KEYS'])}", file=sys.stderr)
+
+
+def _not_started(app, tail, exit_code, message):
+    _say(app, message)
     tail.add(message.encode() + b"\n")
     return Ended(exit_code, "dead", "not_started", message)
 
