@@ -101,6 +101,9 @@ def seeded(app, sql, sign_in, make_user):
     sql("UPDATE jobsweb_users SET active = false WHERE email = %s", [gone])
     sql("INSERT INTO job_workers (id, host, pid) VALUES ('h:1:aa', 'h', 1)")
     sql("INSERT INTO job_workers (id, host, pid, quiet_at, quiet_by) VALUES ('h:2:bb', 'h', 2, now(), 'x@example.com')")
+    if sql("SELECT 1 FROM information_schema.columns WHERE table_name = 'job_workers' AND column_name = 'concurrency'"):
+        # A worker that wrote its concurrency (0034_worker_stop) reads a stop: the page offers Stop.
+        sql("UPDATE job_workers SET concurrency = 4 WHERE id = 'h:1:aa'")
     sql("INSERT INTO job_queues (name, paused) VALUES ('mail', false), ('held', true)")
     sql("INSERT INTO job_paused_types (job_type) VALUES ('paused.type')")
     with committed(app):
