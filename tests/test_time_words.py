@@ -40,6 +40,7 @@ def test_the_browser_words_every_length_as_the_server_does_and_a_run_due_in_2_h_
     page = open_context()
     page.clock.set_fixed_time(run_at - timedelta(hours=2, minutes=55))  # the browser's clock, for its words
     sign_in(page, make_user("viewer"))
+    page.wait_for_function("() => typeof window.jobswebWords === 'function'")  # the deferred script ran
     assert page.evaluate("lengths => lengths.map(s => window.jobswebWords(s))", [s for s, _ in WORDS]) \
         == [words for _, words in WORDS]
     page.goto("/runs")
