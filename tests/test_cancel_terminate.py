@@ -266,3 +266,25 @@ def test_lifecycle_signals_are_sent_by_the_worker_around_a_childs_attempt(app, s
         ("attempt_failed", 1, "PermanentError: retrying cannot help; permanent=True last_attempt=False"),
         ("run_dead", 1, "PermanentError: retrying cannot help")]
     assert heard(spin) == [("attempt_started", 1, "test.terminate.spin"), ("run_cancelled", 1, "test.terminate.spin")]
+
+
+def test_a_child_is_ended_when_its_worker_loses_the_runs_lease(sql, spawn_worker):
+    # Another worker took the run over (its lease had expired): this one's handler must not go on.
+    run = insert(sql, "test.terminate.spin")
+    proc = worker(spawn_worker, "--forever", JOBSWEB_LEASE_SECONDS="3")  # a heartbeat each second
+    [pid] = pids(sql, run)
+    sql("UPDATE job_runs SET locked_by = 'another-worker' WHERE id = %s", [run])
+    wait_for(lambda: gone(pid), timeout=10, message=f"the child {pid} to be ended at the next heartbeat")
+    proc.terminate()
+    assert proc.wait(timeout=15) == 0
+    assert sql("SELECT status, locked_by FROM job_runs WHERE id = %s", [run]) == [("running", "another-worker")]
+
+
+def test_a_child_that_cannot_find_its_handler_says_where_to_name_it():
+    from jobsweb.engine.worker.child_main import find_job
+
+    with pytest.raises(LookupError) as missing:
+        find_job("test.terminate.nowhere", "__main__")
+    assert str(missing.value) == ("job type 'test.terminate.nowhere' is not registered in the child process: the app "
+                                  "it built did not import its module (__main__); name it in JOBSWEB_HANDLERS")
+    assert find_job("test.terminate.spin", "tests.terminate_jobs").cancel == "terminate"

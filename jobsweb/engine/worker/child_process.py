@@ -83,7 +83,10 @@ class Children:
         held.began = started = time.monotonic()
         with self.app.app_context():
             signals.send(signals.attempt_started, ctx=held.ctx)
-            finished = Child(self.source, held).run()
+            try:
+                finished = Child(self.source, held).run()
+            except Exception as exc:  # noqa: BLE001 - no pipe or process to be had: this attempt's failure
+                finished = Finished(held, exc=exc)
             finished.seconds = time.monotonic() - started
             signals.attempt_ended(held, result=finished.result, exc=finished.exc)
         return finished
@@ -133,8 +136,11 @@ class ChildProcessDied(Exception):
 
 def died(pid, exitcode):
     if exitcode is not None and exitcode < 0:
-        return ChildProcessDied(f"its process (pid {pid}) ended without an answer: killed by signal {-exitcode} "
-                                f"({signal.Signals(-exitcode).name})")
+        try:
+            name = f" ({signal.Signals(-exitcode).name})"
+        except ValueError:  # a real-time signal has no name
+            name = ""
+        return ChildProcessDied(f"its process (pid {pid}) ended without an answer: killed by signal {-exitcode}{name}")
     return ChildProcessDied(f"its process (pid {pid}) ended without an answer: it exited with code {exitcode}")
 
 
