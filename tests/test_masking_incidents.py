@@ -39,3 +39,29 @@ def test_a_dead_runs_incident_its_notification_its_log_line_and_every_page_mask_
         assert page.status_code == 200 and "password=••••••" in page.get_data(as_text=True), url
         seen[url] = page.get_data(as_text=True)
     assert [(where, secret) for where, text in seen.items() for secret in SECRETS if secret in str(text)] == []
+
+
+def test_a_failed_deliverys_error_and_log_line_quote_neither_the_webhooks_secret_path_nor_a_masked_value(
+        app, receiver, sql, caplog):
+    app.config["JOBSWEB_ALERT_WEBHOOK_URL"] = receiver.url  # its path ends in /hooks/secret-token
+    receiver.fail_first = 1
+    receiver.failure_reply = b"refused /hooks/secret-token: token=Zq9xK7wP"
+    with app.app_context():
+        notify.queue_test("ann@example.com")
+        db_commit()
+    # A row from before URLs were checked, which urlsplit refuses: an unforeseen exception.
+    sql("INSERT INTO jobsweb_alert_deliveries (event, channel, target, subject, body) "
+        "VALUES ('test', 'webhook', 'http://[::1/hooks/s3cret', 's', 'b')")
+    with caplog.at_level(logging.INFO, logger="jobsweb.notify"), app.app_context():
+        notify.deliver_due()
+    errors = [row[0] for row in sql("SELECT last_error FROM jobsweb_alert_deliveries ORDER BY id")]
+    assert errors[0] == "HTTP 500 Internal Server Error: refused …: token=••••••"
+    assert errors[1] == "ValueError: Invalid IPv6 URL"
+    assert [s for s in ("secret-token", "s3cret", "Zq9xK7wP") if s in caplog.text + str(errors)] == []
+    assert "Traceback" in caplog.text  # the unforeseen one's, said masked
+
+
+def db_commit():
+    from jobsweb.core.database import db
+
+    db.session.commit()

@@ -18,12 +18,14 @@ import json
 import logging
 import smtplib
 import ssl
+import traceback
 from email.message import EmailMessage
 from urllib.parse import urlsplit
 
 from flask import current_app, url_for
 
 from ..core.database import db, execute
+from ..core.masking import shown
 from ..core.models import AlertDelivery
 from ..engine.jobs import retry
 from . import webhook
@@ -107,14 +109,18 @@ def deliver_due(stop=None, limit=100):
             # Any exception, not only SendError: one unforeseen (a URL http.client cannot encode)
             # left the row pending with no error, and a traceback every pass for ever.
             error = str(exc) if isinstance(exc, SendError) else f"{type(exc).__name__}: {exc}"
+            # Shown on the incidents page and logged (the traceback of the unforeseen too): without
+            # the webhook's secret path and what the masking rule hides (a reply may quote them).
+            error, stack = (_masked(text, row.target, config) for text in (
+                error, "" if isinstance(exc, SendError) else "\n" + "".join(traceback.format_exception(exc))))
             error = error[:ERROR_CHARS]
             delay = retry.backoff_seconds(row.attempts, config["JOBSWEB_ALERT_RETRY_BASE"], RETRY_CAP)
             changed = execute(DELIVERY_FAILED, {
                 "id": row.id, "attempt": row.attempts, "error": error, "delay": delay,
                 "max_attempts": config["JOBSWEB_ALERT_MAX_ATTEMPTS"]}).rowcount
             # The traceback only of the unforeseen; the retry's backoff spaces even those out.
-            log.warning("alert delivery %d (%s) failed, attempt %d: %s", row.id, row.channel, row.attempts, error,
-                        exc_info=not isinstance(exc, SendError))
+            log.warning("alert delivery %d (%s) failed, attempt %d: %s%s", row.id, row.channel, row.attempts, error,
+                        stack)
         else:
             changed = execute(DELIVERY_SENT, {"id": row.id, "attempt": row.attempts}).rowcount
             sent += 1
@@ -124,6 +130,17 @@ def deliver_due(stop=None, limit=100):
             log.warning("alert delivery %d: attempt %d outlived its lease; another worker retried it",
                         row.id, row.attempts)
     return sent
+
+
+def _masked(text, target, config):
+    """`text` without the target's secret parts (redact), as the masking rule shows it."""
+    try:
+        text, parts = text.replace(target, redact(target)), urlsplit(target)
+        for secret in (parts.query, parts.fragment, parts.path):  # a reply may quote its path alone
+            text = text.replace(secret, "…") if len(secret) > 1 else text
+    except ValueError:  # a URL urlsplit cannot read ("http://[::1/x")
+        text = text.replace(target, "(its URL)")
+    return shown(text, config["JOBSWEB_MASK_KEYS"])
 
 
 def send(channel, target, subject, body, data, config):
