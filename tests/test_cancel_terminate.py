@@ -5,6 +5,7 @@ cancelled, times out or is given up; its return, its exception and its crash are
 Real worker processes; the child's pid is what its handler recorded (tests/terminate_jobs.py)."""
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -288,3 +289,13 @@ def test_a_child_that_cannot_find_its_handler_says_where_to_name_it():
     assert str(missing.value) == ("job type 'test.terminate.nowhere' is not registered in the child process: the app "
                                   "it built did not import its module (__main__); name it in JOBSWEB_HANDLERS")
     assert find_job("test.terminate.spin", "tests.terminate_jobs").cancel == "terminate"
+
+
+def test_drain_calls_a_terminate_handler_in_its_own_process(app):
+    from jobsweb.testing import drain
+
+    with app.app_context():
+        run = jobsweb.enqueue("test.terminate.works", {"n": 1})
+        [ran] = drain()
+    assert (ran.run_id, ran.status) == (run, "succeeded")
+    assert ran.result["pid"] == os.getpid()
