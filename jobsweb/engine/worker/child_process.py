@@ -164,6 +164,7 @@ class Child:
         self.answer = None
         self.ended_with = None  # the last signal the worker sent it
         self.kill_at = None  # time.monotonic() of the SIGKILL, once a SIGTERM was sent
+        self.pid = self.exitcode = None  # the process's, read before it is closed
 
     def run(self):
         """The Finished of the handler's return, its exception, its end by the worker or its crash."""
@@ -182,6 +183,8 @@ class Child:
                 self._watch()
             finally:
                 _alive.discard(self.process)
+            self.pid, self.exitcode = self.process.pid, self.process.exitcode
+            self.process.close()  # its status pipe now, not when the garbage collector comes by
         finally:
             held.ctx._on_cancel = held.abort = None
             for end in (self.to_child, self.from_child, self.waker, self.wake):
@@ -263,7 +266,7 @@ class Child:
             how = signal.Signals(self.ended_with).name
             if self.ended_with == signal.SIGKILL:
                 how += f", {GRACE_SECONDS:g} s after a SIGTERM it outlived"
-            return Finished(held, exc=Terminated(self.process.pid, how), output=output)
+            return Finished(held, exc=Terminated(self.pid, how), output=output)
         if answer is not None:
             return Finished(held, exc=child_error(*answer[1:6]), output=output)
-        return Finished(held, exc=died(self.process.pid, self.process.exitcode))
+        return Finished(held, exc=died(self.pid, self.exitcode))
