@@ -66,6 +66,10 @@
       var known = Array.prototype.some.call(el.options, function (o) { return o.value === zone; });
       if (known) el.value = zone;
       if (note) note.textContent = known ? "Your browser's zone." : "UTC: your browser's zone, " + zone + ", is not one jobsweb knows.";
+      // The note is about the zone shown: another one picked, it no longer says so (issue 54).
+      if (note && known) {
+        el.addEventListener("change", function () { note.textContent = el.value === zone ? "Your browser's zone." : ""; });
+      }
     });
   }
 
