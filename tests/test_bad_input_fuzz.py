@@ -197,8 +197,9 @@ def test_every_form_field_refuses_a_nul_and_ten_thousand_characters_naming_the_f
     assert failures == [] and sent > 200
 
 
-def test_every_form_field_given_bytes_that_are_not_utf8_is_never_a_500(seeded, sql):
-    """Werkzeug reads them as U+FFFD, which the field's own check refuses or keeps as text."""
+def test_every_form_field_given_bytes_that_are_not_utf8_is_refused_naming_the_field(seeded, sql):
+    """Werkzeug reads them as U+FFFD, so `caf%E9` and `caf%E8` were one idempotency key:
+    guards.check_utf8 refuses them before the form is read."""
     client, pages, _ = seeded
     failures = []
     for action, fields in sorted(all_forms(client, pages).items()):
@@ -207,10 +208,16 @@ def test_every_form_field_given_bytes_that_are_not_utf8_is_never_a_500(seeded, s
             before = snapshot(sql)
             answer = client.post(action, data=body(fields, name, NOT_UTF8),
                                  content_type="application/x-www-form-urlencoded")
-            refused = 400 <= answer.status_code < 500
-            if answer.status_code >= 500 or (refused and snapshot(sql) != before):
-                failures.append(f"{action} {name}: {answer.status_code}")
+            html = answer.get_data(as_text=True)
+            if answer.status_code != 400 or snapshot(sql) != before or not names(error_of(html, name), name):
+                failures.append(f"{action} {name}: {answer.status_code}, said {error_of(html, name)[:120]!r}")
     assert failures == []
+
+
+def test_a_query_string_with_bytes_that_are_not_utf8_is_refused_naming_the_parameter(seeded):
+    client, _, _ = seeded
+    answer = client.get("/runs?job_type=caf%E9")
+    assert answer.status_code == 400 and "job_type: is not UTF-8 text" in answer.get_data(as_text=True)
 
 
 def test_the_forms_found_reach_every_post_route_of_the_admin_screen(app, seeded):

@@ -1,6 +1,9 @@
 """Limits and headers for every request to jobsweb's blueprint (never the host app's routes):
-request size, text without control characters in query strings, ids that fit a bigint, and the
-security headers of each answer."""
+request size, UTF-8 text without control characters in query strings and forms, ids that fit a
+bigint, and the security headers of each answer."""
+
+import re
+from urllib.parse import parse_qsl
 
 from flask import abort, current_app, g, has_request_context, request
 from werkzeug.wsgi import LimitedStream
@@ -13,6 +16,7 @@ from .outage import ROUND_TRIP_LIMIT
 # No inline script or style anywhere (confirm.js replaces onclick); nothing may frame the screen.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+NOT_UTF8 = re.compile("[\udc80-\udcff]")  # parse_qsl's surrogateescape of a byte no UTF-8 text holds
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
@@ -47,6 +51,20 @@ def limit_request():
         abort(413, f"The request is over the limit of {limit} bytes.")
     request.environ["wsgi.input"] = LimitedStream(request.environ["wsgi.input"], limit, is_max=True)
     request.max_form_memory_size = limit
+
+
+def check_utf8():
+    """before_request, after limit_request and before anything reads the form: the query string
+    and a form's body are UTF-8. Werkzeug reads other bytes as U+FFFD, so `caf%E9` and `caf%E8`
+    were one idempotency key; a 400 naming the field instead. A ping's body is its own to read."""
+    sources = [request.environ.get("QUERY_STRING", "")]
+    if request.mimetype == "application/x-www-form-urlencoded" and local_endpoint() not in PINGS:
+        sources.append(request.get_data(cache=True).decode("latin-1"))  # the form is parsed from this copy
+    for source in sources:
+        for name, value in parse_qsl(source, keep_blank_values=True, errors="surrogateescape"):
+            if NOT_UTF8.search(name + value):
+                field = NOT_UTF8.sub("\ufffd", name)
+                abort(400, f"{field}: is not UTF-8 text (percent-encoded bytes that no text encodes).")
 
 
 def check_query_and_ids():

@@ -68,6 +68,7 @@ admin.before_request(guards.require_database)  # first: every other hook may rea
 admin.before_request(outage.bound_waits)  # before any hook that reads the database
 admin.teardown_request(outage.end_bounds)
 admin.before_request(guards.limit_request)  # first to read: nothing may parse a body over the limit
+admin.before_request(guards.check_utf8)  # before the form is read (check_csrf reads it)
 admin.before_request(access.check_csrf)
 admin.before_request(guards.check_query_and_ids)
 admin.before_request(access.require_sign_in)
