@@ -39,7 +39,8 @@ def test_the_dashboard_says_due_runs_of_a_paused_queue_wait_for_it_not_for_a_wor
     html = client.get("/").get_data(as_text=True)
     assert "due now" not in html and "waited" not in html
     assert "Nothing is due that a worker may take." in html
-    assert re.search(r"6 due runs wait for\s+paused queue <a href=\"/runs\?queue=exports\"><code>exports</code></a>", html)
+    assert re.search(r"6 due runs wait\s+for a pause to be lifted .*?:\s+<a href=\"/runs\?queue=exports&amp;status=queued"
+                     r"&amp;status=failed\">6 in paused queue <code>exports</code></a>\.", html, re.S)
     table = client.get("/runs").get_data(as_text=True).split('id="runs-table"')[1]
     assert table.count('title="Its queue or job type is paused: no worker takes it until resumed">paused</span>') == 6
 
