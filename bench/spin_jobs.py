@@ -4,7 +4,7 @@ through JOBSWEB_HANDLERS=bench.spin_jobs, and imported by the measuring process 
 
 import time
 
-from jobsweb.engine.jobs.registry import job
+from jobsweb import job
 
 
 @job("bench.deaf_sleep", cancel="terminate", max_attempts=1)

@@ -13,9 +13,8 @@ import time
 from flask import current_app
 from sqlalchemy import text
 
-from jobsweb import PermanentError, Retry
+from jobsweb import PermanentError, Retry, job
 from jobsweb.core.database import db
-from jobsweb.engine.jobs.registry import job
 
 
 def record_pid(ctx):

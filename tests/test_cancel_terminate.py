@@ -63,12 +63,12 @@ def attempts(sql, run):
 
 def test_a_bad_cancel_value_is_refused_when_the_handler_is_declared():
     with pytest.raises(InvalidInput) as refused:
-        registry.job("test.terminate.bad", cancel="kill")
+        jobsweb.job("test.terminate.bad", cancel="kill")
     assert refused.value.field == "cancel"
     assert "must be 'cooperative' (ctx.cancelled turns true) or 'terminate'" in str(refused.value)
     assert "got 'kill'" in str(refused.value)
     with pytest.raises(InvalidInput, match="got True"):
-        registry.job("test.terminate.bad", cancel=True)
+        jobsweb.job("test.terminate.bad", cancel=True)
     assert registry.get("test.terminate.bad") is None
 
 
@@ -77,7 +77,7 @@ def test_an_async_handler_cannot_ask_to_be_terminated():
         return None
 
     with pytest.raises(InvalidInput) as refused:
-        registry.job("test.terminate.async", cancel="terminate")(handler)
+        jobsweb.job("test.terminate.async", cancel="terminate")(handler)
     assert refused.value.field == "cancel"
     assert "async def handler is cancelled at its next await" in str(refused.value)
     assert registry.get("test.terminate.async") is None

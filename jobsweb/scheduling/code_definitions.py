@@ -42,13 +42,15 @@ SYNC_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jobsweb.sync'))"
 
 
 def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap=None, permanent=(),
-        queue=None, priority=None, schedule=None, **options):
+        queue=None, priority=None, cancel="cooperative", schedule=None, **options):
     """Register the decorated function as the handler of job type `name`; return it as a Job,
     still callable as before, with `.enqueue(payload, ...)`.
 
     The handler is called with a JobContext. `permanent` lists exception types that mean
     "retrying cannot help" and send the run straight to dead, like PermanentError. `queue`
-    and `priority` are the defaults of its runs (enqueue() may override them).
+    and `priority` are the defaults of its runs (enqueue() may override them). `cancel`:
+    "cooperative" (a cancel or a timeout turns ctx.cancelled true) or "terminate" (the handler runs
+    in a child process the worker ends: engine/worker/child_process.py).
 
     With `schedule` (cron, @daily, '@every 10m'), it also declares a definition named `name`
     that `flask jobs sync` writes; `options` are define()'s (timezone, payload, overlap,
@@ -64,6 +66,7 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
                                        f"(in @job({name!r}))")
     definition = None if schedule is None else _declared(name, dict(OPTIONS, **options, schedule=schedule))
 
+    registry.check_cancel(name, cancel, None)
     if queue is not None:
         check_queue(queue)
     if priority is not None:
@@ -71,7 +74,8 @@ def job(name, *, max_attempts=None, timeout=None, backoff_base=None, backoff_cap
 
     def register(func):
         job_type = registry.JobType(name, func, max_attempts, timeout, backoff_base, backoff_cap,
-                                    tuple(permanent), queue=queue, priority=priority, definition=definition)
+                                    tuple(permanent), queue=queue, priority=priority, definition=definition,
+                                    cancel=cancel)
         registry.add(job_type)
         return Job(job_type)
 
