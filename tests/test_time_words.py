@@ -49,3 +49,13 @@ def test_the_browser_words_every_length_as_the_server_does_and_a_run_due_in_2_h_
     # The server's own words, as a page without JavaScript shows them, are the same.
     html = page.request.get("/runs").text()
     assert ">in 3 h</time>" in html and ">in 2 h</time>" not in html
+
+
+def test_why_a_run_waits_in_plain_text_words_its_due_time_as_the_pages_do(app, sql):
+    # ops/why_waiting's plain text (webhooks, the CLI) had a floored copy of the words: "in 2 h".
+    from jobsweb.ops import why_waiting
+
+    [(run,)] = sql("INSERT INTO job_runs (job_type, run_at) VALUES ('jobsweb.noop', now() + interval '2 h 55 min') "
+                   "RETURNING id")
+    with app.app_context():
+        assert "in 3 h (" in why_waiting.reason(run).text

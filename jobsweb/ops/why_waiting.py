@@ -29,6 +29,7 @@ from flask import current_app
 from . import fleet
 from .stats import UNHANDLED_WINDOW
 from ..core.database import execute
+from ..core.time_words import relative_words, seconds_words
 
 AWAITED_SHOWN = 5  # awaited runs named in one sentence; the rest are counted
 
@@ -170,7 +171,7 @@ def _reason(r, gone_after):
         last = (Part(", stopped "), Part(time=r.handler_seen_at), Part(" (a cron tick, or a worker process, starts one)."))
         if r.handler_stopped_at is None:
             last = (Part(", was last heard from "), Part(time=r.handler_seen_at),
-                    Part(f" and is gone (no heartbeat for {_seconds_words(gone_after)}: killed, frozen or cut off)."))
+                    Part(f" and is gone (no heartbeat for {seconds_words(gone_after)}: killed, frozen or cut off)."))
         return Reason("no_live_worker", (Part("No worker that takes runs from its queue "), Part(r.queue, queue=r.queue),
                                          Part(f" and handles {r.job_type} is running now; the last one, "),
                                          Part(r.handler_id, worker=r.handler_id)) + last)
@@ -205,11 +206,4 @@ def _plain(part):
         return part.text or part.queue or part.worker or ""
     utc = part.time.astimezone(timezone.utc)
     seconds = (datetime.now(timezone.utc) - utc).total_seconds()
-    amount = _seconds_words(abs(seconds))
-    return f"{'in ' + amount if seconds < 0 else amount + ' ago'} ({utc.strftime('%Y-%m-%d %H:%M:%S')} UTC)"
-
-
-def _seconds_words(seconds):
-    for limit, size, unit in ((60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h"), (None, 86400, "d")):
-        if limit is None or seconds < limit:
-            return f"{int(seconds // size)} {unit}"
+    return f"{relative_words(seconds)} ({utc.strftime('%Y-%m-%d %H:%M:%S')} UTC)"
