@@ -26,6 +26,14 @@ def insert_without_notify(sql):
     return sql("INSERT INTO job_runs (job_type, payload) VALUES ('jobsweb.noop', '{}') RETURNING id")[0][0]
 
 
+def wait_succeeded(sql, run_ids, log, message):
+    """Wait for the runs to succeed; else fail with the worker's log."""
+    try:
+        wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message=message)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
+
+
 def idle_listening_worker(sql, spawn_worker, log):
     spawn_worker("--forever", *QUIET_POLL, output=open(log, "w+"), **QUIET)
     first = insert_without_notify(sql)  # found by the worker's first tick: it is idle after it
@@ -72,10 +80,7 @@ def test_an_idle_worker_starts_a_run_due_now_long_before_its_poll_interval(app, 
     log = tmp_path / "worker.log"
     idle_listening_worker(sql, spawn_worker, log)
     run_ids = enqueue_now(app, sql)
-    try:
-        wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message="the runs to be started by NOTIFY")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
+    wait_succeeded(sql, run_ids, log, "the runs to be started by NOTIFY")
 
 
 def test_a_listening_worker_still_polls_for_runs_written_without_notify(app, sql, spawn_worker):
@@ -127,10 +132,7 @@ def test_an_idle_worker_starts_a_run_enqueued_for_later_when_it_falls_due_not_at
     log = tmp_path / "worker.log"
     idle_listening_worker(sql, spawn_worker, log)
     run_ids = enqueue_later(app, sql)
-    try:
-        wait_for(lambda: succeeded(sql, *run_ids), timeout=60, message="the runs to start when due")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
+    wait_succeeded(sql, run_ids, log, "the runs to start when due")
     rows = sql("SELECT extract(epoch FROM a.started_at - r.run_at)::float8 FROM job_runs r "
                "JOIN job_attempts a ON a.run_id = r.id WHERE r.id = ANY(%s)", [run_ids])
     late = [seconds for (seconds,) in rows]
