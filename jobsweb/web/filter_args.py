@@ -11,6 +11,7 @@ from ..engine.enqueue.enqueuing import parse_payload
 from . import error_search
 from .local_time import read_local
 from .rendering import secret_keys
+from .shown_text import MASK
 
 TEXT_MAX_CHARS = 200
 
@@ -40,11 +41,18 @@ def error_text(args):
 
 
 def payload_filter(args):
-    """The payload filter: a JSON object the run's payload must contain, e.g. {"invoice_id": 812};
-    None when empty (every payload contains the empty object, so it would filter nothing)."""
+    """The payload filter: a JSON object the run's payload must contain, e.g. {"invoice_id": 812}
+    (a dict), or words to find within its values as the pages show them, e.g. acme (a str: see
+    error_search.matching); None when empty (every payload contains the empty object, so it
+    would filter nothing)."""
     raw = text_filter(args, "payload", "the payload filter")
     if not raw:
         return None
+    if not raw.startswith(("{", "[")):
+        if MASK[0] in raw:
+            raise BadFilter(f"payload filter: the words to find hold the mask ({MASK}): search for the words "
+                            "around it")
+        return raw
     try:
         # The payload's own rules (finite numbers, no NUL, depth): what no payload can hold,
         # jsonb would refuse with an error (a 500), and could never match anyway.

@@ -45,7 +45,7 @@ class RunFilter:
     worker: str = ""  # runs this worker process executed (an attempt) or holds now
     queue: str = ""
     priority: int | None = None
-    payload: dict | None = None  # runs whose payload contains this JSON object
+    payload: dict | str | None = None  # runs whose payload contains this JSON object, or these words in a value
     batch_id: int | None = None  # members of this batch
     zone: tzinfo = timezone.utc  # the viewer's, which since and until are typed in
     sort: str = ""  # "": newest first (by id); "finished": finished runs, the last finished first
@@ -91,7 +91,7 @@ class RunFilter:
         if self.priority is not None:
             out["priority"] = self.priority
         if self.payload:
-            out["payload"] = json.dumps(self.payload, ensure_ascii=False)
+            out["payload"] = self.payload if self.words() else json.dumps(self.payload, ensure_ascii=False)
         if self.batch_id is not None:
             out["batch"] = self.batch_id
         if self.sort:
@@ -108,14 +108,19 @@ class RunFilter:
         priority or worker filter, which no index serves (with a status or job type they ride
         its index; alone, the id order walk reads until a page is full). Such reads take
         search_limits' locks and limit: 16 viewer loops on them made /healthz take 10.5 s."""
-        return bool(self.text or self.queue or self.priority is not None or self.worker)
+        return bool(self.text or self.words() or self.queue or self.priority is not None or self.worker)
+
+    def words(self):
+        """The words to find within the payloads' values ("" for none or a JSON object)."""
+        return self.payload if isinstance(self.payload, str) else ""
 
     def searched(self):
         """(id, status) of the runs the error text search lists, newest first: its window read
         and masked once a request, so that the page, its counts and a bulk action over the
         filter all mean the same runs."""
         if self._searched is None:
-            self._searched = error_search.matching(self.conditions(with_statuses=False, with_text=False), self.text)
+            self._searched = error_search.matching(self.conditions(with_statuses=False, with_text=False), self.text,
+                                                   self.words())
         return self._searched
 
     def conditions(self, with_statuses=True, with_text=True):
@@ -130,9 +135,10 @@ class RunFilter:
             where.append(JobRun.created_at >= self.since)
         if self.until:
             where.append(JobRun.created_at < self.until)
-        if self.text and with_text:
-            # The runs error_search.matching lists: of the newest SEARCH_WINDOW runs with an
-            # error matching the rest of the filter, those whose masked error holds the text.
+        if (self.text or self.words()) and with_text:
+            # The runs error_search.matching lists: of the newest runs with an error (or a
+            # payload) matching the rest of the filter, those whose masked error holds the text
+            # (and a value of whose masked payload holds the words).
             where.append(JobRun.id == any_(literal([id for id, _ in self.searched()], ARRAY(BigInteger))))
         # No index of their own: with a status or job type the filter rides that index; alone,
         # the id order scan reads until a page is full.
@@ -140,7 +146,7 @@ class RunFilter:
             where.append(JobRun.queue == self.queue)
         if self.priority is not None:
             where.append(JobRun.priority == self.priority)
-        if self.payload:
+        if self.payload and not self.words():
             # jsonb containment through the GIN index job_runs_payload, which leaves out empty
             # payloads: the same condition here lets the planner use it (an empty payload
             # contains no key, so it never matched anyway).
@@ -306,7 +312,7 @@ def filtered_counts(run_filter, statuses, rows=()):
     statuses it ticks: exact up to COUNT_CAP, estimated beyond (at least what was counted, and
     at least the page's own `rows` of that status: "Showing 50 of about 0 runs" was the planner's
     estimate of a filter, shared out by the whole table's statuses)."""
-    if run_filter.text:  # the search's window was read whole: its runs are counted exactly
+    if run_filter.text or run_filter.words():  # the search's window was read whole: counted exactly
         found = Counter(status for _, status in run_filter.searched())
         return {status: (found[status], True) for status in statuses}
     _plan_for_the_values(run_filter)
