@@ -48,7 +48,9 @@ _ASCII = "".join(map(chr, range(1, 128)))
 # A key's characters in key=value and `Key: value`: letters, digits, `_`, `.`, `-` and any
 # character past ASCII (a key in another script).
 _KEY = _not(c for c in _ASCII if not (c.isalnum() or c in "_.-"))
-_QUOTED_KEY = {q: _not(q + "\\\n") for q in "\"'"}
+# A quoted key's characters: any but its quote and a line break, a backslash escaping the next
+# one (json.dumps writes a key in another script as \u043f...).
+_QUOTED_KEY = {q: f"(?:{_not(q + chr(92) + chr(10))}|\\u005c[^\\u000a])" for q in "\"'"}
 _URL_USER = _not(_SPACE + ":/@")
 _URL_PASSWORD = _not(_SPACE + "@/")
 
@@ -134,8 +136,9 @@ def mask_steps(words):
         url,
         # key=value (command lines, query strings, logfmt)
         (f"((?<!{_KEY}){_KEY}*{w}{_KEY}*\\u003d)(?:{_value(_SPACE + '&;,')})", mask),
-        # `Key: value` starting a line, to its end (an HTTP header, YAML)
-        (f"((?:^|\\u000a)[\\u0020\\u0009]*{_KEY}*{w}{_KEY}*\\u003a[\\u0020\\u0009]+)"
+        # `Key: value` starting a line, to its end (an HTTP header, YAML; `X-Api-Key:k3y` too);
+        # a line also starts after a written \n, indented by written \t too (a repr's, a JSON string's)
+        (f"((?:^|\\u000a|\\u005c\\u006e)(?:[\\u0020\\u0009]|\\u005c\\u0074)*{_KEY}*{w}{_KEY}*\\u003a[\\u0020\\u0009]*)"
          f"[^{_chars(_SPACE)}][^\\u000a]*", mask),
     )
 
