@@ -8,6 +8,7 @@ from sqlalchemy.exc import OperationalError
 from . import audit, outage, runlist
 from ..core import conflicts
 from ..core.database import db, execute
+from ..engine.enqueue.workflows import LABEL_MAX_CHARS
 from ..engine.runs import batch_status, run_actions
 from ..engine.statements import CANCELLABLE, RETRYABLE, RUN_STATUSES
 from .access import role_required
@@ -24,7 +25,7 @@ BATCH_STATES = {"": None, "open": "finished_at IS NULL", "finished": "finished_a
 # job_batches_open), each with its members by status (index job_runs_batch, index only) and its
 # callback runs (job_runs_batch_callbacks), newest first.
 BATCHES = """
-SELECT b.id, b.on_finish, b.on_success, b.members, b.pending, b.created_at, b.finished_at,
+SELECT b.id, b.label, b.on_finish, b.on_success, b.members, b.pending, b.created_at, b.finished_at,
        coalesce((SELECT jsonb_object_agg(status, n) FROM (
                      SELECT status, count(*) AS n FROM job_runs
                      WHERE batch_id = b.id AND batch_callback IS NULL GROUP BY status) c), '{{}}') AS counts,
@@ -33,6 +34,7 @@ SELECT b.id, b.on_finish, b.on_success, b.members, b.pending, b.created_at, b.fi
                  FROM job_runs r WHERE r.batch_id = b.id AND r.batch_callback IS NOT NULL), '[]') AS callbacks
 FROM job_batches b
 WHERE {state} AND (CAST(%(before)s AS bigint) IS NULL OR b.id < %(before)s)
+  AND (CAST(%(label)s AS text) IS NULL OR b.label ILIKE %(label)s)
 ORDER BY b.id DESC
 LIMIT %(limit)s
 """
@@ -40,15 +42,21 @@ LIMIT %(limit)s
 
 @bp.get("")
 def index():
-    """Batches, newest first, open or finished or both: members by status, callbacks' states."""
+    """Batches, newest first, open or finished or both, searched by label: members by status,
+    callbacks' states."""
     state = request.args.get("state", "")
     if state not in BATCH_STATES:
         abort(400, "Bad filter: state must be open or finished.")
+    q = request.args.get("q", "").strip()
+    if len(q) > LABEL_MAX_CHARS:
+        abort(400, f"Bad filter: q (a label) must be at most {LABEL_MAX_CHARS} characters.")
     before = runlist.number(request.args, "before")
+    # A part of the label, any case; % and _ in it are themselves.
+    pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" if q else None
     rows = execute(BATCHES.format(state=BATCH_STATES[state] or "true"),
-                   {"before": before, "limit": BATCHES_PAGE + 1}).all()
+                   {"before": before, "limit": BATCHES_PAGE + 1, "label": pattern}).all()
     next_before = rows[BATCHES_PAGE - 1].id if len(rows) > BATCHES_PAGE else None
-    return render("batches.html", "partials/_batches.html", batches=rows[:BATCHES_PAGE], state=state,
+    return render("batches.html", "partials/_batches.html", batches=rows[:BATCHES_PAGE], state=state, q=q,
                   before=before, next_before=next_before, statuses=RUN_STATUSES)
 
 
@@ -73,7 +81,10 @@ def detail(batch_id):
             width = 100 * n / max(state.members, 1)
             bar.append({"status": status, "count": n, "x": round(x, 3), "width": round(width, 3)})
             x += width
+    # What Retry and Cancel would change, by their own statuses, from the counts just read.
+    retryable, cancellable = (sum(state.counts.get(s, 0) for s in statuses) for statuses in (RETRYABLE, CANCELLABLE))
     return render("batch.html", "partials/_batch.html", batch=state, bar=bar, rows=rows, next_before=next_before,
+                  retryable=retryable, cancellable=cancellable, running=state.counts.get("running", 0),
                   before=before, filter=member_filter, live=False, audit_entries=audit.entries_for("batch", batch_id),
                   **table_context(member_filter, rows, every_match=runlist.every_match(member_filter, before, next_before)))
 

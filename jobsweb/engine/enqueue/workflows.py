@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from flask import current_app
 
 from ...core.database import db, require_postgresql
-from ...core.errors import InvalidInput
+from ...core.errors import InvalidInput, clean_name
 from ..jobs.flow import check_priority, check_queue
 from .enqueuing import (
     check_job_type,
@@ -26,8 +26,9 @@ from .enqueuing import (
 )
 
 # The payload travels as JSON text cast here, as ENQUEUE's: a host's session may be on psycopg2.
-CREATE_BATCH = "INSERT INTO job_batches (payload, on_finish, on_success) VALUES (%(payload)s::jsonb, " \
-               "%(on_finish)s, %(on_success)s) RETURNING id"
+CREATE_BATCH = "INSERT INTO job_batches (payload, on_finish, on_success, label) VALUES (%(payload)s::jsonb, " \
+               "%(on_finish)s, %(on_success)s, %(label)s) RETURNING id"
+LABEL_MAX_CHARS = 200
 
 # A batch closes (the end of `with batch(...)`, in the transaction that inserted its members):
 # its counts are set from its members, and its callback runs are created, waiting for the
@@ -83,8 +84,11 @@ class Batch:
     (on_success). b.id is the batch's id; b.callbacks, once the block ended, the callback runs'
     ids by name ({"on_finish": 812}), which other runs may wait for."""
 
-    def __init__(self, on_finish=None, on_success=None, payload=None, session=None):
+    def __init__(self, on_finish=None, on_success=None, payload=None, session=None, label=None):
         config = current_app.config
+        if label is not None and (not isinstance(label, str) or not label.strip() or len(label) > LABEL_MAX_CHARS):
+            raise InvalidInput("label", f"must be text of 1 to {LABEL_MAX_CHARS} characters, got {label!r:.60}")
+        self.label = label if label is None else clean_name("label", label.strip())
         for role, job_type in (("on_finish", on_finish), ("on_success", on_success)):
             if job_type is not None and not isinstance(job_type, str):
                 raise InvalidInput(role, f"must be a job type's name, got {type(job_type).__name__}")
@@ -105,7 +109,7 @@ class Batch:
         else:
             self._conn = self._transaction.enter_context(db.engine.begin())
         self.id = self._conn.exec_driver_sql(CREATE_BATCH, {"payload": json.dumps(self.payload), "on_finish": self.on_finish,
-                                                             "on_success": self.on_success}).scalar()
+                                                             "on_success": self.on_success, "label": self.label}).scalar()
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -144,9 +148,10 @@ def _run_options(options):
                  "unique_key": None, "after": None, "after_failure": "cancel"}, **options)
 
 
-def batch(on_finish=None, on_success=None, payload=None, session=None):
-    """A Batch, to use as `with batch(on_finish="report") as b: b.enqueue(...)`."""
-    return Batch(on_finish=on_finish, on_success=on_success, payload=payload, session=session)
+def batch(on_finish=None, on_success=None, payload=None, session=None, label=None):
+    """A Batch, to use as `with batch(on_finish="report", label="March invoices") as b: b.enqueue(...)`;
+    `label` (up to 200 characters, one line) names it on the batch pages, which search by it."""
+    return Batch(on_finish=on_finish, on_success=on_success, payload=payload, session=session, label=label)
 
 
 class Chain(int):

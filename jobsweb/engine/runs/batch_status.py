@@ -15,7 +15,8 @@ SELECT b.id, b.payload, b.on_finish, b.on_success, b.members, b.pending, b.finis
                      WHERE batch_id = b.id AND batch_callback IS NULL GROUP BY status) c), '{}') AS counts,
        coalesce((SELECT jsonb_agg(jsonb_build_object('id', r.id, 'callback', r.batch_callback, 'status', r.status,
                                                      'reason', r.reason) ORDER BY r.id DESC)
-                 FROM job_runs r WHERE r.batch_id = b.id AND r.batch_callback IS NOT NULL), '[]') AS callbacks
+                 FROM job_runs r WHERE r.batch_id = b.id AND r.batch_callback IS NOT NULL), '[]') AS callbacks,
+       b.label
 FROM job_batches b
 WHERE b.id = %(batch_id)s
 """
@@ -52,6 +53,7 @@ class BatchState:
     finished_at: object  # None while open
     counts: dict = field(default_factory=dict)
     callbacks: list = field(default_factory=list)  # {"id", "callback", "status", "reason"}, newest first
+    label: str | None = None  # batch(label=...)
 
     @property
     def finished(self):
