@@ -70,7 +70,7 @@ ON_BOTH_SERVERS = (
     "test_after_separate_transactions.py", "test_lifecycle_model.py", "test_conflicts.py",
     "test_control.py", "test_runs_cli.py", "test_leases.py", "test_trips.py",
     "test_enqueue_delay.py", "test_handler_retry.py", "test_wait_inside_handler.py", "test_schema_repair.py",
-    "test_unbegun_claims.py",
+    "test_unbegun_claims.py", "test_cancel_terminate.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",
@@ -79,6 +79,9 @@ ON_BOTH_SERVERS = (
     # ops: pruning, alerts, stats, health, outages, a pooler, deploys
     "test_prune.py", "test_alerts.py", "test_stats.py", "test_queue_stats.py", "test_run_search.py", "test_metrics.py", "test_health.py",
     "test_web_why_waiting.py",  # why a run is not running: one statement for many runs, planned on both
+    # the admin pages' reads: bounded on the server, planned alike whatever the statistics saw, and
+    # searches whose cost says nothing of what they match
+    "test_page_limits.py", "test_page_plans.py", "test_search_cost.py", "test_payload_search.py",
     "test_database_outage.py", "test_pooler.py", "test_deploy.py",
     # the reliability drills, short forms: every file in tests/reliability/
     "reliability/",
