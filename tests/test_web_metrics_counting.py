@@ -1,0 +1,31 @@
+"""The metrics page counts a long backlog in one view (issue 54, m8), read in a real Chromium:
+it asks again by itself while older attempts are still being counted ("Reload to count more"
+took 4 loads for a week of 205,888 runs)."""
+
+from playwright import sync_api
+
+from tests import test_web_look
+from tests.test_web_job_metrics import finished
+from tests.test_web_look import sign_in as sign_in_page
+
+expect = sync_api.expect
+server, open_context = test_web_look.server, test_web_look.open_context  # its fixtures
+
+
+def test_a_backlog_is_counted_to_the_end_in_one_view_without_reloading(make_user, open_context, sql, monkeypatch):
+    from jobsweb.ops import job_type_metrics
+    from jobsweb.web import metrics_pages
+
+    monkeypatch.setattr(job_type_metrics, "CHUNK", 1)
+    monkeypatch.setattr(metrics_pages, "SEAL_BUDGET", 0)  # one chunk per request: 4 requests for these
+    for hours in (5, 4, 3, 2):
+        finished(sql, "send_invoice", 1, n=2, ago=f"{hours} hours")
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    loads = []
+    page.on("load", lambda _: loads.append(page.url))
+    page.goto("/job-metrics")
+    row = page.locator("table.metrics tbody tr", has_text="send_invoice")
+    expect(row.locator("td[data-label=runs]")).to_have_text("8")
+    expect(page.get_by_text("Still counting older attempts")).to_have_count(0)
+    assert len(loads) == 1  # one page load: the rest came in by themselves
