@@ -19,7 +19,8 @@ WORDS = ["password", "token", "api_key", "access_key", "secret", "auth", "privat
 PIECES = ["password", "PassWord", "api-key", "Api_Key", "X-Api-Key", "to\u212aen", "SECRET", "auth", "tökén",
           "priváte-key", "user", "pw", "2", "9", "ä", "ж", "é", "_", "-", ".", "=", ":", ": ", "://", "@", "/",
           "?", "&", ";", ",", '"', "'", "\\", "\\\"", "{", "}", "[", "]", "(", ")", " ", "  ", "\t", "\n", "\r",
-          "\r\n", "\xa0", "\u2003", "\x1b", "\x1b[", "\x1b[31m", "\x1b]0;", "\x07", "\x1b\\", "\x9b", "\x9d",
+          "\r\n", "\\n", "\\t", "\\u043f", "\xa0", "\u2003",
+          "\x1b", "\x1b[", "\x1b[31m", "\x1b]0;", "\x07", "\x1b\\", "\x9b", "\x9d",
           "\x9c", "\x85", "\u202e", "\u2066", "\u0130", "\x7f", "s3cr3t", "Zq9xK7wP", "http", "postgres", "db",
           "host", "value", "#", "%", "+", "$", "\U0001f511", MASK[0]]
 noise = st.lists(st.sampled_from(PIECES), max_size=6).map("".join)
