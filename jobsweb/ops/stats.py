@@ -94,11 +94,6 @@ LEFT JOIN job_definitions d ON d.id = r.definition_id
 ORDER BY r.id DESC
 """
 
-RECENT_WORKERS = """
-SELECT id, host, pid, last_seen_at, runs_done FROM job_workers
-WHERE stopped_at IS NULL AND last_seen_at > now() - interval '5 minutes' ORDER BY last_seen_at DESC
-"""
-
 # Hourly buckets from :since to the current hour by the database clock, empty hours included;
 # each hour is a range scan of index job_attempts_finished_outcome, index-only because no
 # column outside it is read (an empty hour's NULL outcome matches neither FILTER).
@@ -191,7 +186,8 @@ def hourly_chart():
 
 
 def overview():
-    """Everything on the dashboard, as one dict for the template."""
+    """The dashboard's counts, queue depth, problems and chart, as one dict for the template (the
+    page adds the pauses and the live workers: ops/queue_stats.py, ops/fleet.py)."""
     due, oldest, held = execute(DUE_NOW).one()
     later, next_due = execute(DUE_LATER).one()
     return {
@@ -200,11 +196,9 @@ def overview():
         "counts": status_counts(),
         "due": due,
         "held": held,
-        "paused_queues": paused_queues() if held else [],
         "oldest_due_seconds": float(oldest) if oldest is not None else None,
         "expired": execute(RUNS_PAST_LEASE).all(),
         "unknown_types": unknown_due_types(),
         "dead": execute(RECENT_DEAD).all(),
-        "workers": execute(RECENT_WORKERS).all(),
         "chart": hourly_chart(),
     }
