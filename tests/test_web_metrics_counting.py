@@ -29,3 +29,27 @@ def test_a_backlog_is_counted_to_the_end_in_one_view_without_reloading(make_user
     expect(row.locator("td[data-label=runs]")).to_have_text("8")
     expect(page.get_by_text("Still counting older attempts")).to_have_count(0)
     assert len(loads) == 1  # one page load: the rest came in by themselves
+
+
+def test_the_weeks_chart_labels_the_viewers_days_where_they_begin(make_user, open_context, sql):
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    finished(sql, "send_invoice", 1, n=3, ago="2 days")
+    page = open_context(timezone_id="America/New_York")
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/job-metrics?window=7d")
+    expect(page.locator("#throughput .legend")).to_contain_text("days in America/New_York")
+    chart = page.locator("#throughput svg.chart.wide")
+    labels = chart.locator("text[data-day]")
+    expect(labels).to_have_count(42)  # a bar of 4 hours each
+    shown = [(text.get_attribute("data-day"), text.text_content()) for text in labels.all()]
+    named = [(start, words) for start, words in shown if words]
+    new_york = ZoneInfo("America/New_York")
+    # New York is 5 h (4 h in summer) behind UTC: its days begin in the bars of 04:00-08:00 UTC
+    # (23:00-03:00 or 00:00-04:00 there), where the UTC days began at the bars of 00:00.
+    assert len(named) in (6, 7), shown
+    for start, words in named:
+        begins = datetime.fromisoformat(start)
+        assert begins.hour == 4, named
+        assert words == (begins + timedelta(hours=1)).astimezone(new_york).strftime("%a %d"), named

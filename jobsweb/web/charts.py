@@ -39,7 +39,7 @@ def _seconds(value):
 def hour_chart(rows, label_every=6, dated=False, marks=(), width=WIDTH):
     """rows of (start, succeeded, failed), oldest first: bars, y-axis ticks and a label every
     `label_every` bars: its UTC time, which static/local-times.js relabels in the viewer's zone,
-    or when `dated` its UTC day (bars of hours over a week); and `marks` ((time, label), deploys:
+    or when `dated` (bars of hours over a week) its day, in the viewer's zone by static/chart-days.js; and `marks` ((time, label), deploys:
     ops/deploy_marks.py) as vertical lines where they fall among the bars. `width`: the viewBox's
     (WIDE for a chart alone in a full-width card)."""
     # At least 2, so the half-way tick is a whole number of attempts.
@@ -54,9 +54,14 @@ def hour_chart(rows, label_every=6, dated=False, marks=(), width=WIDTH):
             bars.append({"x": round(x + offset, 1), "y": round(BASE - height, 1), "width": round(slot / 2 - 2, 1),
                          "height": height, "kind": kind, "hour": utc.isoformat(),
                          "utc": utc.strftime("%H:%M"), "rest": f" · {count} {words}"})
-        if i % label_every == 0:
-            labels.append({"x": round(x + 2, 1), "hour": None if dated else utc.isoformat(),
-                           "utc": utc.strftime("%a %d" if dated else "%H:%M")})
+        if dated:
+            # Every bar is a place for a day's label: static/chart-days.js writes the viewer's day
+            # on the first bar of each of their days (a UTC day starts at another bar for most
+            # zones); without it, every `label_every`-th bar keeps its UTC day.
+            labels.append({"x": round(x + 2, 1), "hour": None, "day": utc.isoformat(),
+                           "utc": utc.strftime("%a %d") if i % label_every == 0 else ""})
+        elif i % label_every == 0:
+            labels.append({"x": round(x + 2, 1), "hour": utc.isoformat(), "day": None, "utc": utc.strftime("%H:%M")})
     return {"bars": bars, "ticks": _ticks(top, _count), "labels": labels, "left": LEFT, "base": BASE,
             "width": width, "top": top, "marks": _deploy_lines(rows, slot, marks, width)}
 
