@@ -319,12 +319,25 @@ def released(run_id, job_type, attempt, worker):
 
 
 def finish_params(outcomes):
-    """FINISH_RUNS parameters: the outcomes as one JSON array, an object each."""
-    return {"outcomes": json.dumps([
-        {"id": o.run_id, "attempt": o.attempt, "worker": o.worker, "outcome": o.outcome, "result": o.result,
-         "error_type": o.error_type, "error": o.error, "stack": o.stack, "delay": o.delay, "give_up": o.give_up,
-         "output": o.output, "waited": o.waited}
-        for o in outcomes])}
+    """FINISH_RUNS parameters: the outcomes as one JSON array, an object each.
+
+    A success leaves out the keys it has no value for (json_to_recordset reads a missing key as
+    NULL, as it reads null; delay and give_up only count for a failure): most runs succeed, and
+    their twelve keys were json.dumps's work and the server's parse for five values (issue 55)."""
+    rows = []
+    for o in outcomes:
+        if o.outcome == "succeeded" and o.error is None and o.error_type is None and o.stack is None:
+            row = {"id": o.run_id, "attempt": o.attempt, "worker": o.worker, "outcome": "succeeded", "waited": o.waited}
+            if o.result is not None:
+                row["result"] = o.result
+            if o.output is not None:
+                row["output"] = o.output
+        else:
+            row = {"id": o.run_id, "attempt": o.attempt, "worker": o.worker, "outcome": o.outcome, "result": o.result,
+                   "error_type": o.error_type, "error": o.error, "stack": o.stack, "delay": o.delay,
+                   "give_up": o.give_up, "output": o.output, "waited": o.waited}
+        rows.append(row)
+    return {"outcomes": json.dumps(rows)}
 
 
 def log_finished(outcomes, rows, written_before=None):
