@@ -23,7 +23,7 @@ def test_a_backlog_is_counted_to_the_end_in_one_view_without_reloading(make_user
     page = open_context()
     sign_in_page(page, make_user("viewer"))
     loads = []
-    page.on("load", lambda _: loads.append(page.url))
+    page.on("load", lambda _: loads.append(page.url) if "/job-metrics" in page.url else None)
     page.goto("/job-metrics")
     row = page.locator("table.metrics tbody tr", has_text="send_invoice")
     expect(row.locator("td[data-label=runs]")).to_have_text("8")
@@ -53,3 +53,27 @@ def test_the_weeks_chart_labels_the_viewers_days_where_they_begin(make_user, ope
         begins = datetime.fromisoformat(start)
         assert begins.hour == 4, named
         assert words == (begins + timedelta(hours=1)).astimezone(new_york).strftime("%a %d"), named
+
+
+def test_by_queue_the_chart_draws_each_queue_as_its_own_line(make_user, open_context, sql):
+    finished(sql, "mail.send", 1, n=5, ago="3 hours")
+    finished(sql, "mail.send", 1, n=2, ago="1 hour")
+    finished(sql, "report.build", 1, n=4, ago="3 hours")  # the same hour as mail's 5: 9 in all
+    sql("UPDATE job_runs SET queue = CASE job_type WHEN 'mail.send' THEN 'mail' ELSE 'reports' END")
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/job-metrics?by=queue&window=24h")
+    lines = page.locator("#throughput svg.chart.wide polyline.series")
+    expect(lines).to_have_count(2)
+    drawn = {}
+    for line in lines.all():
+        name = line.locator("title").text_content()
+        drawn[name] = min(float(point.split(",")[1]) for point in line.get_attribute("points").split())
+        assert len(line.get_attribute("points").split()) == 24  # a point per hour's bar
+    # The axis tops at 5, mail's busiest hour (not at the 9 of both queues): 5 attempts reach its
+    # top (y 14), 4 reach 4/5 of it.
+    assert drawn == {"mail: 7 attempts": 14.0, "reports: 4 attempts": 36.0}
+    page.locator("#throughput .legend").get_by_role("link", name="reports").click()
+    expect(page.locator("#throughput h2")).to_contain_text("reports")
+    expect(page.locator("#throughput svg.chart.wide polyline.series")).to_have_count(0)
+    expect(page.locator("#throughput svg.chart.wide rect.ok")).to_have_count(24)

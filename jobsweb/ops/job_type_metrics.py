@@ -174,6 +174,25 @@ GROUP BY b.start
 ORDER BY b.start
 """
 
+# Attempts per bar of each of the busiest `limit` queues (or job types), empty bars included: the
+# chart's separate series. The window's rows (primary key: span, bucket), read once per series.
+SERIES = """
+WITH top AS (
+    SELECT {key} AS name FROM job_type_metrics WHERE span = %(span)s AND bucket >= %(since)s
+    GROUP BY {key} ORDER BY sum(runs) DESC, {key} LIMIT %(limit)s
+)
+SELECT t.name, b.start, coalesce(sum(m.runs), 0)::bigint
+FROM top t
+CROSS JOIN generate_series(CAST(%(since)s AS timestamptz), CAST(%(last)s AS timestamptz),
+                           CAST(%(step)s AS interval)) AS b(start)
+LEFT JOIN job_type_metrics m
+       ON m.span = %(span)s AND m.bucket >= b.start AND m.bucket < b.start + CAST(%(step)s AS interval)
+      AND m.{key} = t.name
+GROUP BY t.name, b.start
+ORDER BY t.name, b.start
+"""
+SERIES_SHOWN = 6  # the chart's lines: more would not be told apart
+
 
 def seal(budget):
     """Add the attempts finished since the last view to the rollup, CHUNK at a time, one short
@@ -282,6 +301,16 @@ def chart(window, since, chosen=None, by="job_type"):
     return execute(CHART.format(key=_key(by)), {"span": window.span, "since": since,
                                                 "last": since + window.length - window.step,
                                                 "step": window.step, "chosen": chosen}).all()
+
+
+def series(window, since, by="queue", limit=SERIES_SHOWN):
+    """{queue (or job type): [attempts per bar, oldest first]} of the `limit` busiest over the window."""
+    out = {}
+    for name, _, attempts in execute(SERIES.format(key=_key(by)), {
+            "span": window.span, "since": since, "last": since + window.length - window.step,
+            "step": window.step, "limit": limit}):
+        out.setdefault(name, []).append(attempts)
+    return out
 
 
 def _key(by):

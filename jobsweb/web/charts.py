@@ -66,6 +66,25 @@ def hour_chart(rows, label_every=6, dated=False, marks=(), width=WIDTH):
             "width": width, "top": top, "marks": _deploy_lines(rows, slot, marks, width)}
 
 
+# The series' colours, in order: mid tones that read on the light and the dark scheme alike.
+SERIES_COLOURS = ("#3b7ddd", "#d9822b", "#1f9e74", "#b455b4", "#9a8a00", "#d1495b")
+
+
+def series_chart(rows, series, label_every=6, dated=False, marks=(), width=WIDTH):
+    """hour_chart's axis, labels and marks for `rows`' bars, with `series` ({name: count per bar})
+    drawn as one line each instead of bars: each name's colour, points and total."""
+    chart = hour_chart(rows, label_every, dated, marks, width)
+    top = nice_top(max([2] + [n for counts in series.values() for n in counts]))
+    slot = (width - LEFT) / max(len(rows), 1)
+    lines = []
+    for i, (name, counts) in enumerate(series.items()):
+        points = " ".join(f"{round(LEFT + (k + 0.5) * slot, 1)},{round(BASE - TALL * n / top, 1)}"
+                          for k, n in enumerate(counts))
+        lines.append({"name": name, "colour": SERIES_COLOURS[i % len(SERIES_COLOURS)], "points": points,
+                      "total": sum(counts)})
+    return dict(chart, bars=[], ticks=_ticks(top, _count), top=top, lines=lines)
+
+
 def _deploy_lines(rows, slot, marks, width):
     """Each mark's x among the bars (a mark 40 min into an hour's bar is 2/3 across it)."""
     if len(rows) < 2:

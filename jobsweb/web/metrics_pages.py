@@ -9,6 +9,7 @@ from ..core.database import execute
 from ..engine.link import NO_JIT
 from ..ops import deploy_marks, job_type_metrics
 from ..ops.job_type_metrics import WINDOWS
+from . import charts
 from .rendering import render
 from .runlist import text_filter
 
@@ -71,6 +72,12 @@ def index():
     behind = counted_until is None or datetime.now(timezone.utc) - counted_until > BEHIND
     figures.sort(key=COLUMNS[sort][1], reverse=order == "desc")
     chart = job_type_metrics.chart(window, since, chosen, by)
+    marks, every, dated = deploy_marks.for_chart(chart), LABEL_EVERY[window.key], window.key == "7d"
+    # By queue, every queue at once: a line each (the busiest SERIES_SHOWN), not one sum of them all.
+    lines = job_type_metrics.series(window, since, by) if by == "queue" and not chosen else {}
+    drawings = {width: (charts.series_chart(chart, lines, every, dated, marks, width) if lines
+                        else charts.hour_chart(chart, every, dated, marks, width)) for width in (charts.WIDE, charts.WIDTH)}
     return render("job_metrics.html", "partials/_job_metrics.html", window=window, windows=WINDOWS,
                   figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen, by=by,
-                  chart=chart, marks=deploy_marks.for_chart(chart), seconds=short_seconds, behind=behind, counted_until=counted_until, label_every=LABEL_EVERY[window.key], dated=window.key == "7d")
+                  chart=chart, drawings=drawings, seconds=short_seconds, behind=behind, counted_until=counted_until,
+                  dated=dated)
