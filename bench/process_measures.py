@@ -84,9 +84,10 @@ TWO_PROCESSES_CONCURRENCY = 8
 
 
 def cpu_per_run(bench, pgqueuer_setting=None):
-    """CPU per run, PostgreSQL's and the worker process's: one `flask run-jobs --concurrency 8`
-    and one PgQueuer process (`pgqueuer_setting`, the suite passes its best of §2), each draining
-    n runs enqueued beforehand, less the same process with none (its start-up and shutdown).
+    """CPU per run, PostgreSQL's and the worker processes': one `flask run-jobs --concurrency 8`,
+    two of them at once, and one PgQueuer process (`pgqueuer_setting`, the suite passes its best
+    of §2), each draining n runs enqueued beforehand, less the same processes with none (their
+    start-up and shutdown).
 
     The bound under the drain targets: no drain of these runs goes faster than the machine's
     cores over server + client CPU per run, however well its threads overlap (issue 41)."""
@@ -94,11 +95,12 @@ def cpu_per_run(bench, pgqueuer_setting=None):
     setting = pgqueuer_setting or bench.sizes["pgqueuer_whole"]
     url, _ = migrated(bench, "bench_cpu")
     postmaster = _postmaster(url)
-    figures = {"jobsweb": [], "pgqueuer": []}
+    figures = {"jobsweb": [], "two_processes": [], "pgqueuer": []}
     for _ in range(bench.repeats):
         spent = {}
         for runs in (n, 0):
             spent[runs] = _ours_cpu(url, runs, postmaster, "bench_cpu")
+            spent["two", runs] = _ours_cpu(url, runs, postmaster, "bench_cpu", processes=2)
             peer_url = bench.server.fresh_database("bench_peer_cpu")
             peer = [sys.executable, "-m", "bench.peer_proc", "pgqueuer", peer_url, str(runs), str(setting)]
             subprocess.run([*peer, "enqueue"], cwd=ROOT, check=True, capture_output=True)
@@ -107,10 +109,17 @@ def cpu_per_run(bench, pgqueuer_setting=None):
                 conn.execute("CHECKPOINT")
             spent["pgqueuer", runs] = _cpu_of([*peer, "drain"], os.environ, postmaster, "bench_peer_cpu")
         figures["jobsweb"].append(_per_run(spent[n], spent[0], n))
+        figures["two_processes"].append(_per_run(spent["two", n], spent["two", 0], n))
         figures["pgqueuer"].append(_per_run(spent["pgqueuer", n], spent["pgqueuer", 0], n))
+    together = {system: [f["server_us"] + f["client_us"] for f in per_run] for system, per_run in figures.items()}
     result = {"runs": n, "cores": os.cpu_count(), "pgqueuer_setting": setting, "concurrency": TWO_PROCESSES_CONCURRENCY,
-              **{system: _medians(per_run) for system, per_run in figures.items()}}
-    bench.log(f"CPU per run, {n} runs: jobsweb {result['jobsweb']}, pgqueuer {result['pgqueuer']} (setting {setting})")
+              **{system: _medians(per_run) for system, per_run in figures.items()},
+              # Each repeat's ratios, measured side by side (issue 55: ≤ 0.60 and ≤ 1.05).
+              "to_pgqueuer": [ours / theirs for ours, theirs in zip(together["jobsweb"], together["pgqueuer"])],
+              "two_to_one": [two / one for two, one in zip(together["two_processes"], together["jobsweb"])]}
+    bench.log(f"CPU per run, {n} runs: jobsweb {result['jobsweb']}, two processes {result['two_processes']}, "
+              f"pgqueuer {result['pgqueuer']} (setting {setting}); ours / theirs {result['to_pgqueuer']}, "
+              f"two processes / one {result['two_to_one']}")
     return result
 
 
@@ -143,14 +152,15 @@ def cpu_without_admin(bench):
     return result
 
 
-def _ours_cpu(url, runs, postmaster, database):
-    """(server CPU s, worker CPU s) of one `flask run-jobs --concurrency 8` draining `runs`."""
+def _ours_cpu(url, runs, postmaster, database, processes=1):
+    """(server CPU s, workers' CPU s) of `processes` `flask run-jobs --concurrency 8` started
+    together, draining `runs`."""
     with psycopg.connect(url, autocommit=True) as conn:
         fill_queue(conn, runs)
     env = dict(os.environ, DATABASE_URL=url, SECRET_KEY=SECRET)
     command = [sys.executable, "-m", "flask", "--app", "wsgi", "run-jobs", "--concurrency",
                str(TWO_PROCESSES_CONCURRENCY)]
-    return _cpu_of(command, env, postmaster, database)
+    return _cpu_of(command, env, postmaster, database, processes)
 
 
 def _per_run(spent, idle, n):
@@ -207,19 +217,24 @@ def _backends(postmaster, database):
     return count
 
 
-def _cpu_of(command, env, postmaster, database):
-    """(server CPU s, the command's own CPU s) over one run of `command` to its exit."""
+def _cpu_of(command, env, postmaster, database, processes=1):
+    """(server CPU s, the commands' own CPU s) over `processes` runs of `command`, started
+    together, to their exit."""
     before = _server_cpu(postmaster)
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{command[2:4]} exited {proc.returncode}")
+    procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(processes)]
+    own = 0.0
+    for proc in procs:
+        _, status, usage = os.wait4(proc.pid, 0)
+        own += usage.ru_utime + usage.ru_stime
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{command[2:4]} exited {proc.returncode}")
     # Its backends exit once it has: the postmaster counts their CPU when it reaps them.
     deadline = time.monotonic() + 10
     while _backends(postmaster, database) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return _server_cpu(postmaster) - before, usage.ru_utime + usage.ru_stime
+    return _server_cpu(postmaster) - before, own
 
 
 def whole_process(bench, pgqueuer_setting=None):

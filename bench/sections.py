@@ -275,9 +275,10 @@ def server_conditions(r):
 def cpu_lines(cpu):
     """§12's CPU per run, ours and PgQueuer's, and the fastest drain each allows on these cores."""
     lines = [
-        f"CPU per run: one `flask run-jobs --concurrency {cpu['concurrency']}` and one PgQueuer process "
-        f"({cpu['pgqueuer_setting']}) each drain {cpu['runs']:,} runs enqueued beforehand, less the same process "
-        "with none (its start-up and shutdown); PostgreSQL's CPU is its postmaster's and every child's, "
+        f"CPU per run: one `flask run-jobs --concurrency {cpu['concurrency']}`"
+        f"{', two at once' if 'two_processes' in cpu else ''} and one PgQueuer process "
+        f"({cpu['pgqueuer_setting']}) each drain {cpu['runs']:,} runs enqueued beforehand, less the same processes "
+        "with none (their start-up and shutdown); PostgreSQL's CPU is its postmaster's and every child's, "
         "those that exited included. On a machine of C cores no drain goes faster than C over the two "
         "together, however well its threads overlap.",
         "",
@@ -285,11 +286,16 @@ def cpu_lines(cpu):
         f"{cpu['cores']} cores |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for name, system in (("jobsweb", "jobsweb"), ("PgQueuer", "pgqueuer")):
-        f = cpu[system]
+    for name, system in (("jobsweb", "jobsweb"), ("jobsweb, 2 processes", "two_processes"), ("PgQueuer", "pgqueuer")):
+        if (f := cpu.get(system)) is None:
+            continue  # results of a run before the two processes were measured
         together = f["server_us"] + f["client_us"]
         lines.append(f"| {name} | {f['server_us']:.0f} | {f['client_us']:.0f} | {together:.0f} µs | "
                      f"{fmt(cpu['cores'] / together * 1e6)} runs/s |")
+    if "two_to_one" in cpu:
+        lines += ["", "Side by side in each repeat (issue 55: ≤ 0.60 and ≤ 1.05): ours / PgQueuer's "
+                  f"{', '.join(f'{x:.2f}' for x in cpu['to_pgqueuer'])}; two processes / one "
+                  f"{', '.join(f'{x:.2f}' for x in cpu['two_to_one'])}."]
     return lines + [""]
 
 

@@ -42,3 +42,11 @@ def test_cpu_of_counts_an_exited_backends_cpu_as_the_servers_and_the_commands_ow
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("DROP DATABASE bench_cpu_probe WITH (FORCE)")
+
+
+def test_cpu_of_two_processes_counts_both_processes_own_cpu(postgres_server):
+    admin, _ = postgres_server
+    postmaster = process_measures._postmaster(admin)
+    server, client = process_measures._cpu_of([sys.executable, "-c", CLIENT_WORK], os.environ, postmaster,
+                                              "no_such_database", processes=2)
+    assert client >= 1.0 and server < 0.1, (server, client)
