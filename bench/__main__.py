@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import (claim_conditions, measures, process_measures, report, run_control, search_cost, seams, soak,
+from . import (big_history, claim_conditions, measures, process_measures, report, run_control, search_cost, seams, soak,
                tick_start, workflows)
 from .harness import FULL, QUICK, Bench
 from .server import KINDS, Server
@@ -42,7 +42,7 @@ ALONE = {
     "alerts": process_measures.alerts_without_workers,
     "jit": claim_conditions.jit, "backlog": claim_conditions.backlog, "workflows": workflows.workflows,
     "seams": seams.wide_graph, "control": run_control.run_control, "search": search_cost.search_cost,
-    "tick_start": tick_start.tick_start, "soak": soak.soak,
+    "tick_start": tick_start.tick_start, "soak": soak.soak, "pages_big": big_history.pages_at_scale,
 }
 
 
@@ -88,6 +88,7 @@ def suite(bench):
     results["seams"] = seams.wide_graph(bench)
     results["run_control"] = run_control.run_control(bench)
     results["search_cost"] = search_cost.search_cost(bench)
+    results["pages_big"] = big_history.pages_at_scale(bench)
     results["tick_start"] = tick_start.tick_start(bench)
     results["soak"] = soak.soak(bench, results["throughput"])
     # Last: it switches the server's JIT settings (and puts them back as shipped).

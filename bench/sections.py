@@ -1,6 +1,7 @@
 """One server's sections of docs/BENCHMARKS.md, §1 to §15, from its results; report.py puts
 every server's under each heading."""
 
+from .big_history import pages_big_section
 from .run_control import run_control_section
 from .search_cost import search_cost_section
 from .seams import seams_section
@@ -180,6 +181,7 @@ def server_sections(r):
         *seams_section(r),
         *run_control_section(r),
         *search_cost_section(r),
+        *pages_big_section(r),
         *tick_start_section(r),
         *soak_section(r),
     ]
