@@ -3,6 +3,8 @@
 The create/edit form and the schedule preview live in definition_form.py.
 """
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 from flask import Blueprint, abort, flash, redirect, request, url_for
 from sqlalchemy import select
 
@@ -91,6 +93,16 @@ def last_failed_run(definition_id):
         .order_by(JobRun.id.desc()).limit(1)).first()
 
 
+def in_zone(moment, zone):
+    """`moment` as a date and wall-clock time in `zone` ("Thu 3 Dec 2026, 23:30"), or None: the
+    browser shows the viewer's own time beside it, and a definition's slots are in its zone."""
+    try:
+        local = moment.astimezone(ZoneInfo(zone)) if moment else None
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    return local and f"{local:%a} {local.day} {local:%b %Y, %H:%M}"
+
+
 def _definition_or_404(definition_id):
     return db.get_or_404(JobDefinition, definition_id, description=f"There is no definition {definition_id}.")
 
@@ -110,6 +122,7 @@ def detail(definition_id):
                   history_size=run_history.HISTORY_SIZE, success_rate=run_history.success_rate(history),
                   audit_entries=audit.entries_for("definition", definition_id),
                   open_incidents=alerts.open_incidents(definition_id), failed_run=last_failed_run(definition_id),
+                  next_in_zone=in_zone(definition.next_run_at, definition.timezone),
                   alert_routes=notify.routes(definition.alert_webhook_url, definition.alert_email_to), redact=notify.redact)
 
 
