@@ -77,3 +77,21 @@ def test_by_queue_the_chart_draws_each_queue_as_its_own_line(make_user, open_con
     expect(page.locator("#throughput h2")).to_contain_text("reports")
     expect(page.locator("#throughput svg.chart.wide polyline.series")).to_have_count(0)
     expect(page.locator("#throughput svg.chart.wide rect.ok")).to_have_count(24)
+
+
+def test_deploy_labels_close_together_on_the_weeks_chart_do_not_overlap(make_user, open_context, sql):
+    # Three deploys within two hours: on bars of 4 hours their lines are a few pixels apart.
+    sql("INSERT INTO jobsweb_deploy_marks (label, marked_by, marked_at) VALUES "
+        "('v1.2.0', 'cli:ada', now() - interval '3 hours'), ('v1.2.1-hotfix', 'cli:ada', now() - interval '2 hours'), "
+        "('v1.2.2', 'cli:ada', now() - interval '1 hour')")
+    page = open_context()
+    sign_in_page(page, make_user("viewer"))
+    page.goto("/job-metrics?window=7d")
+    labels = page.locator("#throughput svg.chart.wide g.deploy text")
+    expect(labels).to_have_text(["v1.2.0", "v1.2.1-hotfix", "v1.2.2"])
+    boxes = [label.bounding_box() for label in labels.all()]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                     or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+            assert apart, boxes

@@ -12,6 +12,9 @@ LEFT = 56  # room for the y-axis labels, at the phone size of their font too
 BASE = 124  # the x-axis's y
 TALL = 110  # the tallest bar, at the axis's top value
 STUB = 6  # a run with no duration (waiting, running, missed, skipped) still gets a mark
+# Deploy labels (9 px text, static/app.css): about this wide per character, this far apart at
+# least, in at most LABEL_ROWS rows of LABEL_ROW_HEIGHT below the chart's top.
+LABEL_CHAR, LABEL_GAP, LABEL_ROWS, LABEL_ROW_HEIGHT = 5.5, 4, 3, 11
 
 
 def nice_top(peak, scale=1):
@@ -90,13 +93,23 @@ def _deploy_lines(rows, slot, marks, width):
     if len(rows) < 2:
         return []
     start, step = rows[0][0], (rows[1][0] - rows[0][0]).total_seconds()
-    lines = []
-    for at, label in marks:
+    lines, row_ends = [], [float("-inf")] * LABEL_ROWS  # where each row's last label ends
+    for at, label in sorted(marks):
         utc = at.astimezone(timezone.utc)
         x = round(LEFT + (at - start).total_seconds() / step * slot, 1)
+        short = label if len(label) <= 16 else label[:15] + "…"
         # Near the right edge the label goes left of its line: it was cut off by the chart's edge.
-        lines.append({"x": x, "label": label, "short": label if len(label) <= 16 else label[:15] + "…",
-                      "utc": utc.strftime("%Y-%m-%d %H:%M"), "end": x > width - 80})
+        end = x > width - 80
+        left, right = (x - LABEL_CHAR * len(short) - 2, x) if end else (x, x + 2 + LABEL_CHAR * len(short))
+        # Marks close together (two deploys an hour apart on the week's chart) wrote their labels
+        # over each other: each label takes the first row where it clears the one before; with
+        # every row taken it is left to the line's hover text.
+        row = next((r for r, taken in enumerate(row_ends) if left > taken + LABEL_GAP), None)
+        if row is not None:
+            row_ends[row] = right
+        lines.append({"x": x, "label": label, "short": short if row is not None else "",
+                      "y": BASE - 104 + LABEL_ROW_HEIGHT * (row or 0),
+                      "utc": utc.strftime("%Y-%m-%d %H:%M"), "end": end})
     return lines
 
 
