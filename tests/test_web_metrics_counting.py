@@ -2,9 +2,12 @@
 it asks again by itself while older attempts are still being counted ("Reload to count more"
 took 4 loads for a week of 205,888 runs)."""
 
+import re
+
 from playwright import sync_api
 
 from tests import test_web_look
+from tests.conftest import csrf_token
 from tests.test_web_job_metrics import finished
 from tests.test_web_look import sign_in as sign_in_page
 
@@ -95,3 +98,33 @@ def test_deploy_labels_close_together_on_the_weeks_chart_do_not_overlap(make_use
             apart = (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
                      or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
             assert apart, boxes
+
+
+def test_an_admin_marks_a_deploy_from_the_metrics_page_audited_and_drawn(app, make_user, open_context, sql, sign_in):
+    page = open_context()
+    email = make_user("admin")
+    sign_in_page(page, email)
+    page.goto("/job-metrics?window=7d")
+    page.get_by_label("Deploy label").fill("  v2.0 <b>  ")
+    page.get_by_role("button", name="Mark a deploy now").click()
+    expect(page.locator(".flash").first).to_contain_text("Deploy v2.0 <b> marked at")
+    expect(page).to_have_url(re.compile(r"/job-metrics\?window=7d#throughput$"))
+    expect(page.locator("#throughput svg.chart.wide g.deploy text")).to_have_text(["v2.0 <b>"])
+    assert sql("SELECT label, marked_by FROM jobsweb_deploy_marks") == [("v2.0 <b>", email)]
+    assert sql("SELECT action, user_email, target_type, detail->>'label' FROM jobsweb_audit_log "
+               "WHERE action = 'mark_deploy'") == [("mark_deploy", email, "deploy", "v2.0 <b>")]
+
+    client = sign_in("operator")  # below admin: no form, and its POST is refused
+    assert "Mark a deploy now" not in client.get("/job-metrics").get_data(as_text=True)
+    token = csrf_token(client, "/job-metrics")
+    assert client.post("/job-metrics/deploys", data={"label": "v3", "csrf_token": token}).status_code == 403
+
+
+def test_an_empty_or_long_deploy_label_is_refused_naming_it(sign_in, sql):
+    client = sign_in("admin")
+    token = csrf_token(client, "/job-metrics")
+    for label, words in (("   ", "label must not be empty"), ("v" * 101, "label must be at most 100 characters")):
+        refused = client.post("/job-metrics/deploys", data={"label": label, "csrf_token": token})
+        assert refused.status_code == 400 and words in refused.get_data(as_text=True)
+    assert client.post("/job-metrics/deploys", data={"label": "v1"}).status_code == 400  # no CSRF token
+    assert sql("SELECT count(*) FROM jobsweb_deploy_marks") == [(0,)]

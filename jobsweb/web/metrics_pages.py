@@ -3,14 +3,16 @@ a chart of attempts over it (ops/job_type_metrics.py counts them)."""
 
 from datetime import datetime, timedelta, timezone
 
-from flask import Blueprint, abort, request
+from flask import Blueprint, abort, flash, request, url_for
 
-from ..core.database import execute
+from ..core.database import db, execute
+from ..core.errors import InvalidInput
 from ..engine.link import NO_JIT
 from ..ops import deploy_marks, job_type_metrics
 from ..ops.job_type_metrics import WINDOWS
-from . import charts
-from .rendering import render
+from . import audit, charts
+from .access import role_required, viewer
+from .rendering import redirect_to, render
 from .runlist import text_filter
 
 bp = Blueprint("job_metrics", __name__)
@@ -81,3 +83,21 @@ def index():
                   figures=figures, since=since, sort=sort, order=order, columns=COLUMNS, chosen=chosen, by=by,
                   chart=chart, drawings=drawings, seconds=short_seconds, behind=behind, counted_until=counted_until,
                   dated=dated)
+
+
+@bp.post("/job-metrics/deploys")
+@role_required("admin")
+def mark_deploy():
+    """Record a deploy now, labelled as typed (`flask jobs mark-deploy`'s rule: deploy_marks.mark),
+    audited as the CLI's is, and go back to the chart that draws it."""
+    label = request.form.get("label", "").strip()
+    try:
+        marked_id, marked_at = deploy_marks.mark(label, by=viewer().identity)
+    except InvalidInput as exc:
+        abort(400, f"Deploy not marked: {exc.field} {exc.message}.")
+    audit.record("mark_deploy", "deploy", marked_id, label=label)
+    db.session.commit()
+    flash(f"Deploy {label} marked at {marked_at:%Y-%m-%d %H:%M:%S} UTC.")
+    window = request.form.get("window", DEFAULT_WINDOW)
+    return redirect_to(url_for("jobsweb.job_metrics.index", window=window if window in WINDOWS else DEFAULT_WINDOW)
+                       + "#throughput")
