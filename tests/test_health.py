@@ -79,7 +79,7 @@ def test_healthz_is_503_naming_a_dropped_function_at_the_next_probe_and_200_once
     response = client.get("/healthz")  # the very next probe: nothing cached
     assert (response.status_code, response.get_json()) == (503, {"status": "unavailable", "reason": "schema"})
     assert Probe(app, 5).problem(5) == (
-        "jobsweb's schema at 0033_batch_label is incomplete, missing function "
+        "jobsweb's schema at 0034_worker_stop is incomplete, missing function "
         "jobsweb_claim_runs_in_order(text,double precision,text[],integer,integer,text[]): run `flask jobs migrate` "
         "(it recreates functions and triggers; tables and indexes come back with a restore of jobsweb's tables)")
     assert app.test_cli_runner().invoke(args=["jobs", "migrate"]).exit_code == 0

@@ -181,7 +181,7 @@ def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_m
     refused = cli(url, "run-jobs")
     assert refused.exit_code == 1
     [line] = refused.output.splitlines()
-    assert line.startswith("Error: jobsweb's schema at 0033_batch_label is incomplete, missing function "
+    assert line.startswith("Error: jobsweb's schema at 0034_worker_stop is incomplete, missing function "
                            f"{CLAIM_IN_ORDER}, function jobsweb_claim_runs(")
     assert "trigger job_runs_workflow ON job_runs: run `flask jobs migrate`" in line
 
@@ -193,9 +193,9 @@ def test_migrate_recreates_the_dropped_functions_and_trigger_as_the_migrations_m
         "function jobsweb_count_down(bigint[],boolean), function jobsweb_batch_ended(bigint,integer,integer), "
         "function jobsweb_cancel_below(bigint,text), function jobsweb_revive_below(bigint,text), "
         "function jobsweb_workflow_step(), trigger job_runs_workflow ON job_runs",
-        "jobsweb's schema is up to date (0033_batch_label)"]
+        "jobsweb's schema is up to date (0034_worker_stop)"]
     assert catalog(url, DEFINITIONS) == before
-    assert cli(url, "jobs", "migrate").output == "jobsweb's schema is up to date (0033_batch_label)\n"
+    assert cli(url, "jobs", "migrate").output == "jobsweb's schema is up to date (0034_worker_stop)\n"
 
     assert cli(url, "jobs", "enqueue", "jobsweb.noop").exit_code == 0
     ticked = cli(url, "run-jobs")
@@ -210,7 +210,7 @@ def test_migrate_stops_naming_a_missing_index_it_cannot_recreate(scratch_databas
     migrated = cli(url, "jobs", "migrate")
     assert migrated.exit_code == 1
     assert migrated.output.splitlines() == [
-        "Error: jobsweb's schema at 0033_batch_label is incomplete, missing index job_runs_claimable: run "
+        "Error: jobsweb's schema at 0034_worker_stop is incomplete, missing index job_runs_claimable: run "
         "`flask jobs migrate` (it recreates functions and triggers; tables and indexes come back with a "
         "restore of jobsweb's tables)"]
 
@@ -247,7 +247,7 @@ def test_deploy_md_backup_of_jobsweb_tables_restored_into_an_empty_database_runs
     said = [line for line in restored.splitlines() if line.startswith("jobsweb's schema")]  # not Alembic's log
     assert said[0].startswith(f"jobsweb's schema: recreated function {CLAIM_IN_ORDER}, ")
     assert said[0].endswith(", trigger job_runs_workflow ON job_runs")
-    assert said[1:] == ["jobsweb's schema is up to date (0033_batch_label)"]
+    assert said[1:] == ["jobsweb's schema is up to date (0034_worker_stop)"]
     assert catalog(empty) == catalog(source)
 
     assert cli(empty, "jobs", "enqueue", "jobsweb.sleep", "--payload", '{"seconds": 0}').exit_code == 0

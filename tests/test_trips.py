@@ -60,7 +60,7 @@ def make_trips(links, reports):
 def register(link):
     """worker-1's job_workers row, as Worker._register adds it."""
     link.fetch(upkeep.REGISTER_WORKER, {"worker": WORKER, "host": socket.gethostname(), "pid": os.getpid(),
-                                        "job_types": registry.names(), "queues": None})
+                                        "job_types": registry.names(), "queues": None, "concurrency": 2})
 
 
 def claim_params(limit):
@@ -112,7 +112,7 @@ def test_pending_outcomes_and_a_claim_go_as_one_trip_on_the_claims_lane(app, mak
         (1, "succeeded", None), (2, "succeeded", None), (3, "running", WORKER), (4, "running", WORKER)]
     assert runs_done(sql) == [(2,)]  # counted in the same commit
     trips.written(trip)
-    assert trips.seen() is False and runs_done(sql) == [(2,)]  # nothing counted twice
+    assert trips.seen() == (False, None) and runs_done(sql) == [(2,)]  # nothing counted twice
 
 
 def test_write_now_with_nothing_pending_sends_nothing(make_trips, reports):
@@ -140,7 +140,7 @@ def test_outcomes_of_a_trip_the_database_never_answered_are_pending_again_ahead_
     trips.written(written)
     assert [row[:2] for row in written.finished_rows()] == [(1, "succeeded"), (2, "succeeded"), (3, "succeeded")]
     assert trips.pending_count() == 0 and run_ids == [1, 2, 3]
-    assert trips.seen() is False and runs_done(sql) == [(3,)]
+    assert trips.seen() == (False, None) and runs_done(sql) == [(3,)]
 
 
 def test_a_failed_trip_checked_puts_its_outcomes_back_and_raises(make_trips):
@@ -161,11 +161,14 @@ def test_seen_counts_the_runs_done_onto_the_workers_row_and_says_whether_an_oper
     trips.add([succeeded(1), succeeded(2)])
     trips.written(trips.write_now())  # a stopping worker's last writes: no count rides with them
     assert runs_done(sql) == [(0,)]
-    assert trips.seen() is False
+    assert trips.seen() == (False, None)
     assert runs_done(sql) == [(2,)]
     sql("UPDATE job_workers SET quiet_at = now() WHERE id = %s", [WORKER])
-    assert trips.seen() is True
+    assert trips.seen() == (True, None)
     assert runs_done(sql) == [(2,)]
+    sql("UPDATE job_workers SET stop_requested_at = now(), stop_requested_by = 'ops@example.com' WHERE id = %s",
+        [WORKER])
+    assert trips.seen() == (True, "ops@example.com")  # the Workers page's Stop: the loop stops as on SIGTERM
 
 
 def test_the_outcomes_written_lately_are_remembered_up_to_the_bound_oldest_forgotten_first(monkeypatch):

@@ -135,6 +135,9 @@ class JobWorker(Model):
     queues: Mapped[list[str] | None] = mapped_column(ARRAY(Text))  # None: every queue
     quiet_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)  # quieted: finishes what it holds, claims nothing
     quiet_by: Mapped[str | None] = mapped_column(Text)
+    concurrency: Mapped[int | None]  # None: a worker from before 0034
+    stop_requested_at: Mapped[datetime | None] = mapped_column(TIMESTAMPTZ)  # asked to stop: it exits as on SIGTERM
+    stop_requested_by: Mapped[str | None] = mapped_column(Text)
 
 
 ROLES = ("viewer", "operator", "admin")  # each may do what the ones before it may

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from .database import db, execute
 from .schema import MIGRATION_LOCK, alembic, alembic_config
 
-HEAD = "0033_batch_label"  # the revision these lists describe
+HEAD = "0034_worker_stop"  # the revision these lists describe
 
 TABLES = (
     "job_attempts", "job_batches", "job_definitions", "job_duration_totals", "job_effects", "job_metrics_state",

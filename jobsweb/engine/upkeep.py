@@ -114,17 +114,23 @@ WHERE id = ANY (ARRAY(
 # Sent again when the connection broke before the answer came: the first one may have
 # committed, and the worker's id is its own, so a row already there is this worker's.
 REGISTER_WORKER = """
-INSERT INTO job_workers (id, host, pid, job_types, queues)
-VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s, %(queues)s)
+INSERT INTO job_workers (id, host, pid, job_types, queues, concurrency)
+VALUES (%(worker)s, %(host)s, %(pid)s, %(job_types)s, %(queues)s, %(concurrency)s)
 ON CONFLICT (id) DO NOTHING
 """
 
-# Also the heartbeat's read of whether an operator quieted this worker (the Workers page).
+# Also the heartbeat's read of whether an operator quieted this worker or asked it to stop (the
+# Workers page).
 WORKER_SEEN = """
 UPDATE job_workers SET last_seen_at = now(), runs_done = runs_done + %(done)s
 WHERE id = %(worker)s
-RETURNING quiet_at IS NOT NULL AS quiet
+RETURNING quiet_at IS NOT NULL AS quiet, stop_requested_at IS NOT NULL AS stop, stop_requested_by
 """
+
+# An operator quieted, resumed or stopped a worker: a listening one heartbeats at once (it reads
+# its row then: WORKER_SEEN), as for a cancel of a run it holds (action_statements.CANCEL_CHANNEL,
+# whose payload names the workers to tell). Delivered at the commit.
+TELL_WORKER = "SELECT pg_notify('jobsweb_cancels', %(worker)s)"
 
 WORKER_STOPPED = """
 UPDATE job_workers SET last_seen_at = now(), stopped_at = now(), runs_done = runs_done + %(done)s

@@ -20,7 +20,7 @@ LIVE = "(stopped_at IS NULL AND last_seen_at >= now() - make_interval(secs => %(
 # read once.
 LIVE_WORKERS = f"""
 SELECT w.id, w.host, w.pid, w.last_seen_at, w.runs_done, w.queues, w.job_types, w.quiet_at, w.quiet_by,
-       coalesce(h.n, 0) AS running
+       w.concurrency, w.stop_requested_at, coalesce(h.n, 0) AS running
 FROM job_workers w
 LEFT JOIN (SELECT locked_by, count(*) AS n FROM job_runs WHERE status = 'running' GROUP BY locked_by) h
        ON h.locked_by = w.id

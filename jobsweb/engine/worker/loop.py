@@ -177,7 +177,8 @@ class Worker:
             try:
                 self.link.fetch(upkeep.REGISTER_WORKER,
                                 {"worker": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                                 "job_types": registry.names(), "queues": self.queues})
+                                 "job_types": registry.names(), "queues": self.queues,
+                                 "concurrency": self.concurrency})
                 self.outages.answered()
                 return True
             except DatabaseUnavailable as exc:
@@ -245,10 +246,14 @@ class Worker:
         return max(wait, 0)
 
     def _heartbeat(self):
-        """Extend the held runs' leases and mark this worker seen; an operator may have quieted or
-        resumed it meanwhile."""
+        """Extend the held runs' leases and mark this worker seen; an operator may have quieted,
+        resumed or stopped it meanwhile."""
         self.leases.heartbeat()
-        quiet = self.trips.seen()
+        quiet, stop_asked_by = self.trips.seen()
+        if stop_asked_by is not None and not self.stop.requested():
+            log.info("worker %s asked to stop from the admin screen by %s: stopping as on SIGTERM (finishing "
+                     "the %d run(s) it holds within its shutdown timeout)", self.id, stop_asked_by, len(self.held))
+            self.stop.request()
         if quiet != self.quiet:
             self.quiet = quiet
             if quiet:

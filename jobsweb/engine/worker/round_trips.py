@@ -265,11 +265,14 @@ class Trips:
         trip.results = [self.link.fetch(*trip.claim)] if trip.limit else []
 
     def seen(self):
-        """Count the runs done on this worker's job_workers row and mark it seen; whether an
-        operator quieted it."""
+        """Count the runs done on this worker's job_workers row and mark it seen: (whether an
+        operator quieted it, who asked it to stop or None)."""
         rows = self.link.fetch(upkeep.WORKER_SEEN, {"worker": self.worker, "done": self.done})
         self.done = 0
-        return bool(rows and rows[0][0])
+        if not rows:
+            return False, None
+        quiet, stop, by = rows[0]
+        return bool(quiet), (by or "someone") if stop else None
 
     def stopped(self):
         """Mark this worker's row stopped, with the runs done since last counted."""
