@@ -1,11 +1,12 @@
-"""FINISH_RUNS's outcomes as the worker sends them (execution.finish_params): a success leaves out
+"""FINISH_RUNS's outcomes as the worker sends them (outcome_writes.finish_params): a success leaves out
 the keys it has no value for, and what it has, and what a failure says, still reach the tables."""
 
 import json
 
 from jobsweb import enqueue
 from jobsweb.engine import statements
-from jobsweb.engine.worker.execution import Outcome, finish_params
+from jobsweb.engine.worker.execution import Outcome
+from jobsweb.engine.worker.outcome_writes import finish_params
 from tests.conftest import committed
 
 

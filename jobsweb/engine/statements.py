@@ -216,7 +216,7 @@ SELECT * FROM jobsweb_claim_runs_in_order(%(worker)s, %(lease)s, %(job_types)s, 
 # `waited`: seconds a run claimed ahead waited in the worker for a slot (time.monotonic there),
 # added to the claim's started_at; the database's clock stays the only wall clock.
 FINISH_RUNS = """
--- The outcomes come as one JSON array of objects (execution.finish_params): json.dumps writes
+-- The outcomes come as one JSON array of objects (outcome_writes.finish_params): json.dumps writes
 -- it in C, where psycopg dumped twelve arrays element by element in Python (half the client's
 -- CPU for this statement, and less for the server to parse too; issue 41).
 WITH outcome AS (

@@ -13,7 +13,8 @@ from .. import statements, upkeep
 from ..jobs import registry
 from ..jobs.registry import JobContext
 from .duties import Duty
-from .execution import Failures, finish_each, finish_params, log_finished, released
+from .execution import Failures, released
+from .outcome_writes import finish_each, finish_params, log_finished
 
 log = logging.getLogger("jobsweb.worker")
 

@@ -33,7 +33,8 @@ import psycopg
 
 from .. import statements, upkeep
 from ..link import DatabaseUnavailable
-from .execution import Outcome, finish_each, finish_params, log_finished
+from .execution import Outcome
+from .outcome_writes import finish_each, finish_params, log_finished
 
 # Outcomes remembered after they were written: a failover to an asynchronous standby loses the
 # commits of the last moments before it (milliseconds to seconds of finishes), and a run among
