@@ -74,8 +74,13 @@ def test_a_summary_stored_before_summaries_were_masked_is_masked_on_every_page(s
     sql("INSERT INTO jobsweb_alert_incidents (kind, job_type, subject, summary, since, run_id, run_count) "
         "VALUES ('dead', 'sec.old', 'sec.old', %s, now(), 1, 1)",
         ["run 1 of sec.old is dead after 1 attempt: RuntimeError: password=Zq9xK7wP at 2026-11-25 12:10:00 UTC."])
+    sql("INSERT INTO jobsweb_alert_incidents (kind, job_type, subject, summary, since, resolved_at, run_id, run_count) "
+        "VALUES ('dead', 'sec.older', 'sec.older', %s, now() - interval '1 day', now(), 1, 1)",
+        ["run 1 of sec.older is dead after 1 attempt: RuntimeError: token=Hq8vT2nL."])  # in the history table
     client = sign_in("viewer")
     for url in ("/", "/incidents"):
         html = client.get(url).get_data(as_text=True)
         assert "password=••••••" in html and "Zq9xK7wP" not in html, url
         assert '<time datetime="2026-11-25T12:10:00' in html, url  # its times still shown as the page's
+    html = client.get("/incidents").get_data(as_text=True)
+    assert "token=••••••" in html and "Hq8vT2nL" not in html
