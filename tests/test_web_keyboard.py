@@ -88,3 +88,16 @@ def test_every_stop_on_the_runs_page_shows_where_the_focus_is_light_and_dark(mak
                 unringed.append(what)
         assert stops > 60, stops  # every stop was reached: the date inputs' fields, the rows, the pager
         assert unringed == [], (scheme, unringed)
+
+
+def test_a_batch_pages_members_take_as_few_keystrokes_to_cancel_as_the_runs_page(make_user, open_context, sql):
+    # The batch page shows its members in the runs list's table, bulk bar first: without the skip
+    # link, its filters and the batch's own actions came before the first member's box.
+    sql("INSERT INTO job_batches (id, members, pending) VALUES (1, 30, 30)")
+    sql("INSERT INTO job_runs (job_type, batch_id) SELECT 'report.build', 1 FROM generate_series(1, 30)")
+    page = open_context()
+    sign_in(page, make_user("operator"))
+    page.goto("/batches/1", wait_until="load")
+    forward, back, total = keys_to_cancel_a_ticked_row(page)
+    print(f"batch page: {forward} forward, {back} back, {total} in all")
+    assert total <= 11, [forward, back, total]
