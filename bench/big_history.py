@@ -123,7 +123,7 @@ def build(url, n, log=print):
 
 
 def pages_at_scale(bench):
-    """§20: every admin page over a history of `pages_runs` runs (big_history.build), each page
+    """§22: every admin page over a history of `pages_runs` runs (big_history.build), each page
     `page_requests` times; {"growth", "build", "pages", "first_scrape", "load"}."""
     from . import measures
 
@@ -137,12 +137,12 @@ def pages_at_scale(bench):
 
 
 def pages_big_section(r):
-    """§20: the admin pages at `pages_runs` runs, and how a team's history grows to that size."""
+    """§22: the admin pages at `pages_runs` runs, and how a team's history grows to that size."""
     big = r["pages_big"]
     g, b = big["growth"], big["build"]
     per = g["per_minute"]
     lines = [
-        f"## 20. Admin pages at {g['runs']:,} runs (issue 55, item 3)",
+        f"## 22. Admin pages at {g['runs']:,} runs (issue 55, item 3)",
         "",
         f"A history of {g['runs']:,} runs kept under the default retention ({g['retain_days']['succeeded']} days "
         f"succeeded, {g['retain_days']['dead']} dead, {g['retain_days']['cancelled']} cancelled) is a team running "

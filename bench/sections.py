@@ -181,9 +181,9 @@ def server_sections(r):
         *seams_section(r),
         *run_control_section(r),
         *search_cost_section(r),
-        *pages_big_section(r),
         *tick_start_section(r),
         *soak_section(r),
+        *pages_big_section(r),
     ]
     return lines
 
