@@ -162,7 +162,8 @@ def _finish_cost(bench, url):
     (synchronous_commit off, this session only): a flush takes milliseconds, the same with or
     without a notification, and its jitter on a shared disk hid the difference measured."""
     from jobsweb.engine import statements
-    from jobsweb.engine.worker.execution import Outcome, finish_params
+    from jobsweb.engine.worker.execution import Outcome
+    from jobsweb.engine.worker.outcome_writes import finish_params
 
     assert statements.FINISH_RUNS.count(WITH_NOTICE) == 1
     variants = {"with": statements.FINISH_RUNS, "without": statements.FINISH_RUNS.replace(WITH_NOTICE, WITHOUT_NOTICE)}

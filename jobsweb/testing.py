@@ -24,7 +24,8 @@ from .engine.runs import batch_status
 from .engine.jobs import registry
 from .engine import statements, upkeep
 from .engine.worker.async_execution import run_async_handler, run_coroutine
-from .engine.worker.execution import Failures, Held, finish_params, log_finished, run_handler
+from .engine.worker.execution import Failures, Held, run_handler
+from .engine.worker.outcome_writes import finish_params, log_finished
 from .engine.link import Link
 from .engine.jobs.registry import JobContext
 from .engine.worker.loop import worker_id

@@ -70,7 +70,7 @@ ON_BOTH_SERVERS = (
     "test_after_separate_transactions.py", "test_lifecycle_model.py", "test_conflicts.py",
     "test_control.py", "test_runs_cli.py", "test_leases.py", "test_trips.py",
     "test_enqueue_delay.py", "test_handler_retry.py", "test_wait_inside_handler.py", "test_schema_repair.py",
-    "test_unbegun_claims.py", "test_cancel_terminate.py",
+    "test_unbegun_claims.py", "test_cancel_terminate.py", "test_finish_params.py",
     # scheduling: materialising slots, definitions (crontab mode, test_cron.py, is the same worker
     # and SQL launched by Debian's cron: four minutes of waiting for its minutes, on one server)
     "test_materialise.py", "test_definitions.py",

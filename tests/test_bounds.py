@@ -9,7 +9,8 @@ from jobsweb.core.database import libpq_url
 from jobsweb.core.errors import InvalidInput
 from jobsweb.engine.jobs import retry
 from jobsweb.engine.enqueue.enqueuing import enqueue, parse_payload, parse_run_at
-from jobsweb.engine.worker.execution import Outcome, finish_each
+from jobsweb.engine.worker.execution import Outcome
+from jobsweb.engine.worker.outcome_writes import finish_each
 from jobsweb.engine.worker.lease_recovery import recover_expired_leases
 from jobsweb.engine.worker.execution import Failures
 from jobsweb.engine.link import Link

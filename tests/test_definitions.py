@@ -94,7 +94,8 @@ def test_consecutive_dead_runs_make_a_definition_failing(app, sql):
 
 def _finish_in_one_batch(sql, outcomes):
     """Write (run_id, outcome, give_up) attempts of running runs with one FINISH_RUNS call."""
-    from jobsweb.engine.worker.execution import Outcome, finish_params
+    from jobsweb.engine.worker.execution import Outcome
+    from jobsweb.engine.worker.outcome_writes import finish_params
 
     sql("UPDATE job_runs SET status = 'running', attempts = 1, locked_by = 'w', started_at = now()")
     sql(statements.FINISH_RUNS, finish_params([

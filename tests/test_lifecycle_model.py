@@ -22,7 +22,8 @@ from jobsweb.core.database import db, libpq_url
 from jobsweb.engine.runs import batch_status, run_actions
 from jobsweb.engine.jobs import flow, registry
 from jobsweb.engine import statements, upkeep
-from jobsweb.engine.worker.execution import Failures, Finished, Held, finish_params, interrupted, released
+from jobsweb.engine.worker.execution import Failures, Finished, Held, interrupted, released
+from jobsweb.engine.worker.outcome_writes import finish_params
 from jobsweb.engine.worker.leases import lost_claims
 from jobsweb.engine.worker.lease_recovery import UNBEGUN_CLAIMS, recover_expired_leases
 from jobsweb.engine.link import Link

@@ -17,7 +17,8 @@ from jobsweb.core.database import libpq_url
 from jobsweb.engine import statements, upkeep
 from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.engine.link import Link
-from jobsweb.engine.worker.execution import Failures, finish_params, interrupted, released
+from jobsweb.engine.worker.execution import Failures, interrupted, released
+from jobsweb.engine.worker.outcome_writes import finish_params
 from jobsweb.engine.worker.held_runs import BEGAN_AFTER, HeldRuns
 from jobsweb.engine.worker.lease_recovery import UNBEGUN_CLAIMS, recover_expired_leases
 from tests.conftest import wait_for

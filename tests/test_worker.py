@@ -6,7 +6,8 @@ import threading
 from jobsweb import enqueue
 from jobsweb.engine import statements, upkeep
 from jobsweb.commands import build_worker
-from jobsweb.engine.worker.execution import Outcome, finish_params
+from jobsweb.engine.worker.execution import Outcome
+from jobsweb.engine.worker.outcome_writes import finish_params
 from jobsweb.engine.worker.lease_recovery import RECOVER_BATCH
 from jobsweb.engine.worker.outages import RECONNECT_FIRST_DELAY
 from jobsweb.engine.link import DatabaseUnavailable

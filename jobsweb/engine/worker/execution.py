@@ -13,7 +13,6 @@ from ...core.errors import has_nul
 from ..jobs import retry, signals
 from ..jobs.registry import Cancelled, JobContext, JobType, Retry, handler_running
 from . import output
-from .outcome_writes import finish_each, finish_params, log_finished  # noqa: F401 - where callers find them
 
 
 @dataclass
