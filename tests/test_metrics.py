@@ -155,3 +155,25 @@ def test_metrics_report_each_queues_depth_running_runs_and_pause(metrics_app, sq
     # The paused queue's two due runs wait for a resume, not for a worker.
     assert m[("jobsweb_due_runs", ())] == 1
     assert m[("jobsweb_due_runs_paused", ())] == 2
+
+
+def test_a_long_history_is_sealed_a_bounded_number_of_attempts_a_scrape_its_counts_only_growing(
+        metrics_app, sql, monkeypatch):
+    # At 10,000,000 attempts the first scrape sealed them all in one statement, 15-20 s, past the
+    # page's 4.5 s limit on the server: it was stopped every time and /metrics answered 503 for good.
+    from jobsweb.ops import durations
+
+    monkeypatch.setattr(durations, "SEAL_AT_MOST", 2)
+    sql("INSERT INTO job_runs (job_type, status, finished_at) SELECT 'jobsweb.noop', 'succeeded', now() "
+        "FROM generate_series(1, 8)")
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at, finished_at) "
+        "SELECT n, 1, 'succeeded', now() - make_interval(mins => 60 - n) - interval '1 second', "
+        "       now() - make_interval(mins => 60 - n) FROM generate_series(1, 7) n")
+    sql("INSERT INTO job_attempts (run_id, attempt, outcome, started_at, finished_at) "
+        "VALUES (8, 1, 'succeeded', now() - interval '1 second', now())")  # recent: not sealed yet
+    noop = (("job_type", "jobsweb.noop"),)
+    counts = [scrape(metrics_app)[("jobsweb_attempt_duration_seconds_count", noop)] for _ in range(4)]
+    # Up to the next finished_at two attempts on: 2, then 3 (from the one the first stopped at);
+    # the totals alone while catching up; then the recent one too.
+    assert counts == [2, 5, 8, 8]
+    assert sql("SELECT count FROM job_duration_totals") == [(7,)]

@@ -60,11 +60,27 @@ ON CONFLICT (job_type) DO UPDATE SET
 
 SEAL = "UPDATE job_metrics_state SET sealed_until = %(until)s WHERE id = 1"
 
+# A first scrape of a long history (10,000,000 attempts: 15-20 s) passed the page's limit on the
+# server (web/guards.py, 4.5 s) every time, so nothing was ever sealed and /metrics answered 503
+# for good. A scrape seals the attempts from where the last one stopped up to the finished_at of
+# the SEAL_AT_MOST + 1st after it (each attempt counted once: [since, until)), so always some and
+# about that many; until the totals have caught up with the cutoff it reports them alone, which
+# only grow, as Prometheus's counters must.
+SEAL_AT_MOST = 200_000
+SEAL_UNTIL = """
+SELECT coalesce(
+    (SELECT finished_at FROM job_attempts
+     WHERE finished_at > coalesce(CAST(%(since)s AS timestamptz), '-infinity') AND finished_at < %(cutoff)s
+     ORDER BY finished_at OFFSET %(at_most)s LIMIT 1),
+    %(cutoff)s)
+"""
+
 TOTALS = "SELECT job_type, count, sum_seconds, buckets FROM job_duration_totals"
 
 
 def _seal():
-    """Add attempts older than SETTLE to the totals, in one short transaction; return its cutoff."""
+    """Add attempts older than SETTLE to the totals (SEAL_AT_MOST of them), in one short
+    transaction; return how far they are sealed and whether that is the cutoff."""
     execute(ENSURE_STATE)
     sealed_until, bounds, cutoff = execute(STATE, {"settle": SETTLE}).one()
     if bounds is None or tuple(bounds) != BOUNDS:
@@ -72,20 +88,24 @@ def _seal():
         execute(START_OVER, {"bounds": list(BOUNDS)})
         sealed_until = None
     if sealed_until is None or sealed_until < cutoff:
+        until = execute(SEAL_UNTIL, {"since": sealed_until, "cutoff": cutoff, "at_most": SEAL_AT_MOST}).scalar()
         for job_type, count, total, buckets in execute(
-                WINDOW, {"since": sealed_until, "until": cutoff}):
+                WINDOW, {"since": sealed_until, "until": until}):
             execute(ADD_TOTALS, {"job_type": job_type, "buckets": buckets, "count": count,
                                             "sum": total})
-        execute(SEAL, {"until": cutoff})
-        sealed_until = cutoff
+        execute(SEAL, {"until": until})
+        sealed_until = until
     db.session.commit()
-    return sealed_until
+    return sealed_until, sealed_until >= cutoff
 
 
 def histogram():
-    """{job_type: (count, sum of seconds, [cumulative count per bound])} over every attempt so far."""
-    sealed_until = _seal()
+    """{job_type: (count, sum of seconds, [cumulative count per bound])} over every attempt so far
+    (over those sealed so far while the totals catch up with a long history)."""
+    sealed_until, caught_up = _seal()
     out = {job_type: (count, total, list(buckets)) for job_type, count, total, buckets in execute(TOTALS)}
+    if not caught_up:
+        return out
     for job_type, count, total, buckets in execute(WINDOW, {"since": sealed_until, "until": None}):
         old_count, old_total, old_buckets = out.get(job_type, (0, 0.0, [0] * len(BOUNDS)))
         out[job_type] = (old_count + count, old_total + total, [a + b for a, b in zip(old_buckets, buckets)])
