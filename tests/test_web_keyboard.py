@@ -29,8 +29,12 @@ def keys_to_cancel_a_ticked_row(page, at_the_row=lambda: None):
     "Cancel selected": Tab to a "Skip to the runs" link if there is one (Enter) and on to the
     first row's box, Space, then back (Shift+Tab) to the button. [forward, back, total].
     `at_the_row()` is called once the first row's box has the focus."""
-    first_box = lambda f: f[:2] == ["input", "ids"]
-    skip = lambda f: f[0] == "a" and f[3] == "Skip to the runs"
+    def first_box(f):
+        return f[:2] == ["input", "ids"]
+
+    def skip(f):
+        return f[0] == "a" and f[3] == "Skip to the runs"
+
     forward = press_until(page, "Tab", lambda f: skip(f) or first_box(f))
     if skip(page.evaluate(FOCUSED)):
         page.keyboard.press("Enter")
