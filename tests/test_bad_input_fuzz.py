@@ -117,7 +117,7 @@ def seeded(app, sql, sign_in, make_user):
     pages = ["/", "/runs", "/runs?status=dead", f"/runs/{queued}", f"/runs/{dead}", f"/runs/{queued}/delete",
              "/definitions", f"/definitions/{definition}", f"/definitions/{paused}", f"/definitions/{watched}",
              "/definitions/new", f"/definitions/{definition}/edit", f"/definitions/{definition}/delete", "/enqueue",
-             "/users", "/workers", "/queues", "/incidents", "/batches", f"/batches/{made.id}"]
+             "/users", "/workers", "/queues", "/incidents", "/batches", f"/batches/{made.id}", "/job-metrics"]
     return client, pages, {"queued": queued, "dead": dead, "user": user}
 
 

@@ -90,6 +90,9 @@ def index():
 def mark_deploy():
     """Record a deploy now, labelled as typed (`flask jobs mark-deploy`'s rule: deploy_marks.mark),
     audited as the CLI's is, and go back to the chart that draws it."""
+    window = request.form.get("window", DEFAULT_WINDOW)
+    if window not in WINDOWS:  # the chart to go back to (a hidden field): refused before anything is written
+        abort(400, f"window: {window[:40]!r} is not one of {', '.join(WINDOWS)}.")
     label = request.form.get("label", "").strip()
     try:
         marked_id, marked_at = deploy_marks.mark(label, by=viewer().identity)
@@ -98,6 +101,4 @@ def mark_deploy():
     audit.record("mark_deploy", "deploy", marked_id, label=label)
     db.session.commit()
     flash(f"Deploy {label} marked at {marked_at:%Y-%m-%d %H:%M:%S} UTC.")
-    window = request.form.get("window", DEFAULT_WINDOW)
-    return redirect_to(url_for("jobsweb.job_metrics.index", window=window if window in WINDOWS else DEFAULT_WINDOW)
-                       + "#throughput")
+    return redirect_to(url_for("jobsweb.job_metrics.index", window=window) + "#throughput")
