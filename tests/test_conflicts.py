@@ -5,6 +5,7 @@ operator's action (the CLI, the admin screen, jobsweb.cancel/retry) runs it agai
 wait for seconds, then says "conflict with concurrent work, try again"."""
 
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -195,6 +196,14 @@ def updates_conflict(sql, conflict_runs):
     sql("DROP TABLE test_conflict_fails")
 
 
+def said_runs(page, runs, began):
+    """The 503 page names the runs tried and the seconds they took: at least INTERACTIVE (1 s
+    here), and no more than the request did (its last wait may end past the 1 s under load)."""
+    said = re.search(r"Conflict with concurrent work, try again \(serialization failure at every run: (\d+) over "
+                     r"(\d+\.\d) s", page)
+    assert said and int(said[1]) == runs and 1.0 <= float(said[2]) <= time.monotonic() - began + 0.05, page
+
+
 def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
         app, sql, sign_in, updates_conflict, conflict_runs, clock, caplog, monkeypatch):
     caplog.set_level(logging.INFO)
@@ -234,8 +243,7 @@ def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
     page = response.get_data(as_text=True)
     assert time.monotonic() - began >= 1.0
     assert response.status_code == 503 and "Busy" in page and "unavailable" not in page
-    assert (f"Conflict with concurrent work, try again (serialization failure at every run: {conflict_runs()} "
-            "over 1.") in page, page
+    said_runs(page, conflict_runs(), began)
     assert sql("SELECT status FROM job_runs WHERE id = %s", [other]) == [("dead",)]
     assert not [r for r in caplog.records if "unavailable" in r.getMessage()]
 
@@ -251,8 +259,7 @@ def test_the_admin_screen_runs_a_transaction_that_met_a_conflict_again_whole(
     page = response.get_data(as_text=True)
     assert time.monotonic() - began >= 1.0
     assert response.status_code == 503 and "Busy" in page
-    assert f"Conflict with concurrent work, try again (serialization failure at every run: {conflict_runs() - 1} " \
-           "over 1." in page, page
+    said_runs(page, conflict_runs() - 1, began)
     assert "The batches before it stay done: Retried 5 runs." in page, page
     assert dict(sql("SELECT status, count(*) FROM job_runs WHERE last_error = 'stuck' GROUP BY 1")) == {
         "queued": 5, "dead": 5}
