@@ -49,8 +49,9 @@ def short_seconds(value):
             return f"{value / size:.2g} {unit}" if value / size < 10 else f"{value / size:.0f} {unit}"
 
 
-def _choice(name, allowed, default):
-    value = request.args.get(name, "").strip() or default
+def _choice(name, allowed, default, values=None):
+    """`name` from the query string (or `values`, a form), one of `allowed`; else a 400 naming it."""
+    value = (request.args if values is None else values).get(name, "").strip() or default
     if value not in allowed:
         abort(400, f"{name}: {value[:40]!r} is not one of {', '.join(allowed)}.")
     return value
@@ -90,9 +91,7 @@ def index():
 def mark_deploy():
     """Record a deploy now, labelled as typed (`flask jobs mark-deploy`'s rule: deploy_marks.mark),
     audited as the CLI's is, and go back to the chart that draws it."""
-    window = request.form.get("window", DEFAULT_WINDOW)
-    if window not in WINDOWS:  # the chart to go back to (a hidden field): refused before anything is written
-        abort(400, f"window: {window[:40]!r} is not one of {', '.join(WINDOWS)}.")
+    window = _choice("window", WINDOWS, DEFAULT_WINDOW, request.form)  # the chart to go back to: checked first
     label = request.form.get("label", "").strip()
     try:
         marked_id, marked_at = deploy_marks.mark(label, by=viewer().identity)
