@@ -57,9 +57,12 @@ class HandlerStopper:
 
     def _serve(self):
         while (why := self.requests.get()) is not None:
-            # A run the loop starts after this copy is asked by the loop, which asks every held
-            # run again once it sees the stop.
-            asked = sum(held.stop() for held in self.running() if held.began is not None)
+            # Every held run is asked, those claimed ahead too: a thread that takes one of them
+            # from now on hands it back unbegun, to be released (run_handler), instead of starting
+            # it before the loop's next pass withdraws the rest (on a loaded machine the two
+            # threads began every waiting run in between and none was released). A run the loop
+            # starts after this copy is asked by the loop, which asks every held run again.
+            asked = sum(held.stop() and held.began is not None for held in self.running())
             if asked:
                 log.info("%s: asked %d running job(s) to stop", why, asked)
 
