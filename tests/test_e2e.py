@@ -27,8 +27,11 @@ def server(app, serve):
 def page(browser, server):
     context = browser.new_context(viewport=SIZES["laptop"], base_url=server)
     page = context.new_page()
-    page.set_default_timeout(15_000)
-    expect.set_options(timeout=15_000)
+    # A bound on a step under the fresh-clone make test's load (six pytest runs on 2 cores): 15 s
+    # passed here with three busy loops beside it, and one step of the first test still outlasted
+    # it there; test_deployed's pages wait as long.
+    page.set_default_timeout(30_000)
+    expect.set_options(timeout=30_000)
     yield page
     context.close()
 
