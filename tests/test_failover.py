@@ -158,8 +158,14 @@ def test_a_failover_reaches_every_process_through_the_multi_host_url_and_every_r
 
         if LOST:
             # The standby stops receiving: the primary's next commits are acknowledged and never sent.
+            # The workers wait frozen meanwhile, so that runs are left to finish after it: under the
+            # make test's load the receiver took long enough to stop that all 240 were done first.
+            for proc in workers:
+                os.kill(proc.pid, signal.SIGSTOP)
             standby.pause_streaming()
             paused = counts(old)["succeeded"]
+            for proc in workers:
+                os.kill(proc.pid, signal.SIGCONT)
             wait_for(lambda: counts(old)["succeeded"] >= paused + LOST, timeout=30,
                      message=f"{LOST} finishes acknowledged after streaming paused")
         primary.stop("immediate")
