@@ -62,7 +62,7 @@ test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POST
 	@mkdir -p $(TEST_LOGS)
 	@rm -f $(TEST_LOGS)/*.exit
 	@echo "pytest, six runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
-	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=15"; \
+	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=80"; \
 	run() { name=$$1; shift; TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
 		echo $$? >$(TEST_LOGS)/$$name.exit; }; \
 	run stock-both -m both_servers & \
@@ -86,7 +86,7 @@ check: $(STAMP)
 	env -u TEST_DATABASE_URL TEST_SERVER=embedded $(BIN)/pytest -p no:cacheprovider -q -m quick
 
 # The model test of the run lifecycle at length (docs/RELIABILITY.md): new random examples at each
-# run, on the embedded server; `make test` runs 200 fixed ones on each server.
+# run, on the embedded server; `make test` runs 100 fixed ones on each server.
 # make test-model EXAMPLES=20000
 test-model: $(STAMP)
 	TEST_MODEL_EXAMPLES=$(or $(EXAMPLES),5000) TEST_MODEL_RANDOM=1 TEST_SERVER=embedded \

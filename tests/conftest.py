@@ -104,7 +104,7 @@ OWN_SERVERS = ("test_stop_during_outage.py", "test_exec_outage.py", "test_networ
 
 # What `make check`, a contributor's quick loop, leaves out besides the slow and own-server tests:
 # the tests that start a browser, a worker or another process (a fixture of these, or a module
-# that imports subprocess), and the lifecycle model at its 200 examples. They are most of the
+# that imports subprocess), and the lifecycle model at its 100 examples. They are most of the
 # suite's time; make test runs everything.
 STARTS_PROCESSES = {"browser", "spawn_worker", "installed_wheel", "scratch_database", "restart_postgres", "receiver",
                     "docs"}  # tests/docs/conftest.py: runs the blocks as a reader would, shells and pages

@@ -17,7 +17,7 @@ from jobsweb.engine.jobs.registry import JobContext, JobType
 from tests.conftest import wait_for
 from tests.processes import finish, insert_many
 
-RUNS = 3000
+RUNS = 1500
 
 
 def running(sql):

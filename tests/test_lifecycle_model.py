@@ -34,7 +34,7 @@ from jobsweb.scheduling.materialise import materialise_due
 from tests.conftest import TABLES
 from tests.lifecycle_model import ENDED, FINISHED, LATER, UNFINISHED, Batch, Model, Worker
 
-EXAMPLES = int(os.environ.get("TEST_MODEL_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("TEST_MODEL_EXAMPLES", "100"))
 RANDOM = os.environ.get("TEST_MODEL_RANDOM") == "1"  # explore new examples (reproduce with the printed blob)
 # TEST_MODEL_SHRINK=0: report the first failing sequence as found (quick mutation runs).
 PHASES = [phase for phase in Phase if phase != Phase.shrink or os.environ.get("TEST_MODEL_SHRINK") != "0"]

@@ -91,7 +91,7 @@ def shows(text, secret, length=4):
     return [part for part in stretches(secret, length) if part in text]
 
 
-FAST = settings(max_examples=60, deadline=None,
+FAST = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
