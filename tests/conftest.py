@@ -82,7 +82,7 @@ ON_BOTH_SERVERS = (
     # the admin pages' reads: bounded on the server, planned alike whatever the statistics saw, and
     # searches whose cost says nothing of what they match
     "test_page_limits.py", "test_page_plans.py", "test_search_cost.py", "test_payload_search.py",
-    "test_error_search_passes.py", "test_search_bulk_count.py",
+    "test_error_search_passes.py", "test_search_bulk_count.py", "test_count_budget.py",
     # one masking rule, read alike by Python and by each server's regular expressions
     "test_masking_rule.py", "test_masking_generated.py",
     "test_database_outage.py", "test_pooler.py", "test_deploy.py",

@@ -278,15 +278,14 @@ def matching_ids_in_batches(run_filter, statuses, batch_size):
 
 
 # A filter's counts by status: exact while at most COUNT_CAP runs match, counted by one scan that
-# stops after COUNT_CAP + 1 matching runs (LIMIT) and within COUNT_BUDGET_MS. Beyond either, the
+# stops after COUNT_CAP + 1 matching runs (LIMIT) and within COUNT_BUDGET. Beyond either, the
 # planner's estimate of the filter's runs (one EXPLAIN), shared out by status as the runs counted
 # were (or, with none counted, as the whole table's statistics say), shown as "≈". The scan is
 # not even started when the planner expects far more than the cap (a job type of a million
 # runs); the budget bounds a filter that matches few runs through no index (error text), which
 # would otherwise read the whole table to say "12".
 COUNT_CAP = 10_000
-COUNT_BUDGET_MS = 10
-COUNT_BUDGET = "SET LOCAL statement_timeout = %d" % COUNT_BUDGET_MS
+COUNT_BUDGET = 0.01  # seconds
 
 
 class _Explain(Executable, ClauseElement):
@@ -305,16 +304,9 @@ def _compile_explain(element, compiler, **kw):
 def _capped_count(where):
     """{status: runs} of the first COUNT_CAP + 1 runs matching, or None past the budget."""
     capped = select(JobRun.status).where(*where).limit(COUNT_CAP + 1).subquery()
-    # A savepoint, always rolled back: it ends the budget's SET LOCAL with it, and a cancelled
-    # count leaves the page's transaction usable.
-    savepoint = db.session.begin_nested()
-    try:
-        execute(COUNT_BUDGET)
-        return dict(db.session.execute(select(capped.c.status, func.count()).group_by(capped.c.status)).all())
-    except OperationalError:  # the budget ran out (QueryCanceled)
-        return None
-    finally:
-        savepoint.rollback()
+    by_status = select(capped.c.status, func.count().label("runs")).group_by(capped.c.status).subquery()
+    return run_actions.within_budget(select(func.coalesce(func.jsonb_object_agg(by_status.c.status, by_status.c.runs),
+                                                          func.jsonb_build_object())), COUNT_BUDGET)
 
 
 def filtered_counts(run_filter, statuses, rows=()):
