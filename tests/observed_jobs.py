@@ -1,6 +1,8 @@
 """Job types for tests/test_integrations_worker.py: handlers that stop when asked, that never
 look, and that fail. A handler that never looks waits for the file payload["release"] names,
-which the test writes once it has seen what it waits for (no sleep hoping a race goes one way)."""
+which the test writes once it has seen what it waits for (no sleep hoping a race goes one way).
+A handler whose payload names a file in payload["began"] makes it first: the run's `running`
+status is its claim, and a signal in between releases it before its handler (and span) begins."""
 
 import asyncio
 import time
@@ -9,8 +11,14 @@ from pathlib import Path
 from jobsweb import job
 
 
+def _began(ctx):
+    if "began" in ctx.payload:
+        Path(ctx.payload["began"]).touch()
+
+
 def _until_released(ctx):
     """Run on, whatever the worker asks, until the test writes the release file."""
+    _began(ctx)
     release = Path(ctx.payload["release"])
     while not release.exists():
         time.sleep(0.02)
@@ -18,6 +26,7 @@ def _until_released(ctx):
 
 @job("test.observed.waits")
 def waits(ctx):
+    _began(ctx)
     ctx.sleep(60)  # until an operator's cancel or the worker's shutdown: Cancelled
 
 

@@ -38,6 +38,7 @@ def observed(spawn_worker, tmp_path):
     start.spans = lambda run_id: [s for s in lines("spans.jsonl") if s["attributes"].get("jobsweb.run_id") == run_id]
     start.sentry = lambda run_id: [e for e in lines("sentry.jsonl") if e["tags"].get("jobsweb.run_id") == str(run_id)]
     start.release = tmp_path / "release"
+    start.began = tmp_path / "began"  # made by a handler as it begins (tests/observed_jobs.py)
     yield start
     start.release.touch()
     for proc in processes:
@@ -111,9 +112,9 @@ def test_a_timed_out_attempts_span_ends_at_the_timeout_while_its_handler_runs_on
 
 def test_a_shutdown_that_stops_a_handler_ends_its_span_interrupted_before_the_worker_exits(app, sql, observed):
     with app.app_context():
-        run = enqueue("test.observed.waits")
+        run = enqueue("test.observed.waits", {"began": str(observed.began)})
     worker = observed("--forever")
-    wait_for(lambda: running(sql, run), message="the handler to start")
+    wait_for(observed.began.exists, message="the handler to start")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
     assert sql("SELECT status FROM job_runs WHERE id = %s", [run]) == [("queued",)]
@@ -125,9 +126,9 @@ def test_a_shutdown_that_stops_a_handler_ends_its_span_interrupted_before_the_wo
 
 def test_a_handler_given_up_at_the_shutdown_deadline_has_its_span_ended_interrupted(app, sql, observed):
     with app.app_context():
-        run = enqueue("test.observed.never_looks", {"release": str(observed.release)})
+        run = enqueue("test.observed.never_looks", {"release": str(observed.release), "began": str(observed.began)})
     worker = observed("--forever", "--shutdown-timeout", "0.5")
-    wait_for(lambda: running(sql, run), message="the handler to start")
+    wait_for(observed.began.exists, message="the handler to start")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
     [span] = observed.spans(run)
