@@ -62,7 +62,7 @@ test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POST
 	@mkdir -p $(TEST_LOGS)
 	@rm -f $(TEST_LOGS)/*.exit
 	@echo "pytest, six runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
-	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=80"; \
+	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=15"; \
 	run() { name=$$1; shift; TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
 		echo $$? >$(TEST_LOGS)/$$name.exit; }; \
 	run stock-both -m both_servers & \
