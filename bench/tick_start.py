@@ -1,7 +1,8 @@
 """A cron tick's start-up (issue 41, item 2): `flask --app wsgi run-jobs` timed as a whole process,
 from its start (the interpreter, importing Flask and jobsweb, building the app) to its exit, as
-crontab runs it every minute. Two kinds of tick, alternated so that the machine's load falls on
-both alike: an empty one (nothing due) and one with a single due jobsweb.noop run.
+crontab runs it every minute. Three kinds of tick, alternated so that the machine's load falls on
+all alike: an empty one (nothing due), one with a single due jobsweb.noop run, and an empty one
+with two busy loops beside it (issue 55, item 4: the machine busy, not only quiet).
 
     python -m bench.tick_start [--runs 10] [--servers embedded,stock] [--root DIR]
 
@@ -23,8 +24,10 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "0123456789abcdef-test-secret-key-0123456789-bench"
-TARGETS = {"empty": 1.0, "one_run": 1.2}  # seconds, whole process (issue 41)
-KINDS = {"empty": "an empty tick (nothing due)", "one_run": "a tick with one due jobsweb.noop run"}
+TARGETS = {"empty": 1.0, "one_run": 1.2, "empty_busy": 1.0}  # seconds, whole process (issues 41 and 55)
+KINDS = {"empty": "an empty tick (nothing due)", "one_run": "a tick with one due jobsweb.noop run",
+         "empty_busy": "an empty tick, two busy loops beside it"}
+BUSY = "while True: pass"  # one busy loop: a Python process spinning on a core
 EMPTY = "TRUNCATE job_attempts, job_runs, job_workers RESTART IDENTITY CASCADE"
 
 
@@ -56,7 +59,14 @@ def time_ticks(url, runs, root=ROOT):
                 conn.execute(EMPTY)
                 if kind == "one_run":
                     conn.execute("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
-                wall, cpu = _tick(root, env)
+                busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2 if kind == "empty_busy" else 0)]
+                try:
+                    time.sleep(0.2 if busy else 0)  # both spinning before the tick starts
+                    wall, cpu = _tick(root, env)
+                finally:
+                    for proc in busy:  # reaped after _tick's CPU reading: their time is not the tick's
+                        proc.kill()
+                        proc.wait()
                 walls[kind].append(wall)
                 cpus[kind].append(cpu)
                 if kind == "one_run":

@@ -16,9 +16,9 @@ SECTIONS = ["## Targets", "## 1. Throughput", "## 2. Peers", "## 3. Ceiling", "#
             "## 13. Scale on paper", "## 14. Claim latency with a backlog", "## 15. JIT", "## 16. Workflows",
             "## 17. A wide workflow graph from the web", "## 20. A cron tick's start-up", "## 21. Sustained load",
             "## The servers"]
-# Per server: 30 targets, of which one is only reported; the embedded server's build has no JIT,
+# Per server: 31 targets, of which one is only reported; the embedded server's build has no JIT,
 # so its two JIT targets do not apply (the stock server's are judged).
-JUDGED = {"embedded": 27, "stock": 29}
+JUDGED = {"embedded": 28, "stock": 30}
 
 
 # Both servers, every section, the two servers' suites at once (--side-by-side): its numbers are
