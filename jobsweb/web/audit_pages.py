@@ -5,6 +5,7 @@ from sqlalchemy import select
 
 from . import audit
 from ..core.database import db
+from ..core.errors import EMAIL_MAX_CHARS
 from ..core.models import JobDefinition, User
 from .access import role_required
 from .rendering import render
@@ -12,7 +13,7 @@ from .runlist import number, text_filter
 
 bp = Blueprint("audit", __name__)
 
-TEXT_MAX_CHARS = 254  # an email, the longest of the text filters
+TEXT_MAX_CHARS = EMAIL_MAX_CHARS  # an email, the longest of the text filters
 USERS_LISTED = 500  # emails suggested in the user filter
 
 

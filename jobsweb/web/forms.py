@@ -7,7 +7,7 @@ from wtforms import (BooleanField, EmailField, FloatField, HiddenField, IntegerF
                      StringField, TextAreaField)
 from wtforms.validators import DataRequired, Length, NumberRange, Optional
 
-from ..core.errors import InvalidInput, clean_text
+from ..core.errors import EMAIL_MAX_CHARS, InvalidInput, clean_text
 from ..core.models import ROLES
 from ..engine.jobs import registry
 from ..engine.jobs.worker_job_types import worker_job_types
@@ -74,7 +74,7 @@ class Form(FlaskForm):
 
 
 class SignInForm(Form):
-    email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
+    email = EmailField("Email", validators=[DataRequired(), Length(max=EMAIL_MAX_CHARS)])
     password = PasswordField("Password", validators=[DataRequired(), Length(max=200)])
 
 
@@ -93,7 +93,7 @@ class EnqueueForm(Form):
 
 
 class UserForm(Form):
-    email = EmailField("Email", validators=[DataRequired(), Length(max=254)])
+    email = EmailField("Email", validators=[DataRequired(), Length(max=EMAIL_MAX_CHARS)])
     role = SelectField("Role", choices=list(ROLES),
                        description="Viewers read; operators also act on runs; admins also manage "
                                    "definitions and users.")

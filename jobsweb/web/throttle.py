@@ -34,6 +34,7 @@ from flask import current_app
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from ..core.database import db, execute
+from ..core.errors import EMAIL_MAX_CHARS
 
 FAILURES_ALLOWED = 10
 WINDOW = 15 * 60  # seconds
@@ -188,8 +189,8 @@ def known_device(cookie, email):
 
 
 def normal_email(email):
-    """An email as the limits count it: trimmed, lower case, at most 254 characters."""
-    return (email or "").strip().lower()[:254]
+    """An email as the limits count it: trimmed, lower case, at most EMAIL_MAX_CHARS characters."""
+    return (email or "").strip().lower()[:EMAIL_MAX_CHARS]
 
 
 def forget(email=None, address=None):
