@@ -38,13 +38,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi dev$(if $(PORT), --port $(PORT))
 
-# Six pytest processes at once, each starting its own server (tests/servers.py):
+# Seven pytest processes at once, each starting its own server (tests/servers.py):
 # - stock-both and embedded-both: the tests marked both_servers (tests/conftest.py, ON_BOTH_SERVERS)
-#   on the stock server and on the embedded one;
+#   on the stock server and on the embedded one, but the lifecycle model (MODEL);
+# - stock-model: the lifecycle model on the stock server (its embedded run is in embedded-cron): at
+#   about 100 s a server it was the longest test of the two runs above, which ended last;
 # - embedded-own-servers: the tests that start servers of their own to stop them or break the path
 #   to them (OWN_SERVERS), mostly waiting out timeouts and backoff steps;
 # - embedded-cron: crontab mode, which waits for cron's minute boundaries (about four minutes asleep),
-#   and beside it the wheel and the oldest pins (BESIDE_CRON);
+#   and beside it the wheel, the oldest pins (BESIDE_CRON) and the lifecycle model;
 # - embedded-slow: the other tests marked slow (the quick benchmark, its two servers at once, the
 #   CLI outages, the docs' shell sessions, the buildpack);
 # - embedded-rest: all the others.
@@ -55,20 +57,22 @@ run: $(RUN_STAMP)
 # runs) and are printed at the end, each with its closing line and its slowest tests, then the
 # closing lines again. make test always starts its own servers: TEST_DATABASE_URL is for running
 # pytest yourself.
-PYTEST_RUNS := embedded-both embedded-rest embedded-own-servers embedded-slow embedded-cron stock-both
+PYTEST_RUNS := embedded-both embedded-rest embedded-own-servers embedded-slow embedded-cron stock-both stock-model
 BESIDE_CRON := tests/test_cron.py tests/test_wheel.py tests/test_oldest_pins.py
+MODEL := tests/test_lifecycle_model.py
 test: $(STAMP) $(OLDEST_VENV)/.installed $(CHROMIUM) $(CRON) $(PGBOUNCER) $(POSTGRES_STOCK) $(AXE)
 	$(BIN)/ruff check .
 	@mkdir -p $(TEST_LOGS)
 	@rm -f $(TEST_LOGS)/*.exit
-	@echo "pytest, six runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
+	@echo "pytest, seven runs at once: $(foreach run,$(PYTEST_RUNS),$(TEST_LOGS)/$(run).log)"
 	@pytest="env -u TEST_DATABASE_URL $(BIN)/pytest -p no:cacheprovider --durations=15"; \
 	run() { name=$$1; shift; TEST_SERVER=$${name%%-*} $$pytest "$$@" >$(TEST_LOGS)/$$name.log 2>&1; \
 		echo $$? >$(TEST_LOGS)/$$name.exit; }; \
-	run stock-both -m both_servers & \
-	run embedded-both -m both_servers & \
+	run stock-both -m both_servers --ignore=$(MODEL) & \
+	run embedded-both -m both_servers --ignore=$(MODEL) & \
+	run stock-model $(MODEL) & \
 	run embedded-own-servers -m "own_servers and not both_servers and not slow" & \
-	run embedded-cron -m slow $(BESIDE_CRON) & \
+	run embedded-cron -m "slow or both_servers" $(BESIDE_CRON) $(MODEL) & \
 	run embedded-slow -m "slow and not both_servers" $(addprefix --ignore=,$(BESIDE_CRON)) & \
 	run embedded-rest -m "not both_servers and not slow and not own_servers" & \
 	wait; \
