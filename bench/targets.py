@@ -215,14 +215,16 @@ def server_targets(r):
          "the claim function's own jit = off holds whatever the server's settings: only the call itself, "
          "a one-line SELECT, is left to JIT (§15)"),
     ]
-    for kind, words in (("empty", "an empty `flask run-jobs` tick"), ("one_run", "a tick with one due no-op run"),
-                        ("empty_busy", "an empty tick with two busy loops beside it")):
+    imports = ("Python, Flask, SQLAlchemy (with its ORM, for Flask-SQLAlchemy and the alerts' queries) and "
+               "psycopg take most of it before jobsweb's own code starts (§20)")
+    for kind, words, why in (
+            ("empty", "an empty `flask run-jobs` tick", imports),
+            ("one_run", "a tick with one due no-op run", imports),
+            ("empty_busy", "an empty tick with two busy loops beside it",
+             "the same CPU with two thirds of a core: three processes share the two (§20)")):
         f = r["tick_start"][kind]
         rows.append((f"{words} ≤ {f['target']:.1f} s as a whole process (median of {f['runs']})",
                      f"{f['median']:.2f} s (min {f['min']:.2f}, max {f['max']:.2f}; CPU {f['cpu_median']:.2f} s)",
-                     f["median"] <= f["target"],
-                     "Python, Flask, SQLAlchemy (with its ORM, for Flask-SQLAlchemy and the alerts' queries) and "
-                     "psycopg take most of it before jobsweb's own code starts (§20)" if kind != "empty_busy" else
-                     "the same CPU with two thirds of a core: three processes share the two (§20)"))
+                     f["median"] <= f["target"], why))
     rows.append(soak_target(r))
     return rows

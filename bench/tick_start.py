@@ -61,7 +61,8 @@ def time_ticks(url, runs, root=ROOT):
                     conn.execute("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
                 busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2 if kind == "empty_busy" else 0)]
                 try:
-                    time.sleep(0.2 if busy else 0)  # both spinning before the tick starts
+                    if busy:
+                        time.sleep(0.2)  # both spinning before the tick starts
                     wall, cpu = _tick(root, env)
                 finally:
                     for proc in busy:  # reaped after _tick's CPU reading: their time is not the tick's

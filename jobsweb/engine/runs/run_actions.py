@@ -34,10 +34,15 @@ WaitsForFailed = namedtuple("WaitsForFailed", "id after_id after_status revived_
 LIMIT_ON_SERVER = "SELECT set_config('statement_timeout', %(ms)s, true)"
 
 
+def _ms(seconds):
+    """`seconds` as statement_timeout's text: whole milliseconds, at least 1 (0 would mean none)."""
+    return str(max(1, round(seconds * 1000)))
+
+
 def limit_on_server(seconds):
     """Every later statement of the caller's transaction is stopped by the server past `seconds`
     (SET LOCAL statement_timeout): psycopg then raises QueryCanceled, and nothing was changed."""
-    execute(LIMIT_ON_SERVER, {"ms": str(max(1, round(seconds * 1000)))})
+    execute(LIMIT_ON_SERVER, {"ms": _ms(seconds)})
 
 
 def _run(conn, statement, params=None):
@@ -116,7 +121,7 @@ def within_budget(value, budget):
     loaded server stopped that too, a 503 for the whole runs page (make test at load 8)."""
     savepoint = db.session.begin_nested()
     try:
-        [(limit, _)] = execute(BUDGET, {"ms": str(max(1, round(budget * 1000)))}).all()
+        [(limit, _)] = execute(BUDGET, {"ms": _ms(budget)}).all()
         found, _ = db.session.execute(select(value.scalar_subquery(),
                                              func.set_config("statement_timeout", limit, True))).one()
         return found
