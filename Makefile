@@ -1,6 +1,6 @@
 # `make run`: set up and run jobsweb (web + worker); `make test`: set up and run the tests;
 # `make bench`: the benchmark suite on the embedded and the stock (Debian, JIT on) PostgreSQL, written to
-# docs/BENCHMARKS.md (`make bench-quick`: small sizes).
+# docs/BENCHMARKS.md, whose sections after the suite's own are kept (`make bench-quick`: small sizes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

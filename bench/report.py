@@ -7,6 +7,8 @@ from .server import DESCRIBED, SETTINGS
 from .sections import server_sections
 from .targets import targets
 
+RERUNNING = "## Re-running"  # the last of the suite's own sections: those after it are kept
+
 
 def plots(views, out):
     """bench_throughput.png and bench_claim_latency.png: one panel per server, side by side."""
@@ -98,7 +100,7 @@ def write(results, out):
         for image in images:
             lines += [image, ""]
     lines += [
-        "## Re-running",
+        RERUNNING,
         "",
         f"`make bench` (full, about {max(1, round(results['seconds'] / 60))} minutes here for both servers) or "
         "`make bench-quick` (small sizes; CI runs it in tests/test_bench_quick.py); `python -m bench --servers "
@@ -110,8 +112,19 @@ def write(results, out):
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     path = out / "BENCHMARKS.md"
-    path.write_text(text)
+    path.write_text(text + kept_sections(path))
     return path
+
+
+def kept_sections(path):
+    """The sections after the suite's own in the report at `path`, or '': bench.first_start's
+    and those written by hand (a measure run apart, its before and after, what bounds a target),
+    which a new run of the suite keeps."""
+    old = path.read_text() if path.exists() else ""
+    if RERUNNING not in old:
+        return ""
+    after = old.split(RERUNNING, 1)[1].split("\n## ", 1)
+    return "\n## " + after[1] if len(after) == 2 else ""
 
 
 def servers_section(views):
