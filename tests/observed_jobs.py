@@ -32,6 +32,7 @@ def waits(ctx):
 
 @job("test.observed.async_waits")
 async def async_waits(ctx):
+    _began(ctx)
     await asyncio.sleep(60)  # not ctx.sleep: only a cancel by force (its task cancelled) ends it
 
 
@@ -52,6 +53,7 @@ def fails(ctx):
 
 @job("test.observed.fails_when_cancelled")
 def fails_when_cancelled(ctx):
+    _began(ctx)
     while not ctx.cancelled:
         time.sleep(0.02)
     raise ValueError("stopped half-way")  # any error once cancelled: the run ends cancelled
