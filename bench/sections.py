@@ -6,7 +6,7 @@ from .run_control import run_control_section
 from .search_cost import search_cost_section
 from .seams import seams_section
 from .soak import soak_section
-from .targets import fmt, ratio
+from .targets import fmt, ratio, together_us
 from .tick_start import tick_start_section
 
 
@@ -288,12 +288,13 @@ def cpu_lines(cpu):
         f"{cpu['cores']} cores |",
         "| --- | --- | --- | --- | --- |",
     ]
+    together = together_us(cpu)
     for name, system in (("jobsweb", "jobsweb"), ("jobsweb, 2 processes", "two_processes"), ("PgQueuer", "pgqueuer")):
-        if (f := cpu.get(system)) is None:
+        if system not in together:
             continue  # results of a run before the two processes were measured
-        together = f["server_us"] + f["client_us"]
-        lines.append(f"| {name} | {f['server_us']:.0f} | {f['client_us']:.0f} | {together:.0f} µs | "
-                     f"{fmt(cpu['cores'] / together * 1e6)} runs/s |")
+        f = cpu[system]
+        lines.append(f"| {name} | {f['server_us']:.0f} | {f['client_us']:.0f} | {together[system]:.0f} µs | "
+                     f"{fmt(cpu['cores'] / together[system] * 1e6)} runs/s |")
     if "two_to_one" in cpu:
         lines += ["", "Side by side in each repeat (issue 55: ≤ 0.60 and ≤ 1.05): ours / PgQueuer's "
                   f"{', '.join(f'{x:.2f}' for x in cpu['to_pgqueuer'])}; two processes / one "

@@ -27,6 +27,13 @@ def cpu_needed(cores, rate):
     return cores / rate * 1e6, 1e6 / rate
 
 
+def together_us(cpu):
+    """{system: µs a run, PostgreSQL's and the worker process's CPU together} of §12's CPU per run,
+    for each system it measured (a run before two processes were measured has no two_processes)."""
+    return {system: cpu[system]["server_us"] + cpu[system]["client_us"]
+            for system in ("jobsweb", "two_processes", "pgqueuer") if system in cpu}
+
+
 def targets(r):
     """(target, measured, met, what limits it) for every target of the issue."""
     t = r["throughput"]
@@ -55,7 +62,7 @@ def targets(r):
     pgq_whole = w["runs"] / w["pgqueuer"]["done"]
     spans = "drain spans, start-up left out on both sides: first start to last finish in each one's own tables"
     cpu = r["cpu"]
-    per_run = {system: cpu[system]["server_us"] + cpu[system]["client_us"] for system in ("jobsweb", "pgqueuer")}
+    per_run = together_us(cpu)
     ours = cpu["jobsweb"]
     need, need_one = cpu_needed(cpu["cores"], 2 * pgq)
     bound = (f"CPU per run, PostgreSQL's and the worker's together (§12): ours {per_run['jobsweb']:.0f} µs "
@@ -237,10 +244,9 @@ def cost_targets(r):
     """Issue 55's targets of cost: CPU per run against PgQueuer's and two processes' against one's,
     each repeat's ratio measured side by side (§12), and every admin page at ten million runs (§22)."""
     cpu, pages = r["cpu"], r["pages_big"]["pages"]
-    per_run = {system: cpu[system]["server_us"] + cpu[system]["client_us"]
-               for system in ("jobsweb", "two_processes", "pgqueuer")}
+    per_run = together_us(cpu)
     to_pgqueuer, two_to_one = statistics.median(cpu["to_pgqueuer"]), statistics.median(cpu["two_to_one"])
-    over = {name: page for name, page in pages.items() if page["p95"] > 300}
+    over = [name for name, page in pages.items() if page["p95"] > 300]
     worst = max(pages.items(), key=lambda kv: kv[1]["p95"])
     runs = r["pages_big"]["growth"]["runs"]
     return [

@@ -5,7 +5,6 @@ The worker is tests/observed_app.py (the real SDKs, writing what they would send
 import json
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 import sentry_sdk
@@ -56,12 +55,12 @@ def ended_at_ns(sql, run_id):
 
 def test_an_operators_cancel_ends_the_attempts_span_and_transaction_as_its_handler_stops(app, sql, observed):
     with app.app_context():
+        raises_began = observed.began.with_name("began-raises")
         run = enqueue("test.observed.waits", {"began": str(observed.began)})
-        raises = enqueue("test.observed.fails_when_cancelled", {"began": str(observed.began) + "-raises"})
+        raises = enqueue("test.observed.fails_when_cancelled", {"began": str(raises_began)})
     worker = observed("--forever", "--concurrency", "2")
     # Both handlers begun, not only claimed: a run cancelled before its handler began has no span.
-    wait_for(lambda: observed.began.exists() and Path(str(observed.began) + "-raises").exists(),
-             message="the handlers to start")
+    wait_for(lambda: observed.began.exists() and raises_began.exists(), message="the handlers to start")
     with app.app_context():
         assert cancel(run) == cancel(raises) == "stop_requested"
         assert get_run(run).wait(timeout=30).status == get_run(raises).wait(timeout=30).status == "cancelled"
