@@ -340,6 +340,35 @@ def test_a_lost_claim_is_released_and_logged_alone_while_an_ended_runs_outcome_w
         assert attempts_of(sql, run_id) == [(1, "succeeded", None)]
 
 
+def test_a_claim_lost_as_the_worker_is_told_to_stop_is_released_by_its_last_writes(app, sql, monkeypatch, caplog):
+    # SIGTERM while the connection broke, a claim committed unseen: a stopping worker claims no
+    # more, and only a claiming pass gave lost claims back, so the run stayed running until its
+    # lease ran out and lease recovery charged it an attempt that never ran (test_stop_deadline's
+    # fast stop, in a fresh-clone make test: one 'lease_expired' attempt on the restarted server).
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="jobsweb.worker")
+    run_id = add(app, "jobsweb.noop")
+    worker = make_worker(app)
+    real = worker.link.fetch_together
+
+    def loses_the_claim_as_the_stop_comes(batch):
+        rows = real(batch)
+        if batch[-1][0] == statements.CLAIM_RUNS and rows[-1]:
+            monkeypatch.setattr(worker.link, "fetch_together", real)
+            worker.stop.request()
+            raise DatabaseUnavailable("server closed the connection unexpectedly")
+        return rows
+
+    monkeypatch.setattr(worker.link, "fetch_together", loses_the_claim_as_the_stop_comes)
+    assert worker.run() == 0
+    assert sql("SELECT status, attempts, locked_by FROM job_runs WHERE id = %s", [run_id]) == [("queued", 0, None)]
+    assert attempts_of(sql, run_id) == []
+    assert [r.getMessage() for r in caplog.records if "never started" in r.getMessage()] == [
+        f"run {run_id} jobsweb.noop: claimed by attempt 1 while the connection broke, never started; "
+        "released back to the queue"]
+
+
 def test_a_running_runs_lease_is_extended_every_third_of_the_lease(app, sql, tmp_path):
     # docs/REFERENCE.md: JOBSWEB_LEASE_SECONDS is the lease, "heartbeats every third of it": with
     # a lease of 1.5 s, locked_until moves every 0.5 s. Each heartbeat sets it to the database's

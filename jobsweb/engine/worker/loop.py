@@ -16,6 +16,7 @@ hands it those as duties (commands.build_worker), as Oban hands plugins to its q
 
 import logging
 import os
+from functools import partial
 import queue
 import secrets
 import socket
@@ -69,8 +70,7 @@ class Worker:
         self.listen = forever and config["JOBSWEB_LISTEN"]
         self.listen_conninfo = listen_conninfo or conninfo  # a direct connection when the link is pooled
         self.listener = None
-        lease = config["JOBSWEB_LEASE_SECONDS"]
-        self.lease = lease
+        self.lease = lease = config["JOBSWEB_LEASE_SECONDS"]
         # A third of the lease: two heartbeats can fail before another worker may take over.
         self.heartbeat_every = lease / 3
         self.duties = list(duties)
@@ -204,11 +204,7 @@ class Worker:
                 found = duty.run(self.link)
                 did_work = did_work or found
                 duty.next_at = now + (duty.after_work if found and duty.after_work is not None else duty.every)
-        if self.outages.claims_in_doubt():
-            self._settle()
-            self.trips.add(self.leases.lost_claims(self.held.ids() + self.trips.pending_ids(),
-                                                   self.trips.lately_written()))
-            self.outages.claims_settled()
+        self._give_back_lost_claims()
         trips = self._take_back()
         claimed = sum(len(trip.claimed_rows()) for trip in trips)
         if self.trips.pending_count() >= FINISH_APART and self.trips.finish_lane_free():
@@ -246,8 +242,7 @@ class Worker:
         return max(wait, 0)
 
     def _heartbeat(self):
-        """Extend the held runs' leases and mark this worker seen; an operator may have quieted,
-        resumed or stopped it meanwhile."""
+        """Extend the held runs' leases and mark this worker seen (quieted, resumed or stopped?)."""
         self.leases.heartbeat()
         quiet, stop_asked_by = self.trips.seen()
         if stop_asked_by is not None and not self.stop.requested():
@@ -268,11 +263,7 @@ class Worker:
         """A held run's JobContext, whose lease, progress and batch calls come to this worker."""
         return JobContext(run_id, job_type, payload, attempt, max_attempts, definition_id,
                           _extend_lease=self.leases.extend, _report_progress=self.leases.report_progress,
-                          _read_batch=self.read_batch)
-
-    def read_batch(self, run_id):
-        """JobContext.batch, called from a handler thread: the batch of run `run_id`."""
-        return batch_status.batch_of_run(self.link.fetch, run_id)
+                          _read_batch=partial(batch_status.batch_of_run, self.link.fetch))
 
     def _collect(self, wait):
         """Take what handler threads reported, waiting up to `wait` seconds for the first."""
@@ -298,10 +289,19 @@ class Worker:
     # -- writing to the database ---------------------------------------------------------
 
     def _flush(self):
-        """Write every pending outcome now, once the trips under way (if any) are back."""
+        """Write every pending outcome, lost claims' give-backs too, once the trips under way are back."""
         self._settle()
+        self._give_back_lost_claims()
         if (trip := self.trips.write_now()) is not None:
             self._land(trip)
+
+    def _give_back_lost_claims(self):
+        """After a broken connection, give back what a claim took unseen (LOST_CLAIMS), stopping or not."""
+        if self.outages.claims_in_doubt():
+            self._settle()
+            self.trips.add(self.leases.lost_claims(self.held.ids() + self.trips.pending_ids(),
+                                                   self.trips.lately_written()))
+            self.outages.claims_settled()
 
     def _settle(self, start=True):
         """Wait for the trips under way, if any, and take them back (start: their runs start).
