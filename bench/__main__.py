@@ -10,17 +10,13 @@ it proves the suite still runs (CI); only full mode's numbers mean anything.
 JSON, writing no report: for measuring a change to one hot path without the whole suite.
 `--only peers,whole` runs several, in that order, on each server before the next server starts
 (whole and cpu then race PgQueuer's best setting of peers, as the suite does).
-`--servers stock` (or embedded) runs on that server only. `--quick --side-by-side` runs each
-server's suite at once in a process of its own: they share the machine, so only for checking that
-the suite runs and writes its report (tests/test_bench_quick.py), in about half the time.
+`--servers stock` (or embedded) runs on that server only.
 """
 
 import argparse
 import json
 import os
-import pickle
 import subprocess
-import tempfile
 import sys
 import time
 from pathlib import Path
@@ -105,15 +101,10 @@ def main(argv=None):
                         help=f"run these measures alone and print their figures: {', '.join(sorted(ALONE))}")
     parser.add_argument("--servers", default=",".join(KINDS),
                         help=f"comma-separated, of {', '.join(KINDS)} (default: both, in that order)")
-    parser.add_argument("--side-by-side", action="store_true",
-                        help="with --quick: each server's suite in a process of its own, at the same time")
-    parser.add_argument("--results-to", type=Path, help=argparse.SUPPRESS)  # --side-by-side's processes
     args = parser.parse_args(argv)
     kinds = args.servers.split(",")
     if not set(kinds) <= set(KINDS):
         parser.error(f"--servers: one or both of {', '.join(KINDS)}")
-    if args.side_by_side and (not args.quick or args.only):
-        parser.error("--side-by-side: only with --quick, and without --only (the servers share the machine)")
     if missing := measures.missing_peers():
         parser.exit(2, f"python -m bench: {' and '.join(missing)} not installed: every run measures jobsweb "
                        "against them (pip install -e '.[bench]')\n")
@@ -122,9 +113,6 @@ def main(argv=None):
                "python": sys.version.split()[0], "sizes": sizes, "repeats": repeats, "servers": {}}
     print(f"{results['cpus']} CPUs, revision {results['revision']}, servers: {', '.join(kinds)}", flush=True)
     started = time.monotonic()
-    if args.side_by_side:
-        results["servers"] = side_by_side(kinds)
-        kinds = []
     for kind in kinds:
         server = Server.start(kind)
         bench = Bench(server, sizes, repeats, args.quick)
@@ -143,14 +131,6 @@ def main(argv=None):
                 results["servers"][kind] = suite(bench)
         finally:
             server.stop()
-    if args.results_to:
-        for figures in results["servers"].values():
-            # The Flask app the history measure built, for the pages measure in this process: the
-            # report reads none of it, and an app does not pickle.
-            figures["history"].pop("app", None)
-        with open(args.results_to, "wb") as f:
-            pickle.dump(results["servers"], f)
-        return 0
     if not args.only:
         results["seconds"] = time.monotonic() - started
         path = report.write(results, args.out)
@@ -164,22 +144,6 @@ def _measures(text):
     if unknown := [name for name in names if name not in ALONE]:
         raise argparse.ArgumentTypeError(f"not a measure: {', '.join(unknown)} (choose from {', '.join(sorted(ALONE))})")
     return names
-
-
-def side_by_side(kinds):
-    """Each server's quick suite in a `python -m bench` of its own, all at once; their results."""
-    with tempfile.TemporaryDirectory(prefix="jobsweb-bench-") as folder:
-        procs = {kind: subprocess.Popen([sys.executable, "-m", "bench", "--quick", "--servers", kind,
-                                         "--results-to", os.path.join(folder, kind)], cwd=ROOT)
-                 for kind in kinds}
-        failed = [kind for kind, proc in procs.items() if proc.wait() != 0]
-        if failed:
-            raise SystemExit(f"python -m bench: the suite failed on {', '.join(failed)} (its output is above)")
-        servers = {}
-        for kind in kinds:
-            with open(os.path.join(folder, kind), "rb") as f:
-                servers.update(pickle.load(f))
-        return servers
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def write(results, out):
         RERUNNING,
         "",
         f"`make bench` (full, about {max(1, round(results['seconds'] / 60))} minutes here for both servers) or "
-        "`make bench-quick` (small sizes; CI runs it in tests/test_bench_quick.py); `python -m bench --servers "
+        "`make bench-quick` (small sizes; CI runs it on the stock server in tests/test_bench_quick.py); `python -m bench --servers "
         "stock` runs on one server only. The peers come from the `bench` extra (`pip install -e '.[bench]'`).",
         "",
     ]

@@ -1,5 +1,6 @@
 """Fixtures: a real PostgreSQL started by the suite, migrated once; each test on empty tables."""
 
+import graphlib
 import json
 import logging
 import os
@@ -23,6 +24,41 @@ TABLES = ("job_effects, job_attempts, job_runs, job_definitions, job_workers, te
           "jobsweb_users, job_duration_totals, job_metrics_state, job_type_metrics, job_type_metrics_state, "
           "jobsweb_alert_deliveries, jobsweb_alert_incident_runs, jobsweb_alert_incidents, job_queues, job_paused_types, "
           "jobsweb_sign_in_failures, job_batches, job_run_deps, jobsweb_deploy_marks")
+
+
+def empty_tables(conn):
+    """Empty TABLES as `TRUNCATE ... RESTART IDENTITY CASCADE` would. TRUNCATE makes each table's
+    and index's files anew, about 55 ms a test, where the few rows most tests leave take a DELETE
+    a millisecond: a DELETE for each table, a table before those it references, and their sequences
+    back to 1. Once the tables have grown past 4 MB (a test that wrote many rows, or the dead rows
+    of many DELETEs before autovacuum came), TRUNCATE, so that no test scans another's leftovers."""
+    names = [name.strip() for name in TABLES.split(",")]
+    [(size,)] = conn.execute("SELECT sum(pg_relation_size(name::regclass)) FROM unnest(%(names)s::text[]) name",
+                             {"names": names}).fetchall()
+    if size > 4 * 1024 * 1024:
+        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        return
+    database = conn.info.dbname
+    if database not in _DELETES:
+        references = conn.execute(
+            "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint "
+            "WHERE contype = 'f' AND conrelid::regclass::text = ANY(%(names)s) AND conrelid <> confrelid",
+            {"names": names}).fetchall()
+        after = {name: set() for name in names}  # table -> the tables to empty before it
+        for referencing, referenced in references:
+            after[referenced].add(referencing)
+        sequences = conn.execute(
+            "SELECT s.oid::regclass::text FROM pg_class s JOIN pg_depend d ON d.objid = s.oid "
+            "AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i') "
+            "WHERE s.relkind = 'S' AND d.refobjid::regclass::text = ANY(%(names)s) ORDER BY 1",
+            {"names": names}).fetchall()
+        _DELETES[database] = "; ".join(
+            [f"DELETE FROM {table}" for table in graphlib.TopologicalSorter(after).static_order()]
+            + [f"SELECT setval('{sequence}', 1, false)" for (sequence,) in sequences])
+    conn.execute(_DELETES[database])
+
+
+_DELETES = {}  # database name -> its emptying statements, read once from its catalog
 
 # Settings every test app and test worker process share: quick retries so that retry tests
 # need not wait, and the job types in tests/job_types.py.
@@ -197,7 +233,7 @@ def app(database_url_for_tests, monkeypatch):
     for name, value in TEST_SETTINGS.items():
         monkeypatch.setenv(name, value)
     with psycopg.connect(libpq_url(database_url_for_tests), autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        empty_tables(conn)
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url_for_tests, "TESTING": True,
                       "SECRET_KEY": SECRET_KEY})
     yield app

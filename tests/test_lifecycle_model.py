@@ -13,6 +13,7 @@ import os
 import re
 from datetime import datetime, timedelta, timezone
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -31,7 +32,7 @@ from jobsweb.engine.jobs.registry import JobContext
 from jobsweb.ops import retention
 from jobsweb.scheduling import definitions
 from jobsweb.scheduling.materialise import materialise_due
-from tests.conftest import TABLES
+from tests.conftest import empty_tables
 from tests.lifecycle_model import ENDED, FINISHED, LATER, UNFINISHED, Batch, Model, Worker
 
 EXAMPLES = int(os.environ.get("TEST_MODEL_EXAMPLES", "100"))
@@ -79,9 +80,10 @@ class RunLifecycle(RuleBasedStateMachine):
     def __init__(self, app, sql):
         super().__init__()
         self.app, self.sql = app, sql
-        sql(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
         self.context = app.app_context()
         self.context.push()
+        with psycopg.connect(libpq_url(db.engine), autocommit=True) as conn:
+            empty_tables(conn)
         self.link = Link(libpq_url(db.engine))
         self.model = Model(OPEN)
         self.workers = [Worker("model-w1", 1, None), Worker("model-w2", 2, ["other"]), Worker("model-w3", 2, None)]
