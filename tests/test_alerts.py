@@ -294,6 +294,21 @@ def test_an_evaluation_skips_its_turn_while_another_worker_evaluates(alerting, s
     assert len(evaluate(alerting)[0]) == 1
 
 
+def test_a_pass_sends_every_due_delivery_when_the_table_was_analysed_at_one_row(alerting, receiver, sql):
+    # What autoanalyze leaves after a quiet spell: one row in one page. The claim's planner then
+    # scanned the table outside and ran the claim's subquery for each row: the first pass took
+    # all three, sent one, and left two to wait out their 60 s lease.
+    insert = ("INSERT INTO jobsweb_alert_deliveries (event, channel, target, subject, body, data) "
+              "VALUES ('test', 'webhook', %s, 'subject', %s, '{}')")
+    sql(insert, (receiver.url, "first"))
+    sql("ANALYZE jobsweb_alert_deliveries")
+    for body in ("second", "third"):
+        sql(insert, (receiver.url, body))
+    assert deliver(alerting) == 3
+    assert receiver.texts() == ["first", "second", "third"]
+    assert sql("SELECT status, attempts FROM jobsweb_alert_deliveries ORDER BY id") == [("sent", 1)] * 3
+
+
 def test_deleting_a_definition_closes_its_incident_with_one_notification(alerting, receiver, sql):
     define(alerting)
     make_overdue(sql)

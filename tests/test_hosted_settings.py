@@ -47,6 +47,18 @@ def server_log(server):
     return (server.root / "server.log").read_text()
 
 
+def killed(log):
+    """What the server's log says it ended or refused (KILLED), but for the counts jobsweb bounds
+    itself: a status chip's or a bulk confirmation's count past its budget is ended by the
+    statement_timeout it set for that statement alone (run_actions.within_budget), whose
+    statement carries the set_config that gives the page's limit back. A loaded make test
+    reached a chip's 10 ms so; the page said "≈" as it should."""
+    entries = re.split(r"\n(?=\d{4}-\d\d-\d\d )", log)  # a line and its continuation lines
+    return [entry for entry, following in zip(entries, entries[1:] + [""]) if KILLED.search(entry)
+            and not ("canceling statement due to statement timeout" in entry
+                     and "STATEMENT:" in following and "set_config(" in following)]
+
+
 def sql(url, statement, params=None):
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(statement, params)
@@ -136,7 +148,7 @@ def test_with_statement_and_idle_in_transaction_timeouts_on_the_role_jobs_longer
     assert sql(url, "SELECT max(attempts), count(*) FROM job_runs") == [(1, 54)]
     assert sql(url, "SELECT count(*), count(DISTINCT run_id) FROM test_executions") == [(53, 53)]
     processes.stop()
-    assert not KILLED.findall(server_log(server)), server_log(server)
+    assert killed(server_log(server)) == [], server_log(server)
     for proc in (worker, web):
         assert trouble(log_of(proc)) == []
 
@@ -291,7 +303,7 @@ def test_two_gunicorn_processes_a_worker_at_concurrency_8_and_a_release_migrate_
     assert census.peak_total <= APP_CONNECTIONS
     assert sql(admin, "SELECT max(attempts) FROM job_runs") == [(1,)]
     processes.stop()
-    assert not KILLED.findall(server_log(server)), server_log(server)
+    assert killed(server_log(server)) == [], server_log(server)
     for proc in (worker, web):
         assert trouble(log_of(proc)) == []
 
