@@ -5,11 +5,17 @@
 // - The runs table stops refreshing while rows are ticked, and says "paused": a refresh would
 //   replace the table and untick them. A refresh already on its way when a row is ticked is
 //   not swapped in either.
+// - A refresh not answered within REFRESH_TIMEOUT_MS is given up (htmx's request timeout) and
+//   counts as failed: htmx sends a region's next refresh only once the one before has ended, so a
+//   single request lost on the way (a proxy or server that never answers) froze the region for
+//   good, still saying "Live".
 // - The select-all checkbox (hidden until this script runs: without it, it could do nothing)
 //   ticks or unticks every row of the page.
 (function () {
   "use strict";
 
+  // Longer than a page read may take (the server stops its statements at 4.5 s: web/guards.py).
+  var REFRESH_TIMEOUT_MS = 10000;
   var lastUpdate = {};  // region id -> Date.now() of its last successful refresh
 
   function isLive(elt) {
@@ -72,6 +78,10 @@
       event.preventDefault();
       show(region, "paused");
     }
+  });
+
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (isLive(event.detail.elt)) event.detail.timeout = REFRESH_TIMEOUT_MS;
   });
 
   document.addEventListener("htmx:beforeSwap", function (event) {

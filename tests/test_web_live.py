@@ -97,6 +97,24 @@ def test_a_live_region_says_it_is_stale_when_its_refreshes_fail(browser, server,
     expect(state).not_to_contain_text("stale")
 
 
+def test_a_refresh_never_answered_is_given_up_and_the_next_one_swaps_in(browser, server, make_user, sql):
+    # htmx sends a region's next refresh only when the one before has ended: unanswered, the
+    # table stayed as it was, saying "Live" (make test's e2e once watched it for a minute).
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
+    page = open_page(browser, server, make_user("viewer"), clock=False)
+    page.goto("/runs?live=1")
+    state = page.locator("#runs-table [data-live-state]")
+    page.evaluate("window.timedOut = 0; document.addEventListener('htmx:timeout', () => window.timedOut++)")
+    held = []  # the first refresh, never answered; the others go through
+    page.route(re.compile(r"/runs\?live=1"), lambda route: route.continue_() if held else held.append(route))
+    expect(page.locator("#runs-table.htmx-request")).to_have_count(1)
+    sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.sleep')")
+    # The request's timeout runs on the browser's own clock, not the page's timers: waited for.
+    expect(page.locator('#runs-table a[href="/runs/2"]')).to_have_count(1, timeout=20_000)
+    assert page.evaluate("window.timedOut") == 1
+    expect(state).to_have_text("Live")
+
+
 def test_select_all_ticks_every_row_of_the_page_and_shows_a_partial_selection(browser, server, make_user, sql):
     sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 3)")
     page = open_page(browser, server, make_user("operator"), clock=False)
