@@ -70,7 +70,11 @@ def test_an_operator_runs_a_definition_watches_it_live_and_retries_a_dead_run(pa
     run_id = int(re.search(r"/runs/(\d+)", page.url).group(1))
     expect(page.locator(".json").first).to_contain_text("••••••")
     page.get_by_role("link", name="Runs").first.click()
+    # Ticked before htmx has set the page up (by the load event), Live only ticks the box, as
+    # without JavaScript: the table stayed as it was for the whole minute below (fresh-clone run).
+    page.wait_for_url(re.compile(r"/runs$"))  # and its load event
     page.get_by_label("Live").check()
+    expect(page.locator("#runs-table[hx-trigger]")).to_have_count(1)
     row = page.locator("#runs-table tr", has=page.locator(f'a[href="/runs/{run_id}"]'))
     expect(row).to_contain_text("Queued")
     page.evaluate("window.notReloaded = true")
@@ -134,6 +138,7 @@ def test_an_admin_creates_a_definition_watching_the_preview_then_runs_it(page, m
     sign_in(page, make_user("admin"))
     page.get_by_role("link", name="Definitions").click()
     page.get_by_role("link", name="New definition").click()
+    page.wait_for_url(re.compile(r"/definitions/new$"))  # and its load event: htmx watches the schedule by then
     page.locator("input[name=name]").fill("weekday report")
     page.locator("select[name=job_type]").select_option("jobsweb.noop")
     page.locator("select[name=timezone]").select_option("Europe/Madrid")
