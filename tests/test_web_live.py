@@ -110,7 +110,7 @@ def test_a_refresh_never_answered_is_given_up_and_the_next_one_swaps_in(browser,
     expect(page.locator("#runs-table.htmx-request")).to_have_count(1)
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.sleep')")
     # The request's timeout runs on the browser's own clock, not the page's timers: waited for.
-    expect(page.locator('#runs-table a[href="/runs/2"]')).to_have_count(1, timeout=20_000)
+    expect(page.locator('#runs-table a[href="/runs/2"]')).to_have_count(1, timeout=30_000)
     assert page.evaluate("window.timedOut") == 1
     expect(state).to_have_text("Live")
 
