@@ -1,5 +1,7 @@
 """Due runs that no worker will claim: judged by the job types the workers registered."""
 
+import re
+
 from jobsweb.ops import stats
 
 
@@ -68,7 +70,7 @@ def test_due_runs_held_by_a_paused_queue_or_job_type_are_not_blamed_on_the_worke
         assert stats.unknown_due_types() == {("reports.weekly", "default"): 1}
 
 
-def test_the_status_chips_read_the_status_index_after_updates_cleared_the_visibility_map(app, sql):
+def test_the_status_chips_read_an_index_not_the_table_after_updates_cleared_the_visibility_map(app, sql):
     sql("INSERT INTO job_runs (job_type, status) SELECT 'jobsweb.noop', CASE WHEN n % 100 = 0 THEN 'dead' "
         "ELSE 'succeeded' END FROM generate_series(1, 100000) n")
     sql("VACUUM ANALYZE job_runs")
@@ -77,7 +79,13 @@ def test_the_status_chips_read_the_status_index_after_updates_cleared_the_visibi
     sql("UPDATE job_runs SET progress_note = 'x' WHERE id % 10 = 0")
     sql("ANALYZE job_runs")
     plan = "\n".join(row[0] for row in sql("EXPLAIN " + stats.capped_counts(["queued", "dead", "succeeded"])))
-    assert "using job_runs_status_id" in plan and "Seq Scan" not in plan, plan
+    assert "Seq Scan" not in plan, plan
+    # An absent or rare status is read through an index on status (job_runs_status_id, or the
+    # claim's partial index for queued), never by walking the primary key, which reads the whole
+    # table before it gives up. The common one may walk it: its 10,001 come within the first pages.
+    queued, dead, succeeded = plan.split("InitPlan")[1:]
+    for part in (queued, dead):
+        assert "job_runs_pkey" not in part and re.search(r"(on|using) job_runs_(status_id|queue_claimable)\b", part), plan
     with app.app_context():
         counts = stats.chip_counts(["queued", "dead", "succeeded"])
     assert counts["queued"] == (0, True) and counts["dead"] == (1000, True)
