@@ -14,7 +14,8 @@
 (function () {
   "use strict";
 
-  // Longer than a page read may take (the server stops its statements at 4.5 s: web/guards.py).
+  // Longer than a page read may take (the server stops each of its statements at web/guards.py's
+  // PAGE_LIMIT_MS, 4.5 s).
   var REFRESH_TIMEOUT_MS = 10000;
   var lastUpdate = {};  // region id -> Date.now() of its last successful refresh
 

@@ -99,7 +99,7 @@ def test_a_live_region_says_it_is_stale_when_its_refreshes_fail(browser, server,
 
 def test_a_refresh_never_answered_is_given_up_and_the_next_one_swaps_in(browser, server, make_user, sql):
     # htmx sends a region's next refresh only when the one before has ended: unanswered, the
-    # table stayed as it was, saying "Live" (make test's e2e once watched it for a minute).
+    # table stayed as it was for good, saying "Live".
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
     page = open_page(browser, server, make_user("viewer"), clock=False)
     page.goto("/runs?live=1")
