@@ -148,12 +148,15 @@ def test_a_failover_reaches_every_process_through_the_multi_host_url_and_every_r
            "JOBSWEB_LEASE_SECONDS": str(LEASE)}
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     workers = []
-    for log in logs:
-        with open(log, "w") as output:
-            workers.append(python_m("flask", ["--app", "wsgi", "run-jobs", "--forever", "--concurrency", CONCURRENCY,
-                                              "--poll-interval", "1"], env=env, stdout=output, stderr=subprocess.STDOUT))
     try:
+        # The admin screen before the workers: under make test's load gunicorn took long enough to
+        # start that the workers had finished every run before the pause below (CI, stop 60).
         admin = Admin(url, tmp_path / "gunicorn.log")
+        for log in logs:
+            with open(log, "w") as output:
+                workers.append(python_m("flask", ["--app", "wsgi", "run-jobs", "--forever", "--concurrency",
+                                                  CONCURRENCY, "--poll-interval", "1"],
+                                        env=env, stdout=output, stderr=subprocess.STDOUT))
         wait_for(lambda: counts(old)["succeeded"] >= RUNS // 3, timeout=DRAIN_SECONDS, message="a third of the runs done")
 
         if LOST:
@@ -167,7 +170,7 @@ def test_a_failover_reaches_every_process_through_the_multi_host_url_and_every_r
             for proc in workers:
                 os.kill(proc.pid, signal.SIGCONT)
             wait_for(lambda: counts(old)["succeeded"] >= paused + LOST, timeout=30,
-                     message=f"{LOST} finishes acknowledged after streaming paused")
+                     message=f"{LOST} finishes acknowledged after streaming paused at {paused} of {RUNS} succeeded")
         primary.stop("immediate")
         standby.replayed_what_it_received()
         at_promotion = counts(new)  # the standby's data, still read-only: what the new primary starts from
