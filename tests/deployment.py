@@ -19,10 +19,12 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 
 UV = Path(sys.executable).parent / "uv"  # in make test's venv (Makefile)
 SECRET_KEY = "0123456789abcdef-deployed-secret-key-0123456789-abcdef"
@@ -219,10 +221,15 @@ class Deployment:
         return process
 
     def web(self):
-        """The web line on a free port: its base URL."""
+        """The web line on a free port, once it answers: its base URL. (A browser sent to it at
+        once was refused under make test's load: the worker had registered before gunicorn listened.)"""
         port = free_port()
-        self.start("web", PORT=str(port), WEB_CONCURRENCY="1")
-        return f"http://127.0.0.1:{port}"
+        process = self.start("web", PORT=str(port), WEB_CONCURRENCY="1")
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: process.poll() is not None or answers(f"{base}/healthz"), timeout=60,
+                 message="the web process to answer")
+        assert process.poll() is None, self.log("web")
+        return base
 
     def log(self, process_type):
         return (self.directory / f"{process_type}.log").read_text()
@@ -243,3 +250,14 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def answers(url):
+    """Whether an HTTP server answers `url`, whatever its status."""
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
