@@ -17,19 +17,30 @@ def server(app, serve):
     return serve(app)
 
 
-def open_page(browser, server, email, clock=True, javascript=True):
-    context = browser.new_context(base_url=server, java_script_enabled=javascript)
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    expect.set_options(timeout=15_000)
-    if clock:
-        page.clock.install()
-    page.goto("/sign-in")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(re.compile(r"/$"))
-    return page
+@pytest.fixture
+def open_page(browser, server):
+    """open_page(email, clock=True, javascript=True): a page signed in as `email`, its context
+    closed at the end (else a live page went on asking a server that had stopped)."""
+    contexts = []
+
+    def open_(email, clock=True, javascript=True):
+        context = browser.new_context(base_url=server, java_script_enabled=javascript)
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        expect.set_options(timeout=15_000)
+        if clock:
+            page.clock.install()
+        page.goto("/sign-in")
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(r"/$"))
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
 
 
 def sent_requests(page):
@@ -37,9 +48,9 @@ def sent_requests(page):
     page.evaluate("window.sent = 0; document.addEventListener('htmx:beforeSend', () => window.sent++)")
 
 
-def test_live_mode_pauses_while_rows_are_ticked_and_keeps_them_ticked(browser, server, make_user, sql):
+def test_live_mode_pauses_while_rows_are_ticked_and_keeps_them_ticked(open_page, make_user, sql):
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop'), ('jobsweb.noop')")
-    page = open_page(browser, server, make_user("operator"))
+    page = open_page(make_user("operator"))
     page.goto("/runs?live=1")
     state = page.locator("#runs-table [data-live-state]")
     expect(state).to_have_text("Live")
@@ -63,9 +74,9 @@ def test_live_mode_pauses_while_rows_are_ticked_and_keeps_them_ticked(browser, s
     expect(page.locator('#runs-table a[href="/runs/3"]')).to_have_count(1)
 
 
-def test_a_tick_while_a_refresh_is_on_its_way_is_not_undone_by_it(browser, server, make_user, sql):
+def test_a_tick_while_a_refresh_is_on_its_way_is_not_undone_by_it(open_page, make_user, sql):
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
-    page = open_page(browser, server, make_user("operator"))
+    page = open_page(make_user("operator"))
     page.goto("/runs?live=1")
     # The refresh is held at the network until the row is ticked, then answered.
     held = []
@@ -79,9 +90,9 @@ def test_a_tick_while_a_refresh_is_on_its_way_is_not_undone_by_it(browser, serve
 
 
 @pytest.mark.parametrize("path, region", [("/", "#dashboard"), ("/runs?live=1", "#runs-table")])
-def test_a_live_region_says_it_is_stale_when_its_refreshes_fail(browser, server, make_user, sql, path, region):
+def test_a_live_region_says_it_is_stale_when_its_refreshes_fail(open_page, server, make_user, sql, path, region):
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
-    page = open_page(browser, server, make_user("viewer"))
+    page = open_page(make_user("viewer"))
     page.goto(path)
     state = page.locator(f"{region} [data-live-state]")
     expect(state).not_to_contain_text("stale")
@@ -97,11 +108,11 @@ def test_a_live_region_says_it_is_stale_when_its_refreshes_fail(browser, server,
     expect(state).not_to_contain_text("stale")
 
 
-def test_a_refresh_never_answered_is_given_up_and_the_next_one_swaps_in(browser, server, make_user, sql):
+def test_a_refresh_never_answered_is_given_up_and_the_next_one_swaps_in(open_page, make_user, sql):
     # htmx sends a region's next refresh only when the one before has ended: unanswered, the
     # table stayed as it was for good, saying "Live".
     sql("INSERT INTO job_runs (job_type) VALUES ('jobsweb.noop')")
-    page = open_page(browser, server, make_user("viewer"), clock=False)
+    page = open_page(make_user("viewer"), clock=False)
     page.goto("/runs?live=1")
     state = page.locator("#runs-table [data-live-state]")
     page.evaluate("window.timedOut = 0; document.addEventListener('htmx:timeout', () => window.timedOut++)")
@@ -115,9 +126,9 @@ def test_a_refresh_never_answered_is_given_up_and_the_next_one_swaps_in(browser,
     expect(state).to_have_text("Live")
 
 
-def test_select_all_ticks_every_row_of_the_page_and_shows_a_partial_selection(browser, server, make_user, sql):
+def test_select_all_ticks_every_row_of_the_page_and_shows_a_partial_selection(open_page, make_user, sql):
     sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 3)")
-    page = open_page(browser, server, make_user("operator"), clock=False)
+    page = open_page(make_user("operator"), clock=False)
     page.goto("/runs")
     every = page.get_by_label("Select every run on this page")
     every.check()
@@ -130,9 +141,9 @@ def test_select_all_ticks_every_row_of_the_page_and_shows_a_partial_selection(br
     expect(page.get_by_label("Select run 2", exact=True)).to_be_checked()
 
 
-def test_without_javascript_the_select_all_box_is_hidden_and_bulk_actions_still_post(browser, server, make_user, sql):
+def test_without_javascript_the_select_all_box_is_hidden_and_bulk_actions_still_post(open_page, make_user, sql):
     sql("INSERT INTO job_runs (job_type) SELECT 'jobsweb.noop' FROM generate_series(1, 2)")
-    page = open_page(browser, server, make_user("operator"), clock=False, javascript=False)
+    page = open_page(make_user("operator"), clock=False, javascript=False)
     page.goto("/runs")
     expect(page.locator("[data-select-all]")).to_be_hidden()
     page.get_by_label("Select run 2", exact=True).check()
@@ -141,11 +152,11 @@ def test_without_javascript_the_select_all_box_is_hidden_and_bulk_actions_still_
     assert sql("SELECT id, status FROM job_runs ORDER BY id") == [(1, "queued"), (2, "cancelled")]
 
 
-def test_a_running_runs_progress_moves_on_its_page_and_in_the_live_runs_list(browser, server, make_user, sql):
+def test_a_running_runs_progress_moves_on_its_page_and_in_the_live_runs_list(open_page, make_user, sql):
     [(run_id,)] = sql("INSERT INTO job_runs (job_type, status, attempts, started_at, locked_by, locked_until, "
                       "progress, progress_note, progress_at) VALUES ('jobsweb.sleep', 'running', 1, now(), 'w', "
                       "now() + interval '1 hour', 0.25, 'page 1 of 4', now()) RETURNING id")
-    page = open_page(browser, server, make_user("viewer"))
+    page = open_page(make_user("viewer"))
     page.goto(f"/runs/{run_id}")
     expect(page.locator("#run")).to_contain_text("25% · page 1 of 4")
     sql("UPDATE job_runs SET progress = 0.5, progress_note = 'page 2 of 4' WHERE id = %s", [run_id])
