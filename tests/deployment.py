@@ -19,12 +19,11 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 
 from tests.conftest import ROOT, wait_for
+from tests.hosted import status
 
 UV = Path(sys.executable).parent / "uv"  # in make test's venv (Makefile)
 SECRET_KEY = "0123456789abcdef-deployed-secret-key-0123456789-abcdef"
@@ -226,7 +225,7 @@ class Deployment:
         port = free_port()
         process = self.start("web", PORT=str(port), WEB_CONCURRENCY="1")
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: process.poll() is not None or answers(f"{base}/healthz"), timeout=60,
+        wait_for(lambda: process.poll() is not None or status(f"{base}/healthz") is not None, timeout=60,
                  message="the web process to answer")
         assert process.poll() is None, self.log("web")
         return base
@@ -250,14 +249,3 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-
-
-def answers(url):
-    """Whether an HTTP server answers `url`, whatever its status."""
-    try:
-        urllib.request.urlopen(url, timeout=5).close()
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-    return True
