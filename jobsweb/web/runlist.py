@@ -301,12 +301,12 @@ def _compile_explain(element, compiler, **kw):
     return "EXPLAIN (FORMAT JSON) " + compiler.process(element.statement, **kw)
 
 
-def _capped_count(where):
-    """{status: runs} of the first COUNT_CAP + 1 runs matching, or None past the budget."""
+def _capped_count(where, budget=COUNT_BUDGET):
+    """{status: runs} of the first COUNT_CAP + 1 runs matching, or None past `budget` seconds."""
     capped = select(JobRun.status).where(*where).limit(COUNT_CAP + 1).subquery()
     by_status = select(capped.c.status, func.count().label("runs")).group_by(capped.c.status).subquery()
     return run_actions.within_budget(select(func.coalesce(func.jsonb_object_agg(by_status.c.status, by_status.c.runs),
-                                                          func.jsonb_build_object())), COUNT_BUDGET)
+                                                          func.jsonb_build_object())), budget)
 
 
 def filtered_counts(run_filter, statuses, rows=()):
